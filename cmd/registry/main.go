@@ -22,12 +22,15 @@ import (
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/middleware/redirect"
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/middleware/rewrite"
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/s3-aws"
+
+	_ "github.com/reclaim-registry/reclaim/registry"
 )
 
 func main() {
 	quietTelemetry()
 	root := distregistry.RootCmd
 	root.Short = "Reclaim: a Distribution registry with online garbage collection"
+	root.Long = root.Short
 	root.SilenceUsage = true
 	if err := root.Execute(); err != nil {
 		os.Exit(1)
