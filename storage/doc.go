@@ -1,0 +1,32 @@
+// Package storage is Reclaim's link database and access tracker: the data
+// that makes online garbage collection safe.
+//
+// # Basics
+//
+// Distribution's storage only points one way, from repositories to blobs.
+// The "reclaim" storage-driver middleware (registered in init, configured as
+// `middleware: storage: - name: reclaim`) adds the other direction: before it
+// lets a layer link or a manifest revision link of repository R to blob B
+// through, it writes a reverse link under B's directory naming R
+// (ReverseLinks); after the forward link is deleted it removes the reverse
+// link. A blob with no reverse link is referenced by no repository.
+//
+// Every blob access (stat, read, redirect, commit, mount, link write) is
+// recorded in Redis before the operation proceeds (Tracker). GC takes a fence
+// on an object only if it was not accessed within the protection window W,
+// and every operation that would make the object referenced checks the fence
+// in the same atomic Redis step that records its access. Whichever step comes
+// first wins. docs/gc-protocol.md walks through every interleaving.
+//
+// # Caveats
+//
+//   - Reads record access best effort: with Redis down, pulls keep working and
+//     the recording epoch moves forward when Redis comes back, so GC does not
+//     trust the gap. Writes that need a fence check fail with a retryable error
+//     (ErrFenced, ErrRedisUnavailable) that Handler turns into HTTP 503.
+//   - The upload purger and upstream's garbage-collect get the raw driver;
+//     cmd/registry guards garbage-collect.
+//   - Distribution's blob descriptor cache answers HEADs without a driver
+//     call; DescriptorServiceFactory sees those Stats (registry/hooks.go
+//     installs it).
+package storage
