@@ -1,0 +1,452 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+func TestTagOverwriteFreesOldUniqueLayers(t *testing.T) {
+	f := newFixture(t)
+	old := f.image("team/app", nil, "base", "old-only")
+	f.tag("team/app", "latest", old.Digest)
+	cur := f.image("team/app", nil, "base", "new-only")
+	f.tag("team/app", "latest", cur.Digest) // overwrite
+
+	rep := f.collect("team/app", RunOptions{})
+	oldOnly := digest.FromString("old-only")
+	if !has(rep.ManifestsDeleted, old.Digest) || has(rep.ManifestsDeleted, cur.Digest) {
+		t.Fatalf("manifests deleted: %v", rep.ManifestsDeleted)
+	}
+	if !has(rep.LayersUnlinked, oldOnly) || has(rep.LayersUnlinked, digest.FromString("base")) {
+		t.Fatalf("layers unlinked: %v", rep.LayersUnlinked)
+	}
+	if !has(rep.BlobsDeleted, oldOnly) || !has(rep.BlobsDeleted, old.Digest) {
+		t.Fatalf("blobs deleted: %v", rep.BlobsDeleted)
+	}
+	if want := int64(len("old-only") + len("config of base,old-only") + int(old.Size)); rep.BytesFreed != want {
+		t.Fatalf("bytes freed %d, want %d", rep.BytesFreed, want)
+	}
+	if f.exists(blobDataPath(oldOnly)) || !f.exists(blobDataPath(digest.FromString("base"))) {
+		t.Fatal("wrong blobs in storage")
+	}
+	if f.exists(tagIndexDir("team/app", "latest", old.Digest) + "/link") {
+		t.Fatal("tag history of the deleted manifest left behind")
+	}
+	if r := reasonOf(rep, KindManifest, cur.Digest); r != Tagged {
+		t.Fatalf("current manifest reason %s", r)
+	}
+	// A second run finds nothing left to do.
+	again := f.collect("team/app", RunOptions{})
+	if len(again.ManifestsDeleted)+len(again.LayersUnlinked)+len(again.BlobsDeleted) != 0 {
+		t.Fatalf("second run deleted %s", summary(again))
+	}
+}
+
+func TestSharedBlobNeverDeletedWhileLinkedElsewhere(t *testing.T) {
+	f := newFixture(t)
+	a := f.image("a", nil, "shared-base", "a-only")
+	f.tag("a", "v1", a.Digest)
+	b := f.image("b/c", nil, "shared-base", "b-only")
+	f.tag("b/c", "v1", b.Digest)
+	f.untag("a", "v1")
+
+	rep := f.collect("a", RunOptions{})
+	base := digest.FromString("shared-base")
+	if !has(rep.LayersUnlinked, base) {
+		t.Fatalf("a's link to the base should go: %v", rep.LayersUnlinked)
+	}
+	if has(rep.BlobsDeleted, base) || reasonOf(rep, KindBlob, base) != LinkedElsewhere {
+		t.Fatalf("base blob: %s", reasonOf(rep, KindBlob, base))
+	}
+	if !has(rep.BlobsDeleted, digest.FromString("a-only")) {
+		t.Fatalf("a-only should be deleted: %v", rep.BlobsDeleted)
+	}
+	if !f.exists(blobDataPath(base)) || !f.exists(layerLinkDir("b/c", base)+"/link") {
+		t.Fatal("b/c lost its base layer")
+	}
+}
+
+func TestIndexChildrenAndReferrersFollowTheirRoot(t *testing.T) {
+	f := newFixture(t)
+	amd := f.image("multi", nil, "amd64")
+	arm := f.image("multi", nil, "arm64")
+	ix := f.index("multi", amd, arm)
+	sig := f.image("multi", &ix, "signature")
+	sbom := f.image("multi", &sig, "sbom-of-signature") // referrer of a referrer
+	f.tag("multi", "v1", ix.Digest)
+
+	rep := f.collect("multi", RunOptions{})
+	if len(rep.ManifestsDeleted) != 0 || len(rep.LayersUnlinked) != 0 {
+		t.Fatalf("nothing should go while tagged: %s", summary(rep))
+	}
+	for d, want := range map[digest.Digest]Reason{ix.Digest: Tagged, amd.Digest: IndexChild, arm.Digest: IndexChild,
+		sig.Digest: Referrer, sbom.Digest: Referrer} {
+		if got := reasonOf(rep, KindManifest, d); got != want {
+			t.Errorf("%s: %s, want %s", d, got, want)
+		}
+	}
+
+	f.untag("multi", "v1")
+	rep = f.collect("multi", RunOptions{})
+	for _, d := range []digest.Digest{ix.Digest, amd.Digest, arm.Digest, sig.Digest, sbom.Digest} {
+		if !has(rep.ManifestsDeleted, d) {
+			t.Errorf("%s not deleted: %s", d, reasonOf(rep, KindManifest, d))
+		}
+	}
+	if len(rep.LayersUnlinked) != 8 { // 4 images x (config + 1 layer)
+		t.Errorf("layers unlinked: %d", len(rep.LayersUnlinked))
+	}
+	// Parents go first: the index before its children.
+	pos := map[digest.Digest]int{}
+	for i, d := range rep.ManifestsDeleted {
+		pos[d] = i
+	}
+	if pos[ix.Digest] > pos[amd.Digest] || pos[ix.Digest] > pos[arm.Digest] {
+		t.Errorf("index deleted after a child: %v", rep.ManifestsDeleted)
+	}
+}
+
+func TestReferrersFallbackTagKeepsItsIndex(t *testing.T) {
+	f := newFixture(t)
+	img := f.image("r", nil, "img")
+	sig := f.image("r", nil, "sig") // no subject: referrers via the tag scheme
+	fallback := f.index("r", sig)
+	f.tag("r", "sha256-"+img.Digest.Encoded(), fallback.Digest)
+	rep := f.collect("r", RunOptions{})
+	if reasonOf(rep, KindManifest, sig.Digest) != IndexChild || reasonOf(rep, KindManifest, fallback.Digest) != Tagged {
+		t.Fatalf("fallback tag: %s", summary(rep))
+	}
+	if !has(rep.ManifestsDeleted, img.Digest) {
+		t.Fatal("untagged image should go")
+	}
+}
+
+func TestRecentlyAccessedUntaggedManifestKept(t *testing.T) {
+	f := newFixture(t)
+	img := f.image("k8s", nil, "pulled-by-digest")
+	f.tr.touch(Object{Blob: img.Digest, Repo: "k8s", Kind: LinkManifest})
+	rep := f.collect("k8s", RunOptions{})
+	if reasonOf(rep, KindManifest, img.Digest) != RecentlyAccessed {
+		t.Fatalf("reason %s", reasonOf(rep, KindManifest, img.Digest))
+	}
+	if len(rep.LayersUnlinked) != 0 || len(rep.BlobsDeleted) != 0 {
+		t.Fatalf("a kept manifest's layers must stay: %s", summary(rep))
+	}
+	// Once the window has passed, it goes.
+	f.tr.now = f.tr.now.Add(2 * time.Hour)
+	rep = f.collect("k8s", RunOptions{})
+	if !has(rep.ManifestsDeleted, img.Digest) || len(rep.BlobsDeleted) != 3 {
+		t.Fatalf("after the window: %s", summary(rep))
+	}
+}
+
+func TestRecentLayerLinkOfPushInProgressKept(t *testing.T) {
+	f := newFixture(t)
+	l := f.layer("p", "uploaded-before-manifest")
+	f.tr.touch(Object{Blob: l.Digest, Repo: "p", Kind: LinkLayer})
+	stale := f.layer("p", "stale")
+	rep := f.collect("p", RunOptions{})
+	if reasonOf(rep, KindLayerLink, l.Digest) != RecentlyAccessed || !has(rep.LayersUnlinked, stale.Digest) {
+		t.Fatalf("%s", summary(rep))
+	}
+}
+
+func TestBlobAccessedElsewhereKept(t *testing.T) {
+	f := newFixture(t)
+	l := f.layer("p", "hot")
+	f.tr.touch(Object{Blob: l.Digest}) // pulled through another repository
+	rep := f.collect("p", RunOptions{})
+	if !has(rep.LayersUnlinked, l.Digest) || reasonOf(rep, KindBlob, l.Digest) != RecentlyAccessed {
+		t.Fatalf("%s", summary(rep))
+	}
+}
+
+func TestKeepUntaggedPolicyAndPins(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Pinner = pinSet{digest.FromString("x")} })
+	img := f.image("p", nil, "l")
+	keep := true
+	rep := f.collect("p", RunOptions{KeepUntagged: &keep})
+	if reasonOf(rep, KindManifest, img.Digest) != PolicyKeepUntagged || len(rep.LayersUnlinked) != 0 {
+		t.Fatalf("%s", summary(rep))
+	}
+	f2 := newFixture(t)
+	img2 := f2.image("p", nil, "l")
+	f2.c.pinner = pinSet{img2.Digest}
+	rep = f2.collect("p", RunOptions{})
+	if reasonOf(rep, KindManifest, img2.Digest) != Pinned || len(rep.LayersUnlinked) != 0 {
+		t.Fatalf("%s", summary(rep))
+	}
+}
+
+type pinSet []digest.Digest
+
+func (p pinSet) Pinned(_ context.Context, _ string, d digest.Digest) (bool, error) {
+	return has(p, d), nil
+}
+
+func TestCapKeepsNewestAndWhatTheyReference(t *testing.T) {
+	f := newFixture(t)
+	var imgs []v1.Descriptor
+	for i := range 3 {
+		img := f.image("c", nil, fmt.Sprint("layer", i))
+		// Older images were last accessed earlier (outside the window).
+		f.tr.access[Object{Blob: img.Digest, Repo: "c", Kind: LinkManifest}] = t0.Add(time.Duration(i) * time.Hour)
+		imgs = append(imgs, img)
+	}
+	rep := f.collect("c", RunOptions{Cap: 2})
+	// Budget 2: the two oldest manifests; their layer links wait.
+	if !sameDigests(rep.ManifestsDeleted, []digest.Digest{imgs[0].Digest, imgs[1].Digest}) {
+		t.Fatalf("cap: %s", summary(rep))
+	}
+	if reasonOf(rep, KindManifest, imgs[2].Digest) != Capped {
+		t.Fatalf("newest: %s", reasonOf(rep, KindManifest, imgs[2].Digest))
+	}
+	if len(rep.LayersUnlinked) != 0 || reasonOf(rep, KindLayerLink, digest.FromString("layer0")) != Capped {
+		t.Fatalf("layers: %v", rep.LayersUnlinked)
+	}
+	// Nothing the capped manifest references was unlinked.
+	for _, l := range rep.LayersUnlinked {
+		if l == digest.FromString("layer2") || l == digest.FromString("config of layer2") {
+			t.Fatalf("unlinked a layer of a capped manifest: %s", l)
+		}
+	}
+	if reasonOf(rep, KindLayerLink, digest.FromString("layer2")) != Referenced {
+		t.Fatal("capped manifest's layer should be kept as referenced")
+	}
+}
+
+func TestUnknownMediaTypeKeepsTheRepository(t *testing.T) {
+	f := newFixture(t)
+	img := f.image("u", nil, "l")
+	weird := f.rawManifest("u", []byte(`{"schemaVersion":1,"name":"u","tag":"old","fsLayers":[{"blobSum":"`+digest.FromString("l").String()+`"}]}`))
+	rep := f.collect("u", RunOptions{})
+	if reasonOf(rep, KindManifest, weird) != UnknownMediaType || reasonOf(rep, KindManifest, img.Digest) != UnknownManifestKept {
+		t.Fatalf("%s", summary(rep))
+	}
+	if len(rep.LayersUnlinked) != 0 || len(rep.BlobsDeleted) != 0 {
+		t.Fatalf("%s", summary(rep))
+	}
+}
+
+func TestAbortsDeleteNothing(t *testing.T) {
+	for name, tc := range map[string]struct {
+		setup func(*fixture)
+		want  AbortReason
+	}{
+		"tracker unreachable": {func(f *fixture) { f.tr.sinceErr = fmt.Errorf("%w: dial", ErrTrackerUnavailable) }, AbortRedisUnavailable},
+		"tracker lost data":   {func(f *fixture) { f.tr.sinceErr = ErrNotRecording }, AbortRedisUntrusted},
+		"recording too short": {func(f *fixture) { f.tr.since = f.tr.now.Add(-time.Minute) }, AbortRedisRecordingTooShort},
+		"unparsable manifest": {func(f *fixture) { f.rawManifest("x", []byte(`{"schemaVersion":2,`)) }, AbortManifestUnreadable},
+		"invalid manifest": {func(f *fixture) {
+			f.rawManifest("x", []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":"nope"}`))
+		}, AbortManifestUnreadable},
+		"manifest blob missing": {func(f *fixture) {
+			d := digest.FromString("missing")
+			f.put(revisionDir("x", d)+"/link", []byte(d))
+		}, AbortManifestUnreadable},
+		"unreadable tag": {func(f *fixture) { f.put(tagCurrentPath("x", "bad"), []byte("not a digest")) }, AbortStorageUnreadable},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			f.image("x", nil, "a")
+			f.layer("x", "dangling")
+			tc.setup(f)
+			before := f.tree()
+			for _, dry := range []bool{true, false} {
+				rep, err := f.c.Collect(context.Background(), "x", RunOptions{DryRun: dry})
+				var ae *AbortError
+				if !errors.As(err, &ae) || ae.Reason != tc.want || !errors.Is(err, ErrAborted) {
+					t.Fatalf("dry=%v: err %v, want abort %s", dry, err, tc.want)
+				}
+				if rep == nil || rep.Status != "aborted" || rep.Abort != string(tc.want) {
+					t.Fatalf("report %+v", rep)
+				}
+				if stored, ok := f.c.Run(rep.RunID); !ok || stored.Status != "aborted" {
+					t.Fatal("aborted run not stored")
+				}
+			}
+			if f.tree() != before {
+				t.Fatal("an aborted run changed storage")
+			}
+			if len(f.tr.locks) != 0 {
+				t.Fatal("lock not released")
+			}
+		})
+	}
+}
+
+func TestLinkDBIncompleteKeepsBlobs(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.LinkDBComplete = func(context.Context) (bool, error) { return false, nil } })
+	l := f.layer("i", "orphan")
+	rep := f.collect("i", RunOptions{})
+	if !has(rep.LayersUnlinked, l.Digest) || reasonOf(rep, KindBlob, l.Digest) != LinkDBIncomplete || !f.exists(blobDataPath(l.Digest)) {
+		t.Fatalf("%s", summary(rep))
+	}
+}
+
+func TestAccessAtTheLastMomentWinsOverTheSweep(t *testing.T) {
+	f := newFixture(t)
+	ix := f.index("race", f.image("race", nil, "child-layer"))
+	child := digest.FromString("child-layer")
+	_ = child
+	// A client pulls the index by digest after the plan, just before GC
+	// fences it: the index and (through it) its child must survive.
+	f.tr.onFence = func(o Object) {
+		if o.Blob == ix.Digest {
+			f.tr.touch(o)
+		}
+	}
+	rep, err := f.c.Collect(context.Background(), "race", RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.ManifestsDeleted) != 0 || len(rep.LayersUnlinked) != 0 || len(rep.BlobsDeleted) != 0 {
+		t.Fatalf("%s", summary(rep))
+	}
+	if reasonOf(rep, KindManifest, ix.Digest) != RecentlyAccessed {
+		t.Fatalf("index: %s", reasonOf(rep, KindManifest, ix.Digest))
+	}
+	checkOneDecisionEach(t, rep)
+}
+
+func TestRelinkUnderTheFenceKeepsBlob(t *testing.T) {
+	f := newFixture(t)
+	l := f.layer("src", "mounted")
+	// Another repository mounts the blob after the plan and before the
+	// blob's fence (the mount touched the blob... but say the record was
+	// lost): the re-list under the fence must see the new link.
+	f.tr.onFence = func(o Object) {
+		if o.Repo == "" && o.Blob == l.Digest {
+			f.put(layerLinkDir("dst", l.Digest)+"/link", []byte(l.Digest))
+		}
+	}
+	rep, err := f.c.Collect(context.Background(), "src", RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reasonOf(rep, KindBlob, l.Digest) != LinkedElsewhere || !f.exists(blobDataPath(l.Digest)) {
+		t.Fatalf("%s", summary(rep))
+	}
+}
+
+func TestTaggedAfterPlanIsKept(t *testing.T) {
+	f := newFixture(t)
+	img := f.image("t", nil, "l")
+	f.tr.onFence = func(o Object) {
+		if o.Blob == img.Digest && o.Kind == LinkManifest {
+			f.tag("t", "late", img.Digest)
+		}
+	}
+	rep, err := f.c.Collect(context.Background(), "t", RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reasonOf(rep, KindManifest, img.Digest) != Tagged || len(rep.LayersUnlinked) != 0 {
+		t.Fatalf("%s", summary(rep))
+	}
+}
+
+func TestPlanThenApply(t *testing.T) {
+	f := newFixture(t)
+	a := f.image("p", nil, "a")
+	b := f.image("p", nil, "b")
+	ctx := context.Background()
+	plan, prev, err := f.c.Preview(ctx, "p", RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Manifests) != 2 || prev.PlanID != plan.ID || !prev.DryRun {
+		t.Fatalf("plan %+v", plan)
+	}
+	// After the plan: b gets tagged, and a new orphan layer appears.
+	f.tag("p", "keep", b.Digest)
+	orphan := f.layer("p", "new-orphan")
+	rep, err := f.c.Collect(ctx, "p", RunOptions{PlanID: plan.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !has(rep.ManifestsDeleted, a.Digest) || has(rep.ManifestsDeleted, b.Digest) {
+		t.Fatalf("%s", summary(rep))
+	}
+	if reasonOf(rep, KindLayerLink, orphan.Digest) != NotInPlan {
+		t.Fatalf("orphan: %s", reasonOf(rep, KindLayerLink, orphan.Digest))
+	}
+	changed := map[digest.Digest]bool{}
+	for _, d := range rep.Changed {
+		changed[d.Digest] = true
+	}
+	if !changed[b.Digest] || len(rep.Changed) != 5 { // b, its 2 links, its 2 blobs... and manifest blob
+		t.Logf("changed: %+v", rep.Changed)
+	}
+	if !changed[b.Digest] {
+		t.Fatal("b not reported as changed")
+	}
+	if _, err := f.c.Collect(ctx, "other", RunOptions{PlanID: plan.ID}); !errors.Is(err, ErrPlanRepository) {
+		t.Fatalf("plan for another repo: %v", err)
+	}
+	if _, err := f.c.Collect(ctx, "p", RunOptions{PlanID: "nope"}); !errors.Is(err, ErrPlanNotFound) {
+		t.Fatalf("unknown plan: %v", err)
+	}
+}
+
+func TestRequestErrors(t *testing.T) {
+	f := newFixture(t)
+	f.image("busy", nil, "l")
+	ctx := context.Background()
+	for _, name := range []string{"", "UPPER", "a//b", "_x", "a/", "x:tag"} {
+		if _, err := f.c.Collect(ctx, name, RunOptions{}); !errors.Is(err, ErrInvalidName) {
+			t.Errorf("%q: %v", name, err)
+		}
+	}
+	if _, err := f.c.Collect(ctx, "nothing/here", RunOptions{}); !errors.Is(err, ErrRepositoryNotFound) {
+		t.Errorf("unknown repo: %v", err)
+	}
+	unlock, _ := f.tr.LockRepository(ctx, "busy", time.Minute)
+	if _, err := f.c.Collect(ctx, "busy", RunOptions{}); !errors.Is(err, ErrRepositoryBusy) {
+		t.Errorf("busy: %v", err)
+	}
+	if _, err := f.c.Collect(ctx, "busy", RunOptions{DryRun: true}); err != nil {
+		t.Errorf("a dry run needs no lock: %v", err)
+	}
+	unlock()
+}
+
+func TestFailingDeleteIsReportedAndSkipped(t *testing.T) {
+	f := newFixture(t)
+	a := f.layer("f", "a")
+	b := f.layer("f", "b")
+	f.c.driver = failingDelete{f.d, layerLinkDir("f", a.Digest)}
+	rep, err := f.c.Collect(context.Background(), "f", RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reasonOf(rep, KindLayerLink, a.Digest) != DeleteFailed || !has(rep.LayersUnlinked, b.Digest) || len(rep.Errors) != 1 {
+		t.Fatalf("%s errors=%v", summary(rep), rep.Errors)
+	}
+}
+
+func TestStartRunsInBackground(t *testing.T) {
+	f := newFixture(t)
+	f.layer("bg", "x")
+	id, err := f.c.Start(context.Background(), "bg", RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if r, ok := f.c.Run(id); ok && r.Status == "done" {
+			if len(r.LayersUnlinked) != 1 {
+				t.Fatalf("%s", summary(r))
+			}
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("background run did not finish")
+}

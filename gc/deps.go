@@ -1,0 +1,71 @@
+package gc
+
+import (
+	"context"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// LinkKind names a repository's forward link set.
+type LinkKind string
+
+// The two forward link sets that keep a blob alive.
+const (
+	LinkLayer    LinkKind = "_layers"
+	LinkManifest LinkKind = "_manifests"
+)
+
+// Object is what the tracker records access to and fences: a blob
+// (Repo == "") or one repository's link to it.
+type Object struct {
+	Blob digest.Digest
+	Repo string
+	Kind LinkKind
+}
+
+// RepoLink is one reverse link: Repo links the blob through Kind.
+type RepoLink struct {
+	Repo string
+	Kind LinkKind
+}
+
+// Tracker is the part of the access tracker (Redis) a run needs. Errors wrap
+// ErrFenced, ErrRecentlyAccessed, ErrNotRecording, ErrTrackerUnavailable
+// where they apply, and ErrRepositoryBusy from LockRepository.
+type Tracker interface {
+	// RecordingSince is when the tracker started recording access. Only
+	// an object whose link is older than that plus the window can be judged
+	// "not accessed within the window".
+	RecordingSince(ctx context.Context) (time.Time, error)
+	// LastAccess of o; ok is false when there is no record.
+	LastAccess(ctx context.Context, o Object) (t time.Time, ok bool, err error)
+	// Fence o for lease unless it was accessed within window. While the
+	// fence holds, every operation that would make o referenced fails or
+	// waits. release must be called after the delete.
+	Fence(ctx context.Context, o Object, window, lease time.Duration) (release func(context.Context) error, err error)
+	// LockRepository allows one run per repository across all instances.
+	LockRepository(ctx context.Context, repo string, lease time.Duration) (unlock func(), err error)
+}
+
+// LinkIndex lists a blob's reverse links: the repositories that link it.
+// A missing blob lists as empty; any other failure is an error (fail closed).
+type LinkIndex interface {
+	List(ctx context.Context, blob digest.Digest) ([]RepoLink, error)
+}
+
+// Pinner says whether an untagged manifest must be kept anyway (a deploy
+// record, a legal hold). This is where deploy-state pins plug in.
+type Pinner interface {
+	Pinned(ctx context.Context, repo string, manifest digest.Digest) (bool, error)
+}
+
+// Evictor drops a deleted blob from every blob descriptor cache, so that no
+// replica answers "exists" for a blob that is gone.
+type Evictor interface {
+	Evict(ctx context.Context, blob digest.Digest) error
+}
+
+// CompletenessFunc reports whether the reverse-link database is known to be
+// complete. Until it is, a run may unlink but never deletes a blob.
+type CompletenessFunc func(ctx context.Context) (bool, error)

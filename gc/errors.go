@@ -1,0 +1,63 @@
+package gc
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned before a run looks at anything: the request is wrong.
+var (
+	// ErrInvalidName: the repository name does not follow the reference grammar.
+	ErrInvalidName = errors.New("gc: invalid repository name")
+	// ErrRepositoryNotFound: the repository has no manifests and no layer links.
+	ErrRepositoryNotFound = errors.New("gc: repository not found")
+	// ErrPlanNotFound: the plan id is unknown or expired (plans live in the
+	// memory of the instance that made them).
+	ErrPlanNotFound = errors.New("gc: plan not found or expired")
+	// ErrPlanRepository: the plan was made for another repository.
+	ErrPlanRepository = errors.New("gc: plan belongs to another repository")
+	// ErrDisabled: GC is switched off in the configuration.
+	ErrDisabled = errors.New("gc: garbage collection is disabled")
+)
+
+// Errors returned when a run cannot start now; retry later.
+var (
+	// ErrRepositoryBusy: another run holds the repository lock (on any instance).
+	ErrRepositoryBusy = errors.New("gc: a collection is already running for this repository")
+	// ErrAborted is matched (errors.Is) by every *AbortError: a precondition
+	// failed and the run deleted nothing.
+	ErrAborted = errors.New("gc: run aborted, nothing deleted")
+)
+
+// Errors a Tracker wraps (with %w) so the collector can branch on them.
+var (
+	// ErrFenced: another collector fences the object.
+	ErrFenced = errors.New("gc: object is fenced")
+	// ErrRecentlyAccessed: the object was accessed within the window.
+	ErrRecentlyAccessed = errors.New("gc: object accessed within the window")
+	// ErrNotRecording: the tracker has no recording epoch (Redis lost its data
+	// or never started recording).
+	ErrNotRecording = errors.New("gc: access tracker is not recording")
+	// ErrTrackerUnavailable: the tracker (Redis) cannot be reached.
+	ErrTrackerUnavailable = errors.New("gc: access tracker unavailable")
+)
+
+// AbortError is a failed precondition. The run deleted nothing.
+type AbortError struct {
+	Reason AbortReason
+	Err    error
+}
+
+func (e *AbortError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("gc: aborted (%s)", e.Reason)
+	}
+	return fmt.Sprintf("gc: aborted (%s): %v", e.Reason, e.Err)
+}
+
+func (e *AbortError) Unwrap() error { return e.Err }
+
+// Is makes every AbortError match ErrAborted.
+func (e *AbortError) Is(target error) bool { return target == ErrAborted }
+
+func abort(r AbortReason, err error) error { return &AbortError{Reason: r, Err: err} }

@@ -1,0 +1,113 @@
+package gc
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// Decision is the one verdict a run reaches about one object.
+type Decision struct {
+	Kind   ObjectKind    `json:"kind"`
+	Digest digest.Digest `json:"digest"`
+	Reason Reason        `json:"reason"`
+	// Size in bytes, for blobs (and manifests) when known.
+	Size int64 `json:"size,omitempty"`
+	// LastAccess recorded by the tracker, when there is one.
+	LastAccess *time.Time `json:"last_access,omitempty"`
+	// Detail adds context: the tag, the error text.
+	Detail string `json:"detail,omitempty"`
+}
+
+// Deleted reports whether the decision is a deletion (done, or in a dry run
+// to be done).
+func (d Decision) Deleted() bool { return d.Reason.Deletes() }
+
+// MarshalJSON adds the reason's message next to its machine name.
+func (d Decision) MarshalJSON() ([]byte, error) {
+	type plain Decision
+	return json.Marshal(struct {
+		plain
+		Message string `json:"message"`
+	}{plain(d), d.Reason.Message()})
+}
+
+// Timings of one run's phases, in milliseconds.
+type Timings struct {
+	SnapshotMS int64 `json:"snapshot_ms"`
+	PlanMS     int64 `json:"plan_ms"`
+	SweepMS    int64 `json:"sweep_ms"`
+	TotalMS    int64 `json:"total_ms"`
+}
+
+// Report is the result of one run. In a dry run the *_deleted lists and
+// bytes_freed say what a real run would delete now.
+type Report struct {
+	RunID      string    `json:"run_id"`
+	Repository string    `json:"repository"`
+	DryRun     bool      `json:"dry_run"`
+	PlanID     string    `json:"plan_id,omitempty"`
+	Status     string    `json:"status"` // running, done, aborted, failed
+	Abort      string    `json:"abort_reason,omitempty"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	WindowSecs int64     `json:"window_seconds"`
+
+	ManifestsDeleted []digest.Digest `json:"manifests_deleted"`
+	LayersUnlinked   []digest.Digest `json:"layers_unlinked"`
+	BlobsDeleted     []digest.Digest `json:"blobs_deleted"`
+	BytesFreed       int64           `json:"bytes_freed"`
+
+	// Kept lists every object kept, with its reason.
+	Kept []Decision `json:"kept"`
+	// Changed lists objects a plan listed for deletion that no longer
+	// qualified when it was applied, with the reason they were kept.
+	Changed []Decision `json:"changed,omitempty"`
+	// Errors lists deletes and checks that failed; the run went on.
+	Errors []Decision `json:"errors"`
+
+	Timings Timings `json:"timings"`
+
+	decisions []Decision
+}
+
+// Decisions returns every decision of the run, one per object looked at.
+func (r *Report) Decisions() []Decision { return r.decisions }
+
+// add records the decision and files it into the report's lists.
+func (r *Report) add(d Decision) {
+	r.decisions = append(r.decisions, d)
+	if !d.Deleted() {
+		r.Kept = append(r.Kept, d)
+		if d.Reason == DeleteFailed || d.Reason == CheckFailed {
+			r.Errors = append(r.Errors, d)
+		}
+		return
+	}
+	switch d.Kind {
+	case KindManifest:
+		r.ManifestsDeleted = append(r.ManifestsDeleted, d.Digest)
+	case KindLayerLink:
+		r.LayersUnlinked = append(r.LayersUnlinked, d.Digest)
+	case KindBlob:
+		r.BlobsDeleted = append(r.BlobsDeleted, d.Digest)
+		r.BytesFreed += d.Size
+	}
+}
+
+func newReport(runID, repo string, dryRun bool, window time.Duration, now time.Time) *Report {
+	return &Report{
+		RunID:            runID,
+		Repository:       repo,
+		DryRun:           dryRun,
+		Status:           "running",
+		StartedAt:        now,
+		WindowSecs:       int64(window / time.Second),
+		ManifestsDeleted: []digest.Digest{},
+		LayersUnlinked:   []digest.Digest{},
+		BlobsDeleted:     []digest.Digest{},
+		Kept:             []Decision{},
+		Errors:           []Decision{},
+	}
+}

@@ -1,0 +1,264 @@
+package gc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/distribution/distribution/v3"
+	"github.com/distribution/distribution/v3/manifest/manifestlist"
+	"github.com/distribution/distribution/v3/manifest/ocischema"
+	"github.com/distribution/distribution/v3/manifest/schema2"
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+	"github.com/opencontainers/go-digest"
+	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sync/errgroup"
+)
+
+// The schema packages register their unmarshal functions with
+// distribution.UnmarshalManifest in init; the imports above are used for
+// their media type constants and make that registration certain.
+var knownMediaTypes = map[string]bool{
+	schema2.MediaTypeManifest:          false,
+	v1.MediaTypeImageManifest:          false,
+	manifestlist.MediaTypeManifestList: true, // true: an index of manifests
+	v1.MediaTypeImageIndex:             true,
+}
+
+var _ = ocischema.DeserializedImageIndex{}
+
+// readConcurrency bounds parallel storage reads of one run.
+const readConcurrency = 8
+
+// manifestInfo is one manifest revision as the collector sees it.
+type manifestInfo struct {
+	digest    digest.Digest
+	mediaType string
+	known     bool            // parsed by a registered handler
+	refs      []digest.Digest // config and layers, or an index's children
+	subject   digest.Digest   // OCI subject, "" when none
+	size      int64
+}
+
+// snapshot is everything a plan is built from: one read of the repository.
+type snapshot struct {
+	repo      string
+	tags      map[string]digest.Digest          // tag -> current manifest
+	tagIndex  map[digest.Digest][]string        // manifest -> tags whose history lists it
+	revisions map[digest.Digest]*manifestInfo   // manifest revisions
+	layers    map[digest.Digest]bool            // layer links
+	referrers map[digest.Digest][]digest.Digest // referrer -> subjects in the referrers index
+}
+
+func isNotFound(err error) bool {
+	var nf storagedriver.PathNotFoundError
+	return errors.As(err, &nf)
+}
+
+// splitDigest parses the "<alg>/<hex>" of a link path.
+func splitDigest(alg, hex string) (digest.Digest, bool) {
+	d := digest.NewDigestFromEncoded(digest.Algorithm(alg), hex)
+	return d, d.Validate() == nil
+}
+
+// takeSnapshot reads tags, revisions, layer links and every revision's
+// manifest. Any read error aborts: an unreadable tag could be a root, an
+// unreadable manifest could reference anything.
+func takeSnapshot(ctx context.Context, d storagedriver.StorageDriver, repo string) (*snapshot, error) {
+	s := &snapshot{
+		repo:      repo,
+		tags:      map[string]digest.Digest{},
+		tagIndex:  map[digest.Digest][]string{},
+		revisions: map[digest.Digest]*manifestInfo{},
+		layers:    map[digest.Digest]bool{},
+		referrers: map[digest.Digest][]digest.Digest{},
+	}
+	var tagNames []string
+	mroot := manifestsPath(repo) + "/"
+	foundManifests := true
+	err := d.Walk(ctx, manifestsPath(repo), func(fi storagedriver.FileInfo) error {
+		if fi.IsDir() || !strings.HasSuffix(fi.Path(), "/link") {
+			return nil
+		}
+		c := strings.Split(strings.TrimPrefix(fi.Path(), mroot), "/")
+		switch {
+		case len(c) == 4 && c[0] == "revisions":
+			if dg, ok := splitDigest(c[1], c[2]); ok {
+				s.revisions[dg] = &manifestInfo{digest: dg}
+			}
+		case len(c) == 4 && c[0] == "tags" && c[2] == "current":
+			tagNames = append(tagNames, c[1])
+		case len(c) == 6 && c[0] == "tags" && c[2] == "index":
+			if dg, ok := splitDigest(c[3], c[4]); ok {
+				s.tagIndex[dg] = append(s.tagIndex[dg], c[1])
+			}
+		case len(c) == 6 && c[0] == "referrers":
+			sub, ok1 := splitDigest(c[1], c[2])
+			ref, ok2 := splitDigest(c[3], c[4])
+			if ok1 && ok2 {
+				s.referrers[ref] = append(s.referrers[ref], sub)
+			}
+		}
+		return nil
+	})
+	if isNotFound(err) {
+		foundManifests, err = false, nil
+	}
+	if err != nil {
+		return nil, abort(AbortStorageUnreadable, fmt.Errorf("walk manifests of %s: %w", repo, err))
+	}
+	lroot := layersPath(repo) + "/"
+	err = d.Walk(ctx, layersPath(repo), func(fi storagedriver.FileInfo) error {
+		if fi.IsDir() || !strings.HasSuffix(fi.Path(), "/link") {
+			return nil
+		}
+		c := strings.Split(strings.TrimPrefix(fi.Path(), lroot), "/")
+		if len(c) == 3 {
+			if dg, ok := splitDigest(c[0], c[1]); ok {
+				s.layers[dg] = true
+			}
+		}
+		return nil
+	})
+	if isNotFound(err) {
+		if !foundManifests {
+			return nil, fmt.Errorf("%w: %s", ErrRepositoryNotFound, repo)
+		}
+		err = nil
+	}
+	if err != nil {
+		return nil, abort(AbortStorageUnreadable, fmt.Errorf("walk layers of %s: %w", repo, err))
+	}
+
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(readConcurrency)
+	for _, tag := range tagNames {
+		g.Go(func() error {
+			dg, err := readLink(gctx, d, tagCurrentPath(repo, tag))
+			if isNotFound(err) {
+				return nil // the tag was deleted while we walked
+			}
+			if err != nil {
+				return abort(AbortStorageUnreadable, fmt.Errorf("read tag %s:%s: %w", repo, tag, err))
+			}
+			mu.Lock()
+			s.tags[tag] = dg
+			mu.Unlock()
+			return nil
+		})
+	}
+	for _, m := range s.revisions {
+		g.Go(func() error { return readManifest(gctx, d, m) })
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// readTags re-reads every tag's current link; the sweep uses it right
+// before deleting manifests.
+func readTags(ctx context.Context, d storagedriver.StorageDriver, repo string) (map[digest.Digest][]string, error) {
+	names, err := d.List(ctx, tagsPath(repo))
+	if isNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[digest.Digest][]string{}
+	for _, n := range names {
+		tag := n[strings.LastIndex(n, "/")+1:]
+		dg, err := readLink(ctx, d, tagCurrentPath(repo, tag))
+		if isNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[dg] = append(out[dg], tag)
+	}
+	return out, nil
+}
+
+func readLink(ctx context.Context, d storagedriver.StorageDriver, p string) (digest.Digest, error) {
+	b, err := d.GetContent(ctx, p)
+	if err != nil {
+		return "", err
+	}
+	dg, err := digest.Parse(strings.TrimSpace(string(b)))
+	if err != nil {
+		return "", fmt.Errorf("link %s: %w", p, err)
+	}
+	return dg, nil
+}
+
+// readManifest reads and parses one revision. Unknown media types are not an
+// error (the manifest is kept); anything unreadable or unparsable is.
+func readManifest(ctx context.Context, d storagedriver.StorageDriver, m *manifestInfo) error {
+	b, err := d.GetContent(ctx, blobDataPath(m.digest))
+	if err != nil {
+		return abort(AbortManifestUnreadable, fmt.Errorf("read manifest %s: %w", m.digest, err))
+	}
+	if m.digest.Algorithm().FromBytes(b) != m.digest {
+		return abort(AbortManifestUnreadable, fmt.Errorf("manifest %s: content does not match its digest", m.digest))
+	}
+	m.size = int64(len(b))
+	return parseManifest(m, b)
+}
+
+func parseManifest(m *manifestInfo, b []byte) error {
+	var v struct {
+		SchemaVersion int              `json:"schemaVersion"`
+		MediaType     string           `json:"mediaType"`
+		Subject       *v1.Descriptor   `json:"subject"`
+		Manifests     *json.RawMessage `json:"manifests"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return abort(AbortManifestUnreadable, fmt.Errorf("manifest %s: %w", m.digest, err))
+	}
+	mt := v.MediaType
+	if v.SchemaVersion == 2 && mt == "" {
+		// OCI allows the media type to be absent; decide as Distribution does.
+		mt = v1.MediaTypeImageManifest
+		if v.Manifests != nil {
+			mt = v1.MediaTypeImageIndex
+		}
+	}
+	m.mediaType = mt
+	if _, ok := knownMediaTypes[mt]; !ok || v.SchemaVersion != 2 {
+		return nil // unknown: kept and reported, never guessed at
+	}
+	parsed, _, err := distribution.UnmarshalManifest(mt, b)
+	if err != nil {
+		return abort(AbortManifestUnreadable, fmt.Errorf("manifest %s: %w", m.digest, err))
+	}
+	m.known = true
+	for _, r := range parsed.References() {
+		if r.Digest.Validate() != nil {
+			return abort(AbortManifestUnreadable, fmt.Errorf("manifest %s: invalid reference %q", m.digest, r.Digest))
+		}
+		m.refs = append(m.refs, r.Digest)
+	}
+	if v.Subject != nil {
+		if v.Subject.Digest.Validate() != nil {
+			return abort(AbortManifestUnreadable, fmt.Errorf("manifest %s: invalid subject %q", m.digest, v.Subject.Digest))
+		}
+		m.subject = v.Subject.Digest
+	}
+	return nil
+}
+
+func sortedDigests[V any](m map[digest.Digest]V) []digest.Digest {
+	out := make([]digest.Digest, 0, len(m))
+	for d := range m {
+		out = append(out, d)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
