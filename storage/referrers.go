@@ -275,3 +275,67 @@ func isReferrerPathNotFound(err error) bool {
 	var nf storagedriver.PathNotFoundError
 	return errors.As(err, &nf)
 }
+
+// MaxManifestSize is the largest manifest worth parsing for a subject:
+// Distribution's own limit for a manifest PUT, so anything larger is not a
+// manifest the registry accepted.
+const MaxManifestSize = 4 << 20
+
+// manifestHead is the part of an OCI image manifest or image index that the
+// referrers index needs.
+type manifestHead struct {
+	MediaType    string            `json:"mediaType"`
+	ArtifactType string            `json:"artifactType"`
+	Config       *v1.Descriptor    `json:"config"`
+	Manifests    json.RawMessage   `json:"manifests"`
+	Subject      *v1.Descriptor    `json:"subject"`
+	Annotations  map[string]string `json:"annotations"`
+}
+
+// ReferrerOf returns the referrers index entry of the manifest payload whose
+// digest is dgst, and the subject it refers to; ok is false when the manifest
+// has no subject. mediaType is the type the manifest was pushed with (its
+// Content-Type); the payload's own mediaType field wins when it has one.
+//
+// The entry follows the OCI distribution spec: artifactType is the
+// manifest's artifactType or, for an image manifest without one, its config
+// media type; annotations are the manifest's. A payload that is not a JSON
+// manifest is an error wrapping ErrInvalidReferrer, never "no subject".
+func ReferrerOf(payload []byte, dgst digest.Digest, mediaType string) (subject digest.Digest, desc v1.Descriptor, ok bool, err error) {
+	var m manifestHead
+	if err := json.Unmarshal(payload, &m); err != nil {
+		return "", desc, false, fmt.Errorf("%w: manifest %s: %v", ErrInvalidReferrer, dgst, err)
+	}
+	if m.Subject == nil {
+		return "", desc, false, nil
+	}
+	if err := m.Subject.Digest.Validate(); err != nil {
+		return "", desc, false, fmt.Errorf("%w: manifest %s: subject %q: %v", ErrInvalidReferrer, dgst, m.Subject.Digest, err)
+	}
+	desc = v1.Descriptor{
+		MediaType:    m.MediaType,
+		Digest:       dgst,
+		Size:         int64(len(payload)),
+		ArtifactType: m.ArtifactType,
+		Annotations:  m.Annotations,
+	}
+	if desc.MediaType == "" {
+		desc.MediaType = mediaType
+	}
+	if desc.MediaType == "" {
+		// Neither the payload nor the caller says; the shape does.
+		switch {
+		case m.Manifests != nil:
+			desc.MediaType = v1.MediaTypeImageIndex
+		case m.Config != nil:
+			desc.MediaType = v1.MediaTypeImageManifest
+		default:
+			return "", desc, false, fmt.Errorf("%w: manifest %s has a subject but no media type", ErrInvalidReferrer, dgst)
+		}
+	}
+	// An index has no config: its artifactType stays empty when unset.
+	if desc.ArtifactType == "" && m.Config != nil && m.Manifests == nil {
+		desc.ArtifactType = m.Config.MediaType
+	}
+	return m.Subject.Digest, desc, true, nil
+}
