@@ -1,0 +1,174 @@
+package registrytest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/distribution/distribution/v3/configuration"
+	"github.com/distribution/distribution/v3/registry/handlers"
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/sirupsen/logrus"
+
+	// The in-process app finds the storage driver and the access controller
+	// only through their init registration: filesystem is what every test
+	// registry stores into, htpasswd is what WithHtpasswd configures.
+	_ "github.com/distribution/distribution/v3/registry/auth/htpasswd"
+	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
+
+	reclaim "github.com/reclaim-registry/reclaim/registry"
+)
+
+// Registry is a running registry under test.
+type Registry struct {
+	// URL is the base URL, "http://127.0.0.1:<port>", without a trailing slash.
+	URL string
+	// Host is URL's host and port: the registry part of an image reference.
+	Host string
+	// Root is the filesystem storage root (rootdirectory).
+	Root string
+	// Config is the configuration the registry was started with.
+	Config *configuration.Configuration
+	// Username and Password are the first WithHtpasswd user, empty without auth.
+	Username, Password string
+}
+
+// Ref parses "repo:tag" or "repo@sha256:..." as a reference on this registry.
+func (r *Registry) Ref(t testing.TB, ref string) name.Reference {
+	t.Helper()
+	parsed, err := name.ParseReference(r.Host+"/"+ref, name.Insecure, name.StrictValidation)
+	if err != nil {
+		t.Fatalf("registrytest: reference %q: %v", ref, err)
+	}
+	return parsed
+}
+
+// Repo parses a repository name on this registry.
+func (r *Registry) Repo(t testing.TB, repo string) name.Repository {
+	t.Helper()
+	parsed, err := name.NewRepository(r.Host+"/"+repo, name.Insecure, name.StrictValidation)
+	if err != nil {
+		t.Fatalf("registrytest: repository %q: %v", repo, err)
+	}
+	return parsed
+}
+
+// Auth returns the credentials the client helpers use: the first htpasswd
+// user, or anonymous.
+func (r *Registry) Auth() authn.Authenticator {
+	if r.Username == "" {
+		return authn.Anonymous
+	}
+	return &authn.Basic{Username: r.Username, Password: r.Password}
+}
+
+// Remote returns go-containerregistry options for talking to this registry
+// as r.Auth(), bound to the test's context.
+func (r *Registry) Remote(t testing.TB) []remote.Option {
+	return []remote.Option{remote.WithAuth(r.Auth()), remote.WithContext(t.Context())}
+}
+
+// Do sends a raw request to path (which starts with "/v2/" or "/gc/") with
+// r's credentials. The caller closes the body.
+func (r *Registry) Do(t testing.TB, method, path string, header http.Header) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, r.URL+path, nil)
+	if err != nil {
+		t.Fatalf("registrytest: %s %s: %v", method, path, err)
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	if r.Username != "" {
+		req.SetBasicAuth(r.Username, r.Password)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("registrytest: %s %s: %v", method, path, err)
+	}
+	return resp
+}
+
+// Start runs a registry in this process: Distribution's handlers.App for the
+// configuration built from opts, wrapped with Reclaim's HTTP features
+// (registry.Wrap), served by httptest on a loopback port. Storage is a fresh
+// t.TempDir unless WithRootDirectory says otherwise. t.Cleanup stops it.
+//
+// It does not use upstream's NewRegistry, which registers process-wide health
+// checks and can run only once per process, and it turns the Prometheus
+// instrumentation off for the same reason: the collectors are process-wide,
+// and a second app would panic registering them again. Use StartProcess to
+// test the serve command itself.
+func Start(t testing.TB, opts ...Option) *Registry {
+	t.Helper()
+	quietLogs()
+	s := newSettings(t, opts)
+	cfg := s.config(t)
+	cfg.HTTP.Debug.Prometheus.Enabled = false
+
+	ctx, cancel := context.WithCancel(context.Background())
+	app, err := newApp(ctx, cfg)
+	if err != nil {
+		cancel()
+		t.Fatalf("registrytest: start registry: %v", err)
+	}
+	srv := httptest.NewServer(reclaim.Wrap(cfg, app))
+	t.Cleanup(func() {
+		srv.Close()
+		if err := app.Shutdown(); err != nil {
+			t.Errorf("registrytest: shut down registry: %v", err)
+		}
+		cancel()
+	})
+	return newRegistry(srv.URL, s, cfg)
+}
+
+func newRegistry(url string, s *settings, cfg *configuration.Configuration) *Registry {
+	r := &Registry{
+		URL:    url,
+		Host:   strings.TrimPrefix(url, "http://"),
+		Root:   s.root,
+		Config: cfg,
+	}
+	if len(s.users) > 0 {
+		r.Username, r.Password = s.users[0].name, s.users[0].password
+	}
+	return r
+}
+
+// newApp turns NewApp's panics (its way of reporting a bad configuration)
+// into an error.
+func newApp(ctx context.Context, cfg *configuration.Configuration) (app *handlers.App, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("invalid configuration: %v", p)
+		}
+	}()
+	return handlers.NewApp(ctx, cfg), nil
+}
+
+var quietOnce sync.Once
+
+// quietLogs silences Distribution's process-wide logrus logger for
+// in-process registries: it logs every 4xx a client provokes on purpose (a
+// HEAD before an upload, a 404 a test asserts) at error level, which would
+// bury a failing test's own output. RECLAIM_TEST_LOG=info (or debug, error)
+// brings the logs back.
+func quietLogs() {
+	quietOnce.Do(func() {
+		level := logrus.FatalLevel
+		if v := os.Getenv("RECLAIM_TEST_LOG"); v != "" {
+			if l, err := logrus.ParseLevel(v); err == nil {
+				level = l
+			}
+		}
+		logrus.SetLevel(level)
+	})
+}
