@@ -1,0 +1,116 @@
+package storage
+
+import (
+	"context"
+	"errors"
+
+	"github.com/distribution/distribution/v3"
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+	"github.com/opencontainers/go-digest"
+	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// DescriptorServiceFactory wraps every per-repository blob statter
+// Distribution builds (layers and manifests), outside its blob descriptor
+// cache. With the cache on, a blob HEAD makes no driver call at all, so this
+// is the only place that sees it. registry/hooks.go installs it with
+// registrymiddleware.RegisterOptions; it does nothing while no reclaim Env
+// is open.
+//
+// Each Stat:
+//   - records the access (read: deduplicated; manifest PUT verification or
+//     mount: fence-checked, a fence fails the PUT retryably or the mount
+//     falls back to an upload);
+//   - answers "blob unknown" when the blob or link is fenced;
+//   - on a deletion tombstone (Env.Evict), checks the storage for real and,
+//     if the object is gone, clears the stale cache entry and answers
+//     "blob unknown". Upstream never clears the cache when blobs are
+//     garbage-collected; without this a HEAD would say 200 after GC and a
+//     re-push would skip the upload, leaving a broken image.
+var DescriptorServiceFactory distribution.BlobDescriptorServiceFactory = descriptorFactory{}
+
+type descriptorFactory struct{}
+
+func (descriptorFactory) BlobAccessController(svc distribution.BlobDescriptorService) distribution.BlobDescriptorService {
+	return &descriptors{BlobDescriptorService: svc}
+}
+
+type descriptors struct {
+	distribution.BlobDescriptorService
+}
+
+func (s *descriptors) Stat(ctx context.Context, dgst digest.Digest) (v1.Descriptor, error) {
+	e := Current()
+	if e == nil || accessRecordsOff(ctx) || dgst.Validate() != nil {
+		return s.BlobDescriptorService.Stat(ctx, dgst)
+	}
+	d := e.Driver.(*driver)
+	info := requestOf(ctx)
+	repo := info.repo
+	if info.intent == intentMount && dgst == info.mount {
+		repo = info.from
+	}
+	var links []Object
+	if validRepo(repo) {
+		// The wrapped statter serves either the layer or the revision links
+		// and does not say which: record and check both. An extra access
+		// record only makes GC keep more.
+		links = []Object{{Blob: dgst, Repo: repo, Kind: LinkLayer}, {Blob: dgst, Repo: repo, Kind: LinkManifest}}
+	}
+	var gone bool
+	switch info.intent {
+	case intentReference, intentMount:
+		var err error
+		if gone, err = d.guard(ctx, dgst, links, false); err != nil {
+			if info.intent == intentMount && errors.Is(err, ErrFenced) {
+				if sc := scopeOf(ctx); sc != nil {
+					sc.refused.Store(false)
+				}
+				return v1.Descriptor{}, distribution.ErrBlobUnknown
+			}
+			return v1.Descriptor{}, err
+		}
+	default:
+		var fenced bool
+		if fenced, gone = d.read(ctx, dgst, links); fenced {
+			return v1.Descriptor{}, distribution.ErrBlobUnknown
+		}
+	}
+	desc, err := s.BlobDescriptorService.Stat(ctx, dgst)
+	if err != nil || !gone || !validRepo(repo) {
+		return desc, err
+	}
+	return s.verify(ctx, e, repo, dgst, desc)
+}
+
+// verify checks the storage behind a possibly stale cache answer: the blob
+// data and at least one of repo's links to it must exist.
+func (s *descriptors) verify(ctx context.Context, e *Env, repo string, dgst digest.Digest, desc v1.Descriptor) (v1.Descriptor, error) {
+	raw := e.Raw
+	exists := func(p string) (bool, error) {
+		_, err := raw.Stat(ctx, p)
+		if errors.As(err, new(storagedriver.PathNotFoundError)) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	data, err := exists(BlobDataPath(dgst))
+	if err != nil {
+		return desc, nil // cannot tell: keep Distribution's answer
+	}
+	layer, err1 := exists(LayerLinkPath(repo, dgst))
+	rev, err2 := exists(RevisionLinkPath(repo, dgst))
+	if err1 != nil || err2 != nil {
+		return desc, nil
+	}
+	if data && (layer || rev) {
+		return desc, nil
+	}
+	metricStaleCache.Inc()
+	if !layer && !rev {
+		// Clear drops the cache entry, then deletes the (absent) link: safe
+		// only because neither link exists.
+		_ = s.BlobDescriptorService.Clear(ctx, dgst)
+	}
+	return v1.Descriptor{}, distribution.ErrBlobUnknown
+}

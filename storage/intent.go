@@ -1,0 +1,193 @@
+package storage
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v2 "github.com/distribution/distribution/v3/registry/api/v2"
+	"github.com/gorilla/mux"
+	"github.com/opencontainers/go-digest"
+)
+
+type ctxKey int
+
+const (
+	keyNoAccess ctxKey = iota
+	keyScope
+)
+
+// WithoutAccessRecords marks ctx so that driver calls made with it record no
+// access and check no fence: GC, rebuild and verify read through the
+// middleware without keeping everything they look at alive.
+func WithoutAccessRecords(ctx context.Context) context.Context {
+	return context.WithValue(ctx, keyNoAccess, true)
+}
+
+func accessRecordsOff(ctx context.Context) bool {
+	v, _ := ctx.Value(keyNoAccess).(bool)
+	return v
+}
+
+// intent is what the request that makes a driver call is about to do with
+// the blobs it touches.
+type intent int
+
+const (
+	// intentRead: a pull, or anything outside a request. Access is best
+	// effort and deduplicated; a fence makes the blob unknown.
+	intentRead intent = iota
+	// intentReference: manifest PUT verification. The request will make the
+	// blobs it checks referenced, so every check is fence-checked.
+	intentReference
+	// intentMount: cross-repository mount. Fence-checked; a fence makes the
+	// source unknown so the client falls back to a normal upload.
+	intentMount
+	// intentCommit: upload commit. Fence-checked, waits for a fence to clear.
+	intentCommit
+)
+
+// requestInfo is what the middleware learns from the HTTP request that a
+// driver call belongs to. Distribution puts the request ("http.request"),
+// the mux vars ("vars.name") and gorilla's current route into the context
+// it passes down to the driver.
+type requestInfo struct {
+	intent intent
+	repo   string        // vars.name: the repository of the request
+	from   string        // mount: the source repository
+	mount  digest.Digest // mount: the blob
+}
+
+func requestOf(ctx context.Context) requestInfo {
+	r, _ := ctx.Value("http.request").(*http.Request)
+	if r == nil {
+		return requestInfo{}
+	}
+	info := requestInfo{}
+	info.repo, _ = ctx.Value("vars.name").(string)
+	route := ""
+	if rt := mux.CurrentRoute((&http.Request{}).WithContext(ctx)); rt != nil {
+		route = rt.GetName()
+	}
+	switch route {
+	case v2.RouteNameManifest:
+		if r.Method == http.MethodPut {
+			info.intent = intentReference
+		}
+	case v2.RouteNameBlobUpload, v2.RouteNameBlobUploadChunk:
+		q := r.URL.Query()
+		switch {
+		case r.Method == http.MethodPost && q.Get("mount") != "" && q.Get("from") != "":
+			info.intent = intentMount
+			info.from = q.Get("from")
+			info.mount = digest.Digest(q.Get("mount"))
+		case r.Method == http.MethodPut, r.Method == http.MethodPost && q.Get("digest") != "":
+			info.intent = intentCommit
+		}
+	}
+	return info
+}
+
+// scope is per HTTP request (installed by Handler): what this request has
+// already fence-checked, and whether the middleware refused it.
+type scope struct {
+	mu      sync.Mutex
+	guarded map[Object]time.Time
+	refused atomic.Bool
+}
+
+func scopeOf(ctx context.Context) *scope {
+	s, _ := ctx.Value(keyScope).(*scope)
+	return s
+}
+
+// covered reports whether every object was fence-checked by this request
+// within maxAge. A successful check at t records an access at t, and GC
+// refuses to fence an object accessed within its window, so no fence can
+// appear on those objects for a window after t.
+func (s *scope) covered(objs []Object, maxAge time.Duration) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for _, o := range objs {
+		t, ok := s.guarded[o]
+		if !ok || now.Sub(t) > maxAge {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *scope) record(objs []Object, at time.Time) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.guarded == nil {
+		s.guarded = map[Object]time.Time{}
+	}
+	for _, o := range objs {
+		s.guarded[o] = at
+	}
+}
+
+func (s *scope) refuse() {
+	if s != nil {
+		s.refused.Store(true)
+	}
+}
+
+// RetryAfter is the Retry-After (seconds) sent with a refused request.
+const RetryAfter = "1"
+
+// Handler installs the per-request scope the middleware uses and turns a
+// request the middleware refused (a fence, or Redis down on a write) into
+// "503 Service Unavailable" with Retry-After, whatever error code
+// Distribution chose for the storage error (500, or 400 for a manifest whose
+// references could not be verified). Clients retry 503 (go-containerregistry,
+// containerd, docker); they would give up on a 400.
+func Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := &scope{}
+		rw := &refusalWriter{ResponseWriter: w, s: s}
+		next.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), keyScope, s)))
+	})
+}
+
+type refusalWriter struct {
+	http.ResponseWriter
+	s           *scope
+	wroteHeader bool
+}
+
+func (w *refusalWriter) WriteHeader(code int) {
+	if !w.wroteHeader && code >= 400 && w.s.refused.Load() {
+		w.Header().Set("Retry-After", RetryAfter)
+		code = http.StatusServiceUnavailable
+	}
+	w.wroteHeader = true
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *refusalWriter) Write(b []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer (Flush,
+// deadlines).
+func (w *refusalWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *refusalWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}

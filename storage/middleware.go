@@ -1,0 +1,367 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+	"github.com/opencontainers/go-digest"
+)
+
+// driver is the "reclaim" storage-driver middleware. It embeds the driver
+// below it and overrides only the calls that read or change links and blob
+// data; everything else (uploads, walks, lists) passes straight through.
+type driver struct {
+	storagedriver.StorageDriver
+	env   *Env
+	links *ReverseLinks // on the driver below: our own writes are not re-classified
+}
+
+var _ storagedriver.StorageDriver = (*driver)(nil)
+
+// Wrap returns the reclaim middleware around next, recording into env.
+func Wrap(next storagedriver.StorageDriver, env *Env) storagedriver.StorageDriver {
+	return &driver{StorageDriver: next, env: env, links: NewReverseLinks(next)}
+}
+
+// linkObject is the tracker object of a forward (or reverse) link path.
+func linkObject(p Path) Object {
+	return Object{Blob: p.Digest, Repo: p.Repo, Kind: p.linkKind()}
+}
+
+// extra returns the objects a request adds to every fence check: the layer
+// link an upload commit or a mount is about to write. Checking it together
+// with the blob saves the separate round trip the link write would cost.
+func extra(info requestInfo, blob digest.Digest) []Object {
+	if (info.intent == intentCommit || info.intent == intentMount) && validRepo(info.repo) {
+		return []Object{{Blob: blob, Repo: info.repo, Kind: LinkLayer}}
+	}
+	return nil
+}
+
+// ErrRetryable marks errors a client should retry (Handler answers 503).
+var ErrRetryable = errors.New("storage: retry later")
+
+// guard is the fence check of an operation that will make blob (and links)
+// referenced: record access unless fenced, never deduplicated across
+// requests. A fence is waited out for up to FenceWait; then the operation
+// fails with a retryable error and never proceeds.
+//
+// gone reports a deletion tombstone on one of the objects (descriptors.go).
+func (d *driver) guard(ctx context.Context, blob digest.Digest, links []Object, clear bool) (gone bool, err error) {
+	if accessRecordsOff(ctx) {
+		return false, nil
+	}
+	objs := append([]Object{{Blob: blob}}, links...)
+	s := scopeOf(ctx)
+	if s.covered(objs, d.env.opts.Dedup) {
+		return false, nil
+	}
+	deadline := time.Now().Add(d.env.opts.FenceWait)
+	waited := false
+	for {
+		start := time.Now()
+		gone, err := d.env.Tracker.touch(ctx, blob, links, clear)
+		if err == nil {
+			if waited {
+				metricFenceWaits.WithLabelValues("cleared").Inc()
+			}
+			s.record(objs, start)
+			d.env.dedup.record(objs, start)
+			return gone, nil
+		}
+		if errors.Is(err, ErrFenced) && time.Now().Before(deadline) {
+			waited = true
+			select {
+			case <-ctx.Done():
+				return false, ctx.Err()
+			case <-time.After(d.env.opts.FencePoll):
+			}
+			continue
+		}
+		s.refuse()
+		if errors.Is(err, ErrFenced) {
+			metricFenceWaits.WithLabelValues("refused").Inc()
+			metricRefusals.WithLabelValues("fenced").Inc()
+			logger(ctx).WithField("blob", blob).Info("reclaim: write refused, object is being garbage-collected")
+		} else {
+			metricRefusals.WithLabelValues("redis").Inc()
+		}
+		return false, fmt.Errorf("%w: %w", ErrRetryable, err)
+	}
+}
+
+// read records a pull's access, best effort and deduplicated per process.
+// It reports whether the blob or link is fenced (being deleted): the caller
+// then answers "not found" instead of serving something half-deleted.
+// gone reports a deletion tombstone (see descriptors.go).
+func (d *driver) read(ctx context.Context, blob digest.Digest, links []Object) (fenced, gone bool) {
+	if accessRecordsOff(ctx) {
+		return false, false
+	}
+	objs := append([]Object{{Blob: blob}}, links...)
+	if d.env.dedup.recent(objs) {
+		metricTouchesDeduped.Inc()
+		return false, false
+	}
+	start := time.Now()
+	gone, err := d.env.Tracker.touch(ctx, blob, links, false)
+	switch {
+	case errors.Is(err, ErrFenced):
+		return true, false
+	case err != nil:
+		// serving comes first: the tracker has noted the gap
+		return false, false
+	}
+	d.env.dedup.record(objs, start)
+	return false, gone
+}
+
+// access is the common entry for driver calls on a link or blob data path.
+// It returns a non-nil error when the call must not proceed.
+func (d *driver) access(ctx context.Context, path string, p Path) error {
+	info := requestOf(ctx)
+	var links []Object
+	if p.Kind == KindLayerLink || p.Kind == KindRevisionLink {
+		links = []Object{linkObject(p)}
+	}
+	switch info.intent {
+	case intentReference:
+		_, err := d.guard(ctx, p.Digest, links, false)
+		return err
+	case intentCommit:
+		// the commit is about to write these objects: clear tombstones now
+		_, err := d.guard(ctx, p.Digest, append(links, extra(info, p.Digest)...), true)
+		return err
+	case intentMount:
+		_, err := d.guard(ctx, p.Digest, append(links, extra(info, p.Digest)...), true)
+		if errors.Is(err, ErrFenced) {
+			// the mount fails and the client uploads instead; that is no
+			// refusal of the request
+			if s := scopeOf(ctx); s != nil {
+				s.refused.Store(false)
+			}
+			return storagedriver.PathNotFoundError{Path: path, DriverName: "reclaim"}
+		}
+		return err
+	}
+	if fenced, _ := d.read(ctx, p.Digest, links); fenced {
+		return storagedriver.PathNotFoundError{Path: path, DriverName: "reclaim"}
+	}
+	return nil
+}
+
+func isLinkOrData(k Kind) bool {
+	return k == KindLayerLink || k == KindRevisionLink || k == KindBlobData
+}
+
+// GetContent reads links (pull, manifest verification, mount source) and
+// small blobs (manifests).
+func (d *driver) GetContent(ctx context.Context, path string) ([]byte, error) {
+	if p := Classify(path); isLinkOrData(p.Kind) {
+		if err := d.access(ctx, path, p); err != nil {
+			return nil, err
+		}
+	}
+	return d.StorageDriver.GetContent(ctx, path)
+}
+
+// Stat of blob data is how Distribution checks that a blob exists.
+func (d *driver) Stat(ctx context.Context, path string) (storagedriver.FileInfo, error) {
+	if p := Classify(path); isLinkOrData(p.Kind) {
+		if err := d.access(ctx, path, p); err != nil {
+			return nil, err
+		}
+	}
+	return d.StorageDriver.Stat(ctx, path)
+}
+
+// Reader serves blob content.
+func (d *driver) Reader(ctx context.Context, path string, offset int64) (io.ReadCloser, error) {
+	if p := Classify(path); p.Kind == KindBlobData {
+		if fenced, _ := d.read(ctx, p.Digest, nil); fenced {
+			return nil, storagedriver.PathNotFoundError{Path: path, DriverName: "reclaim"}
+		}
+	}
+	return d.StorageDriver.Reader(ctx, path, offset)
+}
+
+// RedirectURL hands the client a URL to the blob; only the outermost storage
+// middleware sees it, so list reclaim last when it is combined with others.
+func (d *driver) RedirectURL(r *http.Request, path string) (string, error) {
+	if p := Classify(path); p.Kind == KindBlobData {
+		if fenced, _ := d.read(r.Context(), p.Digest, nil); fenced {
+			return "", storagedriver.PathNotFoundError{Path: path, DriverName: "reclaim"}
+		}
+	}
+	return d.StorageDriver.RedirectURL(r, path)
+}
+
+// PutContent: a forward link write is preceded by the fence check and the
+// reverse link; blob data written whole (manifests) is fence-checked.
+func (d *driver) PutContent(ctx context.Context, path string, content []byte) error {
+	p := Classify(path)
+	switch p.Kind {
+	case KindLayerLink, KindRevisionLink:
+		l := linkObject(p)
+		if _, err := d.guard(ctx, p.Digest, []Object{l}, true); err != nil {
+			return err
+		}
+		if err := d.links.Put(ctx, p.Digest, RepoLink{Repo: l.Repo, Kind: l.Kind}); err != nil {
+			metricReverseLinks.WithLabelValues("put", "error").Inc()
+			return err // invariant: no forward link without its reverse link
+		}
+		metricReverseLinks.WithLabelValues("put", "ok").Inc()
+	case KindBlobData:
+		if _, err := d.guard(ctx, p.Digest, extra(requestOf(ctx), p.Digest), true); err != nil {
+			return err
+		}
+	}
+	return d.StorageDriver.PutContent(ctx, path, content)
+}
+
+// Move into blob data is an upload commit.
+func (d *driver) Move(ctx context.Context, src, dst string) error {
+	if p := Classify(dst); p.Kind == KindBlobData {
+		if _, err := d.guard(ctx, p.Digest, extra(requestOf(ctx), p.Digest), true); err != nil {
+			return err
+		}
+	}
+	return d.StorageDriver.Move(ctx, src, dst)
+}
+
+// Delete removes reverse links after the forward links are gone, and leaves
+// tombstones so stale blob-descriptor cache entries stop answering.
+func (d *driver) Delete(ctx context.Context, path string) error {
+	p := Classify(path)
+	var links []Path
+	switch p.Kind {
+	case KindLayerLink, KindRevisionLink:
+		links = []Path{p}
+	case KindLayerLinkDir:
+		links = []Path{{Kind: KindLayerLink, Repo: p.Repo, Digest: p.Digest}}
+	case KindRevisionLinkDir:
+		links = []Path{{Kind: KindRevisionLink, Repo: p.Repo, Digest: p.Digest}}
+	case KindRepositoryDir:
+		var err error
+		if links, err = d.forwardLinksUnder(ctx, path); err != nil {
+			return err
+		}
+	case KindBlobData, KindBlobDir:
+		err := d.StorageDriver.Delete(ctx, path)
+		if err == nil {
+			d.markGone(ctx, Object{Blob: p.Digest})
+		}
+		return err
+	default:
+		return d.StorageDriver.Delete(ctx, path)
+	}
+	err := d.StorageDriver.Delete(ctx, path)
+	if err != nil && !errors.As(err, new(storagedriver.PathNotFoundError)) {
+		return err
+	}
+	// Also after "not found": an earlier attempt may have removed the
+	// forward link and then failed before its reverse link.
+	for _, l := range links {
+		d.unlink(ctx, l)
+	}
+	return err
+}
+
+// forwardLinksUnder lists the layer and revision links in a directory that
+// is about to be deleted whole (a repository, or its _layers/_manifests).
+func (d *driver) forwardLinksUnder(ctx context.Context, dir string) ([]Path, error) {
+	var out []Path
+	err := d.StorageDriver.Walk(ctx, dir, func(fi storagedriver.FileInfo) error {
+		if fi.IsDir() {
+			if c := Classify(fi.Path()); c.Kind == KindTagDir || c.Kind == KindUpload {
+				return storagedriver.ErrSkipDir
+			}
+			return nil
+		}
+		if c := Classify(fi.Path()); c.Kind == KindLayerLink || c.Kind == KindRevisionLink {
+			out = append(out, c)
+		}
+		return nil
+	})
+	if err != nil && !errors.As(err, new(storagedriver.PathNotFoundError)) {
+		return nil, fmt.Errorf("list links under %s before delete: %w", dir, err)
+	}
+	return out, nil
+}
+
+// unlink removes the reverse link of a deleted forward link. A writer may
+// have re-created the forward link meanwhile (it writes the reverse link
+// first, so deleting it now could orphan it): re-check the forward link after
+// the delete and restore the reverse link if the forward link is back.
+func (d *driver) unlink(ctx context.Context, p Path) {
+	l := linkObject(p)
+	rl := RepoLink{Repo: l.Repo, Kind: l.Kind}
+	if err := d.links.Delete(ctx, p.Digest, rl); err != nil {
+		metricReverseLinks.WithLabelValues("delete", "error").Inc()
+		logger(ctx).WithError(err).Warn("reclaim: stale reverse link left behind (a safe leak; linkdb verify removes it)")
+	} else {
+		metricReverseLinks.WithLabelValues("delete", "ok").Inc()
+	}
+	if _, err := d.StorageDriver.Stat(ctx, p.String()); err == nil {
+		if err := d.links.Put(ctx, p.Digest, rl); err != nil {
+			logger(ctx).WithError(err).Error("reclaim: could not restore reverse link of a re-created forward link")
+		}
+		metricReverseLinks.WithLabelValues("restore", "ok").Inc()
+		return
+	}
+	d.markGone(ctx, Object{Blob: p.Digest, Repo: p.Repo, Kind: l.Kind})
+}
+
+func (d *driver) markGone(ctx context.Context, o Object) {
+	if err := d.env.Evict(ctx, o); err != nil {
+		logger(ctx).WithError(err).Warn("reclaim: could not record deletion for the blob descriptor cache")
+	}
+}
+
+// dedup remembers, per process, which objects had their access recorded
+// moments ago, so a hot blob costs at most one Redis write per interval.
+type dedup struct {
+	interval time.Duration
+	mu       sync.Mutex
+	seen     map[Object]time.Time
+}
+
+const dedupMaxEntries = 1 << 16
+
+func (d *dedup) recent(objs []Object) bool {
+	if d.interval <= 0 {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	for _, o := range objs {
+		t, ok := d.seen[o]
+		if !ok || now.Sub(t) >= d.interval {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *dedup) record(objs []Object, at time.Time) {
+	if d.interval <= 0 {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.seen == nil || len(d.seen) >= dedupMaxEntries {
+		// entries older than the interval are worthless; dropping all is
+		// simpler than an LRU and costs at most one extra touch per blob
+		d.seen = make(map[Object]time.Time)
+	}
+	for _, o := range objs {
+		d.seen[o] = at
+	}
+}

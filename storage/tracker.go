@@ -1,0 +1,503 @@
+package storage
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/redis/go-redis/v9"
+)
+
+// The Redis key schema. Every key starts with the prefix (default
+// "reclaim:"); every key about one blob carries the hash tag {<digest>} so a
+// script can read and write all of them atomically in Redis Cluster.
+//
+//	reclaim:since                    unix ms: recording since (the epoch). Missing = GC must not trust.
+//	reclaim:{sha256:<hex>}:a         unix ms of the blob's last access          (PX AccessTTL)
+//	reclaim:{sha256:<hex>}:a:l:<r>   unix ms of the last access of r's layer link to the blob
+//	reclaim:{sha256:<hex>}:a:m:<r>   unix ms of the last access of r's manifest revision link
+//	reclaim:{sha256:<hex>}:f         fence on the blob (value: token, PX lease)
+//	reclaim:{sha256:<hex>}:f:l:<r>   fence on r's layer link   (":f:m:<r>": on r's revision link)
+//	reclaim:{sha256:<hex>}:gone      tombstone: the blob's data was deleted     (PX GoneTTL)
+//	reclaim:{sha256:<hex>}:gone:<r>  tombstone: a link of r to the blob was deleted
+//	reclaim:run:<r>                  one GC run per repository (value: token, PX lease)
+//
+// Times are Redis server time (TIME inside the scripts), so registry and GC
+// processes never compare their own clocks.
+
+// Errors callers branch on, grouped by when they occur.
+var (
+	// ErrFenced: registry side, the object is being deleted by GC; GC side,
+	// another GC step holds the fence.
+	ErrFenced = errors.New("storage: object is fenced for deletion")
+	// ErrRecentlyAccessed: GC side, the object was accessed within the window.
+	ErrRecentlyAccessed = errors.New("storage: object was accessed within the protection window")
+	// ErrNotRecording: the recording epoch is missing (Redis lost its data or
+	// never recorded); access records cannot prove anything.
+	ErrNotRecording = errors.New("storage: access tracker is not recording (epoch missing)")
+	// ErrRepositoryBusy: another GC run holds the repository.
+	ErrRepositoryBusy = errors.New("storage: a collection is already running for this repository")
+	// ErrRedisUnavailable wraps any Redis failure.
+	ErrRedisUnavailable = errors.New("storage: redis unavailable")
+)
+
+// Object is something GC can delete and the registry can access: the blob
+// itself (Repo == "") or repository Repo's link of kind Kind to the blob.
+type Object struct {
+	Blob digest.Digest
+	Repo string
+	Kind LinkKind
+}
+
+func (o Object) String() string {
+	if o.Repo == "" {
+		return o.Blob.String()
+	}
+	return fmt.Sprintf("%s %s %s", o.Repo, o.Kind, o.Blob)
+}
+
+// TrackerOptions configure a Tracker. Zero values take the defaults.
+type TrackerOptions struct {
+	// Prefix of every key (default "reclaim:"). Tests use one per test.
+	Prefix string
+	// AccessTTL is how long an access record lives (default 7 days). It must
+	// be well above the largest protection window GC will use.
+	AccessTTL time.Duration
+	// GoneTTL is how long a deletion tombstone lives (default 7 days): the
+	// time a stale blob-descriptor cache entry can still be caught.
+	GoneTTL time.Duration
+	// Timeout bounds each registry-side Redis call (default 1 s), so a dead
+	// Redis slows a pull by at most this much.
+	Timeout time.Duration
+}
+
+// Tracker records accesses and takes fences in Redis.
+type Tracker struct {
+	c    redis.UniversalClient
+	opts TrackerOptions
+
+	// failing is set when a Redis call failed; the next success moves the
+	// epoch forward (the gap is untrusted).
+	failing atomic.Bool
+	gapMu   sync.Mutex
+}
+
+// NewTracker returns a tracker on c. It does not contact Redis.
+func NewTracker(c redis.UniversalClient, opts TrackerOptions) (*Tracker, error) {
+	if c == nil {
+		return nil, errors.New("storage: NewTracker: nil redis client")
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = "reclaim:"
+	}
+	if opts.AccessTTL == 0 {
+		opts.AccessTTL = 7 * 24 * time.Hour
+	}
+	if opts.GoneTTL == 0 {
+		opts.GoneTTL = 7 * 24 * time.Hour
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = time.Second
+	}
+	if opts.AccessTTL < time.Minute || opts.GoneTTL < 0 || opts.Timeout < 0 {
+		return nil, fmt.Errorf("storage: invalid tracker options %+v", opts)
+	}
+	return &Tracker{c: c, opts: opts}, nil
+}
+
+// Client is the Redis client the tracker uses.
+func (t *Tracker) Client() redis.UniversalClient { return t.c }
+
+// AccessTTL is the lifetime of an access record; windows must stay below it.
+func (t *Tracker) AccessTTL() time.Duration { return t.opts.AccessTTL }
+
+func (t *Tracker) blobKey(d digest.Digest) string { return t.opts.Prefix + "{" + d.String() + "}" }
+
+func kindCode(k LinkKind) string {
+	if k == LinkManifest {
+		return "m"
+	}
+	return "l"
+}
+
+func (t *Tracker) accessKey(o Object) string {
+	if o.Repo == "" {
+		return t.blobKey(o.Blob) + ":a"
+	}
+	return t.blobKey(o.Blob) + ":a:" + kindCode(o.Kind) + ":" + o.Repo
+}
+
+func (t *Tracker) fenceKey(o Object) string {
+	if o.Repo == "" {
+		return t.blobKey(o.Blob) + ":f"
+	}
+	return t.blobKey(o.Blob) + ":f:" + kindCode(o.Kind) + ":" + o.Repo
+}
+
+func (t *Tracker) goneKey(o Object) string {
+	if o.Repo == "" {
+		return t.blobKey(o.Blob) + ":gone"
+	}
+	return t.blobKey(o.Blob) + ":gone:" + o.Repo
+}
+
+func (t *Tracker) sinceKey() string { return t.opts.Prefix + "since" }
+
+// KEYS: groups of (access, fence, gone), the blob's first, then its links.
+// ARGV[1]: access TTL ms; ARGV[2]: "1" to clear the tombstones (the caller
+// is writing, so the objects exist again).
+// Returns {0, gone} when recorded, {1, 0} when any fence exists.
+var touchScript = redis.NewScript(`
+for i = 2, #KEYS, 3 do
+  if redis.call('EXISTS', KEYS[i]) == 1 then return {1, 0} end
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local gone = 0
+for i = 1, #KEYS, 3 do
+  if redis.call('EXISTS', KEYS[i+2]) == 1 then
+    gone = 1
+    if ARGV[2] == '1' then redis.call('DEL', KEYS[i+2]) end
+  end
+  local prev = tonumber(redis.call('GET', KEYS[i]) or '0') or 0
+  if now > prev then
+    redis.call('SET', KEYS[i], now, 'PX', ARGV[1])
+  else
+    redis.call('PEXPIRE', KEYS[i], ARGV[1])
+  end
+end
+return {0, gone}
+`)
+
+// KEYS: access of X, fence of X, fence of X's blob (== fence of X for a blob).
+// ARGV: window ms, lease ms, token.
+// Returns {0, now} fenced; {1, 0} already fenced; {2, last access ms}.
+var fenceScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('EXISTS', KEYS[3]) == 1 then return {1, 0} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local a = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if a > 0 and now - a < tonumber(ARGV[1]) then return {2, a} end
+redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2])
+return {0, now}
+`)
+
+// KEYS[1]: lease key; ARGV[1]: token. Deletes the key only if we hold it.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// KEYS[1]: lease key; ARGV: token, lease ms. Extends the lease if we hold it.
+var renewScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+`)
+
+// KEYS[1]: since; ARGV[1]: "1" to move it forward to now, else only set if
+// missing. Returns the epoch in unix ms.
+var epochScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if cur == 0 or (ARGV[1] == '1' and cur < now) then
+  redis.call('SET', KEYS[1], now)
+  return now
+end
+return cur
+`)
+
+// touch records access on objs, all of one blob, unless any of them or the
+// blob is fenced. gone reports a deletion tombstone on any of them; clear
+// removes those tombstones (the caller is writing the objects again).
+func (t *Tracker) touch(ctx context.Context, blob digest.Digest, links []Object, clear bool) (gone bool, err error) {
+	keys := make([]string, 0, 3*(1+len(links)))
+	b := Object{Blob: blob}
+	keys = append(keys, t.accessKey(b), t.fenceKey(b), t.goneKey(b))
+	for _, o := range links {
+		keys = append(keys, t.accessKey(o), t.fenceKey(o), t.goneKey(o))
+	}
+	cl := "0"
+	if clear {
+		cl = "1"
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.opts.Timeout)
+	defer cancel()
+	start := time.Now()
+	res, err := touchScript.Run(ctx, t.c, keys, t.opts.AccessTTL.Milliseconds(), cl).Int64Slice()
+	metricRedisLatency.WithLabelValues("touch").Observe(time.Since(start).Seconds())
+	if err != nil {
+		t.failed(ctx, "touch", err)
+		return false, fmt.Errorf("%w: touch %s: %v", ErrRedisUnavailable, blob, err)
+	}
+	t.succeeded(ctx)
+	if len(res) != 2 {
+		return false, fmt.Errorf("%w: touch %s: unexpected reply %v", ErrRedisUnavailable, blob, res)
+	}
+	if res[0] == 1 {
+		metricTouches.WithLabelValues("fenced").Inc()
+		return false, fmt.Errorf("%w: %s", ErrFenced, blob)
+	}
+	metricTouches.WithLabelValues("recorded").Inc()
+	return res[1] == 1, nil
+}
+
+// Touch records access on objs unless any of them (or its blob) is fenced:
+// then nothing is recorded and the error wraps ErrFenced. Objects of several
+// blobs cost one round trip per blob.
+func (t *Tracker) Touch(ctx context.Context, objs ...Object) error {
+	byBlob := map[digest.Digest][]Object{}
+	var order []digest.Digest
+	for _, o := range objs {
+		if _, ok := byBlob[o.Blob]; !ok {
+			order = append(order, o.Blob)
+			byBlob[o.Blob] = nil
+		}
+		if o.Repo != "" {
+			byBlob[o.Blob] = append(byBlob[o.Blob], o)
+		}
+	}
+	for _, b := range order {
+		if _, err := t.touch(ctx, b, byBlob[b], false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MarkGone leaves a tombstone saying o was deleted, so that stale entries of
+// Distribution's blob descriptor cache stop answering (see descriptors.go).
+func (t *Tracker) MarkGone(ctx context.Context, o Object) error {
+	if err := t.c.Set(ctx, t.goneKey(o), 1, t.opts.GoneTTL).Err(); err != nil {
+		return fmt.Errorf("%w: mark %s gone: %v", ErrRedisUnavailable, o, err)
+	}
+	return nil
+}
+
+// Fence is a lease GC holds on an object while it deletes it.
+type Fence struct {
+	Object Object
+	Token  string
+	// Taken is the Redis time the fence was taken.
+	Taken time.Time
+	key   string
+}
+
+// Fence takes a fence on o unless o was accessed within window (the error
+// wraps ErrRecentlyAccessed) or o or its blob is already fenced (ErrFenced).
+// It also fails with ErrNotRecording when the epoch is missing or younger
+// than window: then "no access record" proves nothing. The lease bounds how
+// long a crashed GC blocks writers of o.
+func (t *Tracker) Fence(ctx context.Context, o Object, window, lease time.Duration) (*Fence, error) {
+	if window <= 0 || lease <= 0 || window >= t.opts.AccessTTL {
+		return nil, fmt.Errorf("storage: Fence: window %v and lease %v must be positive and window below the access TTL %v", window, lease, t.opts.AccessTTL)
+	}
+	blobFence := t.fenceKey(Object{Blob: o.Blob})
+	tok, err := token()
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	res, err := fenceScript.Run(ctx, t.c, []string{t.accessKey(o), t.fenceKey(o), blobFence},
+		window.Milliseconds(), lease.Milliseconds(), tok).Int64Slice()
+	metricRedisLatency.WithLabelValues("fence").Observe(time.Since(start).Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("%w: fence %s: %v", ErrRedisUnavailable, o, err)
+	}
+	switch res[0] {
+	case 1:
+		metricFences.WithLabelValues("fenced").Inc()
+		return nil, fmt.Errorf("%w: %s", ErrFenced, o)
+	case 2:
+		metricFences.WithLabelValues("recently_accessed").Inc()
+		return nil, fmt.Errorf("%w: %s at %s", ErrRecentlyAccessed, o, time.UnixMilli(res[1]).UTC().Format(time.RFC3339Nano))
+	}
+	f := &Fence{Object: o, Token: tok, Taken: time.UnixMilli(res[1]), key: t.fenceKey(o)}
+	// The epoch lives in another hash slot, so it is checked right after
+	// the fence is taken; a fence without a trusted epoch is given back.
+	since, err := t.RecordingSince(ctx)
+	if err == nil && f.Taken.Sub(since) < window {
+		err = fmt.Errorf("%w: recording only since %s, window %v", ErrNotRecording, since.UTC().Format(time.RFC3339), window)
+	}
+	if err != nil {
+		_ = t.Release(context.WithoutCancel(ctx), f)
+		metricFences.WithLabelValues("not_recording").Inc()
+		return nil, err
+	}
+	metricFences.WithLabelValues("taken").Inc()
+	return f, nil
+}
+
+// Release gives a fence back. Releasing one that expired or was already
+// released is not an error.
+func (t *Tracker) Release(ctx context.Context, f *Fence) error {
+	if f == nil {
+		return nil
+	}
+	if err := releaseScript.Run(ctx, t.c, []string{f.key}, f.Token).Err(); err != nil {
+		return fmt.Errorf("%w: release fence on %s: %v", ErrRedisUnavailable, f.Object, err)
+	}
+	return nil
+}
+
+// Fenced reports whether o (or its blob) is fenced right now.
+func (t *Tracker) Fenced(ctx context.Context, o Object) (bool, error) {
+	n, err := t.c.Exists(ctx, t.fenceKey(o), t.fenceKey(Object{Blob: o.Blob})).Result()
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	return n > 0, nil
+}
+
+// LastAccess returns o's last recorded access (Redis time); ok is false when
+// there is no record (never accessed, or older than the access TTL).
+func (t *Tracker) LastAccess(ctx context.Context, o Object) (time.Time, bool, error) {
+	v, err := t.c.Get(ctx, t.accessKey(o)).Int64()
+	if errors.Is(err, redis.Nil) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("%w: last access of %s: %v", ErrRedisUnavailable, o, err)
+	}
+	return time.UnixMilli(v), true, nil
+}
+
+// RecordingSince returns the epoch since which access records are complete.
+// ErrNotRecording when it is missing.
+func (t *Tracker) RecordingSince(ctx context.Context) (time.Time, error) {
+	v, err := t.c.Get(ctx, t.sinceKey()).Result()
+	if errors.Is(err, redis.Nil) {
+		return time.Time{}, ErrNotRecording
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: read epoch: %v", ErrRedisUnavailable, err)
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: epoch %q: %v", ErrNotRecording, v, err)
+	}
+	return time.UnixMilli(ms), nil
+}
+
+// Now returns Redis server time, the clock all records use.
+func (t *Tracker) Now(ctx context.Context) (time.Time, error) {
+	n, err := t.c.Time(ctx).Result()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	return n, nil
+}
+
+// StartRecording sets the epoch if it is missing. The registry calls it at
+// start and then periodically (KeepRecording), so a Redis that lost its data
+// gets a fresh epoch, which GC will not trust for a full window.
+func (t *Tracker) StartRecording(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, t.opts.Timeout)
+	defer cancel()
+	if err := epochScript.Run(ctx, t.c, []string{t.sinceKey()}, "0").Err(); err != nil {
+		t.failed(ctx, "epoch", err)
+		return fmt.Errorf("%w: set epoch: %v", ErrRedisUnavailable, err)
+	}
+	t.succeeded(ctx)
+	return nil
+}
+
+// KeepRecording calls StartRecording every interval until ctx is done.
+func (t *Tracker) KeepRecording(ctx context.Context, interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		_ = t.StartRecording(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// failed notes a registry-side Redis failure: accesses may go unrecorded
+// from now until Redis answers again.
+func (t *Tracker) failed(ctx context.Context, op string, err error) {
+	metricRedisErrors.WithLabelValues(op).Inc()
+	if !t.failing.Swap(true) {
+		logger(ctx).WithError(err).Warn("reclaim: redis unavailable; pulls go on, access records have a gap that GC will not trust")
+	}
+}
+
+// succeeded closes a gap: the epoch moves forward to now so GC distrusts
+// everything before it.
+func (t *Tracker) succeeded(ctx context.Context) {
+	if !t.failing.Load() {
+		return
+	}
+	t.gapMu.Lock()
+	defer t.gapMu.Unlock()
+	if !t.failing.Load() {
+		return
+	}
+	if err := epochScript.Run(context.WithoutCancel(ctx), t.c, []string{t.sinceKey()}, "1").Err(); err != nil {
+		return
+	}
+	t.failing.Store(false)
+	metricRedisGaps.Inc()
+	logger(ctx).Warn("reclaim: redis is back; recording epoch moved forward over the gap")
+}
+
+// LockRepository takes the per-repository GC lease, renewing it until unlock
+// is called. ErrRepositoryBusy when another run holds it.
+func (t *Tracker) LockRepository(ctx context.Context, repo string, lease time.Duration) (unlock func(), err error) {
+	if !validRepo(repo) || lease < 3*time.Millisecond {
+		return nil, fmt.Errorf("storage: LockRepository(%q, %v): bad arguments", repo, lease)
+	}
+	key := t.opts.Prefix + "run:" + repo
+	tok, err := token()
+	if err != nil {
+		return nil, err
+	}
+	ok, err := t.c.SetNX(ctx, key, tok, lease).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: lock %s: %v", ErrRedisUnavailable, repo, err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrRepositoryBusy, repo)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(lease / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				_ = renewScript.Run(context.Background(), t.c, []string{key}, tok, lease.Milliseconds()).Err()
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(stop)
+			<-done
+			_ = releaseScript.Run(context.Background(), t.c, []string{key}, tok).Err()
+		})
+	}, nil
+}
+
+func token() (string, error) {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("storage: token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
