@@ -35,7 +35,11 @@ type Config struct {
 	// complete. Nil means "not known to be complete": no blob is deleted.
 	LinkDBComplete CompletenessFunc
 	Pinner         Pinner  // optional
-	Evictor        Evictor // optional
+	Evictor        Evictor // optional; the reclaim middleware evicts on delete already
+	// Context, when set, derives the context of every run's storage and
+	// tracker calls; the registry passes storage.WithoutAccessRecords so
+	// the run's own reads do not count as access.
+	Context func(context.Context) context.Context
 
 	Window       time.Duration // protection window W; default 24h
 	Cap          int           // max link deletions per run; 0 = DefaultCap, <0 = none
@@ -223,6 +227,9 @@ type run struct {
 // begin validates the request and takes the repository lock: everything
 // that can be answered before the work starts.
 func (c *Collector) begin(ctx context.Context, repo string, o RunOptions) (*run, error) {
+	if c.cfg.Context != nil {
+		ctx = c.cfg.Context(ctx)
+	}
 	if err := ValidateName(repo); err != nil {
 		return nil, err
 	}
@@ -277,6 +284,9 @@ func (r *run) abort(err error) error {
 
 func (r *run) finish(ctx context.Context) (*Report, error) {
 	defer r.unlock()
+	if r.c.cfg.Context != nil {
+		ctx = r.c.cfg.Context(ctx)
+	}
 	c, rs, rep := r.c, r.rs, r.rep
 
 	// Preconditions: fail closed, nothing deleted.
@@ -288,6 +298,11 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 		return rep, r.abort(abort(AbortRedisUnavailable, err))
 	}
 	now := c.cfg.Now()
+	if clk, ok := c.tracker.(Clock); ok {
+		if now, err = clk.Now(ctx); err != nil {
+			return rep, r.abort(abort(AbortRedisUnavailable, err))
+		}
+	}
 	rs.now = now
 	if now.Sub(since) < rs.window {
 		return rep, r.abort(abort(AbortRedisRecordingTooShort,

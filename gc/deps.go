@@ -69,3 +69,11 @@ type Evictor interface {
 // CompletenessFunc reports whether the reverse-link database is known to be
 // complete. Until it is, a run may unlink but never deletes a blob.
 type CompletenessFunc func(ctx context.Context) (bool, error)
+
+// Clock is an optional interface of a Tracker: the clock its access records
+// use (Redis server time). When the tracker has one, the run compares
+// records against it instead of the local clock, so clock skew between
+// instances cannot shrink the window.
+type Clock interface {
+	Now(ctx context.Context) (time.Time, error)
+}

@@ -51,9 +51,9 @@ counts as done.
 
 # Caveats
 
-Plans live in the memory of the instance that made them. The repository lock
-has a lease (default one hour) and is not renewed; a run longer than that may
-overlap a second run, which is safe (every delete is fenced) but wasteful.
+Plans live in the memory of the instance that made them: apply a plan on the
+instance that made it (or get 404 and make a new one). Run reports are kept
+in memory for a day.
 The package imports no HTTP and no Redis types: it declares the Tracker,
 LinkIndex, Pinner and Evictor it needs, and the registry wires them up.
 */

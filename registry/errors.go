@@ -1,0 +1,96 @@
+package registry
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/distribution/distribution/v3/registry/auth"
+	"github.com/sirupsen/logrus"
+
+	"github.com/reclaim-registry/reclaim/gc"
+)
+
+// apiError is one entry of an error body, shaped like Distribution's:
+//
+//	{"errors":[{"code":"NAME_INVALID","message":"...","detail":...}]}
+type apiError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Detail  any    `json:"detail,omitempty"`
+}
+
+// Request errors the HTTP layer itself raises.
+var (
+	errBadRequest      = errors.New("bad request")
+	errTooLarge        = errors.New("request body too large")
+	errMethod          = errors.New("method not allowed")
+	errNotFound        = errors.New("no such endpoint")
+	errRunNotFound     = errors.New("run not found or expired")
+	errUnavailable     = errors.New("reclaim storage middleware unavailable")
+	errUnauthenticated = errors.New("authentication required")
+)
+
+// statusOf is the one place errors become HTTP statuses and codes.
+func statusOf(err error) (int, apiError) {
+	var ae *gc.AbortError
+	switch {
+	case errors.As(err, &ae):
+		// 503: the registry cannot vouch for its access records (or read the
+		// repository) right now; retrying later can succeed.
+		return http.StatusServiceUnavailable, apiError{"GC_ABORTED", err.Error(), map[string]string{"reason": string(ae.Reason)}}
+	case errors.Is(err, gc.ErrInvalidName):
+		return http.StatusBadRequest, apiError{"NAME_INVALID", err.Error(), nil}
+	case errors.Is(err, errBadRequest):
+		return http.StatusBadRequest, apiError{"PARAM_INVALID", err.Error(), nil}
+	case errors.Is(err, gc.ErrRepositoryNotFound):
+		return http.StatusNotFound, apiError{"NAME_UNKNOWN", err.Error(), nil}
+	case errors.Is(err, gc.ErrPlanNotFound):
+		return http.StatusNotFound, apiError{"PLAN_UNKNOWN", err.Error(), nil}
+	case errors.Is(err, errRunNotFound):
+		return http.StatusNotFound, apiError{"RUN_UNKNOWN", err.Error(), nil}
+	case errors.Is(err, errNotFound):
+		return http.StatusNotFound, apiError{"NOT_FOUND", err.Error(), nil}
+	case errors.Is(err, gc.ErrPlanRepository):
+		return http.StatusConflict, apiError{"PLAN_INVALID", err.Error(), nil}
+	case errors.Is(err, gc.ErrRepositoryBusy):
+		return http.StatusConflict, apiError{"GC_BUSY", err.Error(), nil}
+	case errors.Is(err, errTooLarge):
+		return http.StatusRequestEntityTooLarge, apiError{"SIZE_INVALID", err.Error(), nil}
+	case errors.Is(err, errMethod), errors.Is(err, gc.ErrDisabled):
+		return http.StatusMethodNotAllowed, apiError{"UNSUPPORTED", err.Error(), nil}
+	case errors.Is(err, errUnauthenticated), errors.Is(err, auth.ErrInvalidCredential), errors.Is(err, auth.ErrAuthenticationFailure):
+		return http.StatusUnauthorized, apiError{"UNAUTHORIZED", "authentication required", nil}
+	case errors.Is(err, errUnavailable):
+		return http.StatusServiceUnavailable, apiError{"UNAVAILABLE", err.Error(), nil}
+	}
+	return http.StatusInternalServerError, apiError{"UNKNOWN", "internal error", nil}
+}
+
+// writeError writes err as a Distribution-style JSON error body. An auth
+// challenge sets its own headers (WWW-Authenticate) first.
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var ch auth.Challenge
+	if errors.As(err, &ch) {
+		ch.SetHeaders(r, w)
+		err = fmt.Errorf("%w: %v", errUnauthenticated, err)
+	}
+	status, body := statusOf(err)
+	if status == http.StatusInternalServerError {
+		logrus.WithError(err).WithField("path", r.URL.Path).Error("reclaim: gc api")
+	}
+	if status == http.StatusServiceUnavailable || status == http.StatusConflict {
+		w.Header().Set("Retry-After", "30")
+	}
+	writeJSON(w, status, map[string][]apiError{"errors": {body}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,385 @@
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/distribution/distribution/v3/configuration"
+	"github.com/distribution/distribution/v3/registry/auth"
+	"github.com/sirupsen/logrus"
+
+	"github.com/reclaim-registry/reclaim/gc"
+)
+
+// The GC API, served on the registry's own listener:
+//
+//	POST /gc/v1/repositories/<name>/collect[?dry_run=&untagged=&cap=&plan=&async=]
+//	POST /gc/v1/repositories/<name>/plan[?untagged=&cap=]
+//	POST /gc/v1/repositories/<name>/plans/<id>/apply
+//	GET  /gc/v1/plans/<id>
+//	GET  /gc/v1/runs/<id>
+//	GET  /gc/v1/status
+//
+// Repository endpoints require the "delete" action on the repository from
+// the registry's configured access controller; the GET endpoints require an
+// authenticated caller ("pull" on the repository for runs and plans).
+// docs/api.md is the reference.
+const gcPrefix = "/gc/v1/"
+
+// maxBody bounds request bodies; the options fit in a few hundred bytes.
+const maxBody = 64 << 10
+
+func init() { register(newGCAPI) }
+
+// gcBackend is what the API needs from the storage layer.
+type gcBackend struct {
+	Collector *gc.Collector
+	// Status reports the health of the tracker and link database.
+	Status func(ctx context.Context) map[string]any
+}
+
+// openGC builds the backend for a config; gcapi_storage.go sets it, tests
+// replace it.
+var openGC func(ctx context.Context, config *configuration.Configuration, c GCConfig) (*gcBackend, error)
+
+type gcAPI struct {
+	next   http.Handler
+	config *configuration.Configuration
+	cfg    GCConfig
+	cfgErr error
+	ac     auth.AccessController
+	acErr  error
+
+	mu      sync.Mutex
+	backend *gcBackend
+}
+
+func newGCAPI(config *configuration.Configuration, next http.Handler) http.Handler {
+	h := &gcAPI{next: next, config: config}
+	h.cfg, h.cfgErr = ParseGCConfig(config)
+	if h.cfgErr != nil {
+		logrus.WithError(h.cfgErr).Error("reclaim: GC API disabled: invalid configuration")
+	}
+	if config != nil && config.Auth.Type() != "" {
+		h.ac, h.acErr = auth.GetAccessController(config.Auth.Type(), config.Auth.Parameters())
+		if h.acErr != nil {
+			// Fail closed: every GC request is refused until fixed.
+			logrus.WithError(h.acErr).Error("reclaim: GC API refuses requests: access controller")
+		}
+	}
+	return h
+}
+
+func (h *gcAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !strings.HasPrefix(r.URL.Path, gcPrefix) {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	if err := h.serve(w, r); err != nil {
+		writeError(w, r, err)
+	}
+}
+
+var (
+	planIDRe = regexp.MustCompile(`^[0-9a-f]{24}$`)
+	applyRe  = regexp.MustCompile(`^(.+)/plans/([^/]+)/apply$`)
+)
+
+func (h *gcAPI) serve(w http.ResponseWriter, r *http.Request) error {
+	if h.cfgErr != nil {
+		return fmt.Errorf("%w: %v", gc.ErrDisabled, h.cfgErr)
+	}
+	if !h.cfg.Present || !h.cfg.Enabled {
+		return fmt.Errorf("%w: set gc.enabled in the reclaim storage middleware options", gc.ErrDisabled)
+	}
+	rest := strings.TrimPrefix(r.URL.Path, gcPrefix)
+	switch {
+	case rest == "status":
+		return h.status(w, r)
+	case strings.HasPrefix(rest, "runs/"):
+		return h.getRun(w, r, strings.TrimPrefix(rest, "runs/"))
+	case strings.HasPrefix(rest, "plans/"):
+		return h.getPlan(w, r, strings.TrimPrefix(rest, "plans/"))
+	case strings.HasPrefix(rest, "repositories/"):
+		rest = strings.TrimPrefix(rest, "repositories/")
+		if r.Method != http.MethodPost {
+			return fmt.Errorf("%w: %s; use POST", errMethod, r.Method)
+		}
+		switch {
+		case strings.HasSuffix(rest, "/collect"):
+			return h.collect(w, r, strings.TrimSuffix(rest, "/collect"), "")
+		case strings.HasSuffix(rest, "/plan"):
+			return h.plan(w, r, strings.TrimSuffix(rest, "/plan"))
+		default:
+			if m := applyRe.FindStringSubmatch(rest); m != nil {
+				return h.collect(w, r, m[1], m[2])
+			}
+		}
+	}
+	return fmt.Errorf("%w: %s", errNotFound, r.URL.Path)
+}
+
+// authorize asks the configured access controller. With no auth
+// configured the registry is open, and so is this API (as upstream).
+func (h *gcAPI) authorize(r *http.Request, repo, action string) error {
+	if h.acErr != nil {
+		return fmt.Errorf("access controller: %w", h.acErr)
+	}
+	if h.ac == nil {
+		return nil
+	}
+	var access []auth.Access
+	if repo != "" {
+		access = append(access, auth.Access{Resource: auth.Resource{Type: "repository", Name: repo}, Action: action})
+	}
+	_, err := h.ac.Authorized(r, access...)
+	return err
+}
+
+func (h *gcAPI) collector(ctx context.Context) (*gcBackend, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.backend != nil {
+		return h.backend, nil
+	}
+	if openGC == nil {
+		return nil, errUnavailable
+	}
+	b, err := openGC(ctx, h.config, h.cfg)
+	if err != nil {
+		// Not memoized: Redis may come up later.
+		return nil, fmt.Errorf("%w: %v", errUnavailable, err)
+	}
+	h.backend = b
+	return b, nil
+}
+
+// collectRequest is the optional JSON body; query parameters override it.
+type collectRequest struct {
+	DryRun   *bool  `json:"dry_run,omitempty"`
+	Untagged string `json:"untagged,omitempty"`
+	Cap      int    `json:"cap,omitempty"`
+	Plan     string `json:"plan_id,omitempty"`
+	Async    bool   `json:"async,omitempty"`
+}
+
+func readRequest(r *http.Request) (collectRequest, error) {
+	var req collectRequest
+	if r.ContentLength > maxBody {
+		return req, fmt.Errorf("%w: limit %d bytes", errTooLarge, maxBody)
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return req, fmt.Errorf("%w: read body: %v", errBadRequest, err)
+	}
+	if len(body) > maxBody {
+		return req, fmt.Errorf("%w: limit %d bytes", errTooLarge, maxBody)
+	}
+	if len(strings.TrimSpace(string(body))) > 0 {
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return req, fmt.Errorf("%w: body: %v", errBadRequest, err)
+		}
+	}
+	q := r.URL.Query()
+	for k := range q {
+		switch k {
+		case "dry_run", "untagged", "cap", "plan", "async":
+		default:
+			return req, fmt.Errorf("%w: unknown parameter %q", errBadRequest, k)
+		}
+	}
+	if v := q.Get("dry_run"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return req, fmt.Errorf("%w: dry_run=%q: want true or false", errBadRequest, v)
+		}
+		req.DryRun = &b
+	}
+	if v := q.Get("untagged"); v != "" {
+		req.Untagged = v
+	}
+	if req.Untagged != "" && req.Untagged != "keep" && req.Untagged != "delete" {
+		return req, fmt.Errorf("%w: untagged=%q: want keep or delete", errBadRequest, req.Untagged)
+	}
+	if v := q.Get("cap"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return req, fmt.Errorf("%w: cap=%q: want a non-negative integer", errBadRequest, v)
+		}
+		req.Cap = n
+	}
+	if req.Cap < 0 {
+		return req, fmt.Errorf("%w: cap must not be negative", errBadRequest)
+	}
+	if v := q.Get("plan"); v != "" {
+		req.Plan = v
+	}
+	if req.Plan != "" && !planIDRe.MatchString(req.Plan) {
+		return req, fmt.Errorf("%w: plan id %q", errBadRequest, req.Plan)
+	}
+	if v := q.Get("async"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return req, fmt.Errorf("%w: async=%q: want true or false", errBadRequest, v)
+		}
+		req.Async = b
+	}
+	return req, nil
+}
+
+func (req collectRequest) options() gc.RunOptions {
+	o := gc.RunOptions{Cap: req.Cap, PlanID: req.Plan}
+	if req.DryRun != nil {
+		o.DryRun = *req.DryRun
+	}
+	if req.Untagged != "" {
+		keep := req.Untagged == "keep"
+		o.KeepUntagged = &keep
+	}
+	return o
+}
+
+// repoRequest validates the name, authorizes, parses and opens the backend,
+// in that order: a bad name is a 400 whoever asks.
+func (h *gcAPI) repoRequest(r *http.Request, repo string) (collectRequest, *gcBackend, error) {
+	if err := gc.ValidateName(repo); err != nil {
+		return collectRequest{}, nil, err
+	}
+	if err := h.authorize(r, repo, "delete"); err != nil {
+		return collectRequest{}, nil, err
+	}
+	req, err := readRequest(r)
+	if err != nil {
+		return req, nil, err
+	}
+	b, err := h.collector(r.Context())
+	return req, b, err
+}
+
+func (h *gcAPI) collect(w http.ResponseWriter, r *http.Request, repo, planID string) error {
+	req, b, err := h.repoRequest(r, repo)
+	if err != nil {
+		return err
+	}
+	if planID != "" {
+		if !planIDRe.MatchString(planID) {
+			return fmt.Errorf("%w: plan id %q", errBadRequest, planID)
+		}
+		req.Plan = planID
+	}
+	o := req.options()
+	if req.Async {
+		id, err := b.Collector.Start(r.Context(), repo, o)
+		if err != nil {
+			observeAbort(err)
+			return err
+		}
+		go observeWhenDone(b.Collector, id)
+		writeJSON(w, http.StatusAccepted, map[string]any{"run_id": id, "repository": repo, "status": "running",
+			"status_url": gcPrefix + "runs/" + id})
+		return nil
+	}
+	rep, err := b.Collector.Collect(r.Context(), repo, o)
+	observe(rep, err)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, rep)
+	return nil
+}
+
+func (h *gcAPI) plan(w http.ResponseWriter, r *http.Request, repo string) error {
+	req, b, err := h.repoRequest(r, repo)
+	if err != nil {
+		return err
+	}
+	if req.Plan != "" || req.Async || (req.DryRun != nil && !*req.DryRun) {
+		return fmt.Errorf("%w: plan takes only untagged and cap", errBadRequest)
+	}
+	p, rep, err := b.Collector.Preview(r.Context(), repo, req.options())
+	observe(rep, err)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"plan": p, "report": rep})
+	return nil
+}
+
+func (h *gcAPI) getRun(w http.ResponseWriter, r *http.Request, id string) error {
+	if r.Method != http.MethodGet {
+		return fmt.Errorf("%w: %s; use GET", errMethod, r.Method)
+	}
+	if err := h.authorize(r, "", ""); err != nil {
+		return err
+	}
+	b, err := h.collector(r.Context())
+	if err != nil {
+		return err
+	}
+	rep, ok := b.Collector.Run(id)
+	if !ok {
+		return fmt.Errorf("%w: %q", errRunNotFound, id)
+	}
+	if err := h.authorize(r, rep.Repository, "pull"); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, rep)
+	return nil
+}
+
+func (h *gcAPI) getPlan(w http.ResponseWriter, r *http.Request, id string) error {
+	if r.Method != http.MethodGet {
+		return fmt.Errorf("%w: %s; use GET", errMethod, r.Method)
+	}
+	if err := h.authorize(r, "", ""); err != nil {
+		return err
+	}
+	b, err := h.collector(r.Context())
+	if err != nil {
+		return err
+	}
+	p, ok := b.Collector.Plan(id)
+	if !ok {
+		return fmt.Errorf("%w: %q", gc.ErrPlanNotFound, id)
+	}
+	if err := h.authorize(r, p.Repository, "pull"); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, p)
+	return nil
+}
+
+func (h *gcAPI) status(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodGet {
+		return fmt.Errorf("%w: %s; use GET", errMethod, r.Method)
+	}
+	if err := h.authorize(r, "", ""); err != nil {
+		return err
+	}
+	out := map[string]any{"enabled": true, "window_seconds": int64(h.cfg.Window.Seconds()), "cap": h.cfg.Cap,
+		"untagged": map[bool]string{true: "keep", false: "delete"}[h.cfg.KeepUntagged]}
+	b, err := h.collector(r.Context())
+	if err != nil {
+		var ae apiError
+		_, ae = statusOf(err)
+		out["backend"] = ae.Message
+		writeJSON(w, http.StatusServiceUnavailable, out)
+		return nil
+	}
+	if b.Status != nil {
+		for k, v := range b.Status(r.Context()) {
+			out[k] = v
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}

@@ -1,0 +1,105 @@
+package registry
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/reclaim-registry/reclaim/gc"
+)
+
+// GC metrics, in Prometheus' default registry (served by Distribution's
+// debug server at http.debug.prometheus.path). All derive from the run
+// reports, so they use the same reason names as the JSON.
+var (
+	metricRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "reclaim", Subsystem: "gc", Name: "runs_total",
+		Help: "GC runs by outcome (done, aborted, failed) and mode (dry_run true/false).",
+	}, []string{"status", "dry_run"})
+	metricDeleted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "reclaim", Subsystem: "gc", Name: "deleted_total",
+		Help: "Objects deleted by real runs, by kind (manifest, layer_link, blob).",
+	}, []string{"kind"})
+	metricBytesFreed = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "reclaim", Subsystem: "gc", Name: "bytes_freed_total",
+		Help: "Bytes of blob data deleted by real runs.",
+	})
+	metricKept = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "reclaim", Subsystem: "gc", Name: "kept_total",
+		Help: "Objects kept by real runs, by kind and reason.",
+	}, []string{"kind", "reason"})
+	metricAborts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "reclaim", Subsystem: "gc", Name: "aborts_total",
+		Help: "Runs refused or aborted before deleting anything, by reason.",
+	}, []string{"reason"})
+	metricDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "reclaim", Subsystem: "gc", Name: "run_duration_seconds",
+		Help:    "Wall time of finished runs.",
+		Buckets: prometheus.ExponentialBuckets(0.01, 4, 10),
+	})
+)
+
+func init() {
+	prometheus.MustRegister(metricRuns, metricDeleted, metricBytesFreed, metricKept, metricAborts, metricDuration)
+}
+
+// observe records a finished synchronous run.
+func observe(rep *gc.Report, err error) {
+	if err != nil {
+		observeAbort(err)
+	}
+	if rep == nil {
+		return
+	}
+	metricRuns.WithLabelValues(rep.Status, boolLabel(rep.DryRun)).Inc()
+	if !rep.FinishedAt.IsZero() {
+		metricDuration.Observe(rep.FinishedAt.Sub(rep.StartedAt).Seconds())
+	}
+	if rep.DryRun || rep.Status != "done" {
+		return
+	}
+	metricDeleted.WithLabelValues(string(gc.KindManifest)).Add(float64(len(rep.ManifestsDeleted)))
+	metricDeleted.WithLabelValues(string(gc.KindLayerLink)).Add(float64(len(rep.LayersUnlinked)))
+	metricDeleted.WithLabelValues(string(gc.KindBlob)).Add(float64(len(rep.BlobsDeleted)))
+	metricBytesFreed.Add(float64(rep.BytesFreed))
+	for _, k := range rep.Kept {
+		metricKept.WithLabelValues(string(k.Kind), k.Reason.String()).Inc()
+	}
+}
+
+func observeAbort(err error) {
+	var ae *gc.AbortError
+	switch {
+	case errors.As(err, &ae):
+		metricAborts.WithLabelValues(string(ae.Reason)).Inc()
+	case errors.Is(err, gc.ErrRepositoryBusy):
+		metricAborts.WithLabelValues("repository_busy").Inc()
+	}
+}
+
+// observeWhenDone records an asynchronous run once it finishes.
+func observeWhenDone(c *gc.Collector, id string) {
+	for {
+		rep, ok := c.Run(id)
+		if !ok {
+			return
+		}
+		if rep.Status != "running" {
+			var err error
+			if rep.Abort != "" {
+				err = &gc.AbortError{Reason: gc.AbortReason(rep.Abort)}
+			}
+			observe(rep, err)
+			return
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func boolLabel(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}

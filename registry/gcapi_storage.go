@@ -1,0 +1,139 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/distribution/distribution/v3/configuration"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/storage"
+)
+
+// This file adapts the storage package to the small interfaces gc
+// declares, so gc stays free of Redis and storage types.
+
+func init() { openGC = openStorageGC }
+
+// openStorageGC builds the collector on the process's storage Env: the
+// driver wrapped by the reclaim middleware (deletes through it remove
+// reverse links and evict descriptor caches), its tracker and link index.
+func openStorageGC(ctx context.Context, config *configuration.Configuration, c GCConfig) (*gcBackend, error) {
+	env, err := storage.Open(ctx, config)
+	if err != nil {
+		return nil, err
+	}
+	// One window for everything: the larger of GC's (default 24h) and the
+	// middleware's, so neither default can shrink the other.
+	window := max(c.Window, env.Window)
+	col, err := gc.New(gc.Config{
+		Driver:  env.Driver,
+		Tracker: gcTracker{env.Tracker},
+		Links:   gcLinks{env.Links},
+		LinkDBComplete: func(ctx context.Context) (bool, error) {
+			_, ok, err := storage.LinkDBComplete(ctx, env.Raw)
+			return ok, err
+		},
+		Context:      storage.WithoutAccessRecords,
+		Window:       window,
+		Cap:          c.Cap,
+		KeepUntagged: c.KeepUntagged,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &gcBackend{Collector: col, Status: func(ctx context.Context) map[string]any {
+		out := map[string]any{"window_seconds": int64(window.Seconds()), "embedded_redis": env.Embedded}
+		if since, err := env.Tracker.RecordingSince(ctx); err != nil {
+			out["redis"] = err.Error()
+		} else {
+			out["redis"] = "ok"
+			out["recording_since"] = since.UTC()
+			out["trusted"] = time.Since(since) >= window
+		}
+		if since, ok, err := storage.LinkDBComplete(ctx, env.Raw); err != nil {
+			out["linkdb"] = err.Error()
+		} else {
+			out["linkdb_complete"] = ok
+			if ok {
+				out["linkdb_complete_since"] = since.UTC()
+			}
+		}
+		return out
+	}}, nil
+}
+
+// gcTracker adapts *storage.Tracker to gc.Tracker (and gc.Clock).
+type gcTracker struct{ t *storage.Tracker }
+
+var (
+	_ gc.Tracker = gcTracker{}
+	_ gc.Clock   = gcTracker{}
+)
+
+func toStorage(o gc.Object) storage.Object {
+	return storage.Object{Blob: o.Blob, Repo: o.Repo, Kind: storage.LinkKind(o.Kind)}
+}
+
+// trackerErr re-labels storage's sentinels with gc's, keeping both in the
+// chain.
+func trackerErr(err error) error {
+	for _, m := range []struct{ from, to error }{
+		{storage.ErrFenced, gc.ErrFenced},
+		{storage.ErrRecentlyAccessed, gc.ErrRecentlyAccessed},
+		{storage.ErrNotRecording, gc.ErrNotRecording},
+		{storage.ErrRepositoryBusy, gc.ErrRepositoryBusy},
+		{storage.ErrRedisUnavailable, gc.ErrTrackerUnavailable},
+	} {
+		if errors.Is(err, m.from) {
+			return fmt.Errorf("%w: %w", m.to, err)
+		}
+	}
+	return err
+}
+
+func (a gcTracker) RecordingSince(ctx context.Context) (time.Time, error) {
+	t, err := a.t.RecordingSince(ctx)
+	return t, trackerErr(err)
+}
+
+func (a gcTracker) LastAccess(ctx context.Context, o gc.Object) (time.Time, bool, error) {
+	t, ok, err := a.t.LastAccess(ctx, toStorage(o))
+	return t, ok, trackerErr(err)
+}
+
+func (a gcTracker) Fence(ctx context.Context, o gc.Object, window, lease time.Duration) (func(context.Context) error, error) {
+	f, err := a.t.Fence(ctx, toStorage(o), window, lease)
+	if err != nil {
+		return nil, trackerErr(err)
+	}
+	return func(ctx context.Context) error { return trackerErr(a.t.Release(ctx, f)) }, nil
+}
+
+func (a gcTracker) LockRepository(ctx context.Context, repo string, lease time.Duration) (func(), error) {
+	unlock, err := a.t.LockRepository(ctx, repo, lease)
+	return unlock, trackerErr(err)
+}
+
+func (a gcTracker) Now(ctx context.Context) (time.Time, error) {
+	t, err := a.t.Now(ctx)
+	return t, trackerErr(err)
+}
+
+// gcLinks adapts *storage.ReverseLinks to gc.LinkIndex.
+type gcLinks struct{ l *storage.ReverseLinks }
+
+func (a gcLinks) List(ctx context.Context, blob digest.Digest) ([]gc.RepoLink, error) {
+	ls, err := a.l.List(ctx, blob)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]gc.RepoLink, len(ls))
+	for i, l := range ls {
+		out[i] = gc.RepoLink{Repo: l.Repo, Kind: gc.LinkKind(l.Kind)}
+	}
+	return out, nil
+}
