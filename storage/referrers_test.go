@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+	"github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
 	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
@@ -314,6 +315,71 @@ func TestReferrersQueryCost(t *testing.T) {
 				}
 				if calls := d.reset(); calls["Delete"] != 1 || len(calls) != 1 {
 					t.Errorf("Remove: %v, want one Delete", calls)
+				}
+			}
+		})
+	}
+}
+
+func TestReferrerOf(t *testing.T) {
+	subject := digest.FromString("subject")
+	subj := fmt.Sprintf(`"subject":{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":7}`, subject)
+	cfg := `"config":{"mediaType":"application/vnd.example.config","digest":"` + digest.FromString("c").String() + `","size":1}`
+	for _, c := range []struct {
+		name, payload, contentType string
+		ok                         bool
+		mediaType, artifactType    string
+		err                        bool
+	}{
+		{"artifactType wins", `{"mediaType":"application/vnd.oci.image.manifest.v1+json","artifactType":"a/b",` + cfg + `,` + subj + `}`, "", true, v1.MediaTypeImageManifest, "a/b", false},
+		{"config media type", `{"mediaType":"application/vnd.oci.image.manifest.v1+json",` + cfg + `,` + subj + `}`, "", true, v1.MediaTypeImageManifest, "application/vnd.example.config", false},
+		{"index has no config", `{"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[],` + subj + `}`, "", true, v1.MediaTypeImageIndex, "", false},
+		{"Content-Type when body has none", `{` + cfg + `,` + subj + `}`, v1.MediaTypeImageManifest, true, v1.MediaTypeImageManifest, "application/vnd.example.config", false},
+		{"shape when nobody says", `{"manifests":[],` + subj + `}`, "", true, v1.MediaTypeImageIndex, "", false},
+		{"no subject", `{"mediaType":"application/vnd.oci.image.manifest.v1+json",` + cfg + `}`, "", false, "", "", false},
+		{"not JSON", `<html>`, "", false, "", "", true},
+		{"bad subject digest", `{"mediaType":"m","subject":{"digest":"sha256:00"}}`, "", false, "", "", true},
+		{"no media type at all", `{` + subj + `}`, "", false, "", "", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := digest.FromString(c.payload)
+			s, desc, ok, err := ReferrerOf([]byte(c.payload), d, c.contentType)
+			if (err != nil) != c.err || (err != nil && !errors.Is(err, ErrInvalidReferrer)) {
+				t.Fatalf("err = %v, want error %v wrapping ErrInvalidReferrer", err, c.err)
+			}
+			if ok != c.ok {
+				t.Fatalf("ok = %v, want %v", ok, c.ok)
+			}
+			if !ok {
+				return
+			}
+			if s != subject || desc.Digest != d || desc.Size != int64(len(c.payload)) ||
+				desc.MediaType != c.mediaType || desc.ArtifactType != c.artifactType {
+				t.Errorf("ReferrerOf = %s, %+v; want subject %s, mediaType %q, artifactType %q", s, desc, subject, c.mediaType, c.artifactType)
+			}
+		})
+	}
+}
+
+// BenchmarkReferrersList times a full referrers query on the filesystem
+// driver (real files, no cache) for subjects with 1, 10 and 1000 referrers.
+func BenchmarkReferrersList(b *testing.B) {
+	for _, n := range []int{1, 10, 1000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			ctx := context.Background()
+			d := filesystem.New(filesystem.DriverParameters{RootDirectory: b.TempDir(), MaxThreads: 100})
+			r := NewReferrers(d)
+			subject := digest.FromString("s")
+			for i := range n {
+				if err := r.Add(ctx, "a", subject, referrerDesc(i, "x")); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				got, err := r.List(ctx, "a", subject)
+				if err != nil || len(got) != n {
+					b.Fatalf("List = %d, %v", len(got), err)
 				}
 			}
 		})
