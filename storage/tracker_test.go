@@ -1,0 +1,195 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+)
+
+var dB = digest.FromString("b")
+
+func TestTouchAndFence(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		tr := newTestTracker(t, b)
+		if _, err := tr.Fence(ctx, Object{Blob: dA}, time.Minute, time.Minute); !errors.Is(err, ErrNotRecording) {
+			t.Fatalf("fence without epoch: %v, want ErrNotRecording", err)
+		}
+		if err := tr.StartRecording(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Epoch younger than the window: not trusted.
+		if _, err := tr.Fence(ctx, Object{Blob: dA}, time.Minute, time.Minute); !errors.Is(err, ErrNotRecording) {
+			t.Fatalf("fence with young epoch: %v, want ErrNotRecording", err)
+		}
+		if fenced, _ := tr.Fenced(ctx, Object{Blob: dA}); fenced {
+			t.Fatal("a refused fence was left behind")
+		}
+		const w = 100 * time.Millisecond
+		time.Sleep(w)
+
+		layer := Object{Blob: dA, Repo: "r", Kind: LinkLayer}
+		if err := tr.Touch(ctx, Object{Blob: dA}, layer); err != nil {
+			t.Fatal(err)
+		}
+		if at, ok, err := tr.LastAccess(ctx, layer); err != nil || !ok || time.Since(at) > time.Minute {
+			t.Fatalf("LastAccess = %v %v %v", at, ok, err)
+		}
+		// Recently accessed: GC keeps it, blob and link alike.
+		for _, o := range []Object{{Blob: dA}, layer} {
+			if _, err := tr.Fence(ctx, o, w, time.Minute); !errors.Is(err, ErrRecentlyAccessed) {
+				t.Fatalf("fence %v right after access: %v", o, err)
+			}
+		}
+		time.Sleep(w + 20*time.Millisecond)
+		f, err := tr.Fence(ctx, layer, w, time.Minute)
+		if err != nil {
+			t.Fatalf("fence after window: %v", err)
+		}
+		// The link is fenced: touching it is refused and records nothing;
+		// the blob alone, or another repository's link, is not fenced.
+		before, _, _ := tr.LastAccess(ctx, Object{Blob: dA})
+		if err := tr.Touch(ctx, Object{Blob: dA}, layer); !errors.Is(err, ErrFenced) {
+			t.Fatalf("touch fenced link: %v", err)
+		}
+		if after, _, _ := tr.LastAccess(ctx, Object{Blob: dA}); !after.Equal(before) {
+			t.Fatal("a refused touch recorded an access")
+		}
+		if err := tr.Touch(ctx, Object{Blob: dA, Repo: "other", Kind: LinkLayer}); err != nil {
+			t.Fatalf("touch other link: %v", err)
+		}
+		if _, err := tr.Fence(ctx, layer, w, time.Minute); !errors.Is(err, ErrFenced) {
+			t.Fatalf("second fence: %v", err)
+		}
+		if err := tr.Release(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Touch(ctx, layer); err != nil {
+			t.Fatalf("touch after release: %v", err)
+		}
+
+		// A blob fence blocks every link of the blob.
+		time.Sleep(w + 20*time.Millisecond)
+		fb, err := tr.Fence(ctx, Object{Blob: dA}, w, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Touch(ctx, Object{Blob: dA, Repo: "third", Kind: LinkManifest}); !errors.Is(err, ErrFenced) {
+			t.Fatalf("touch link of fenced blob: %v", err)
+		}
+		if _, err := tr.Fence(ctx, layer, w, time.Minute); !errors.Is(err, ErrFenced) {
+			t.Fatalf("fence link of fenced blob: %v", err)
+		}
+		// A release with the wrong token does nothing.
+		if err := tr.Release(ctx, &Fence{Object: fb.Object, Token: "x", key: fb.key}); err != nil {
+			t.Fatal(err)
+		}
+		if fenced, _ := tr.Fenced(ctx, Object{Blob: dA}); !fenced {
+			t.Fatal("foreign release removed the fence")
+		}
+		_ = tr.Release(ctx, fb)
+
+		// Lease expiry frees the object even if GC dies.
+		time.Sleep(w + 20*time.Millisecond)
+		if _, err := tr.Fence(ctx, Object{Blob: dB}, w, 50*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if b.mini != nil {
+			b.mini.FastForward(60 * time.Millisecond)
+		} else {
+			time.Sleep(60 * time.Millisecond)
+		}
+		if err := tr.Touch(ctx, Object{Blob: dB}); err != nil {
+			t.Fatalf("touch after lease expiry: %v", err)
+		}
+	})
+}
+
+func TestTombstones(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		tr := newTestTracker(t, b)
+		l := Object{Blob: dA, Repo: "r", Kind: LinkLayer}
+		if err := tr.MarkGone(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		gone, err := tr.touch(ctx, dA, []Object{l}, false)
+		if err != nil || !gone {
+			t.Fatalf("touch = %v %v, want gone", gone, err)
+		}
+		if gone, _ := tr.touch(ctx, dA, []Object{{Blob: dA, Repo: "s", Kind: LinkLayer}}, false); gone {
+			t.Fatal("tombstone of r seen by s")
+		}
+		if _, err := tr.touch(ctx, dA, []Object{l}, true); err != nil {
+			t.Fatal(err)
+		}
+		if gone, _ := tr.touch(ctx, dA, []Object{l}, false); gone {
+			t.Fatal("a write did not clear the tombstone")
+		}
+	})
+}
+
+func TestLockRepository(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		tr := newTestTracker(t, b)
+		unlock, err := tr.LockRepository(ctx, "a/b", 90*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(150 * time.Millisecond) // renewed past its first lease
+		if _, err := tr.LockRepository(ctx, "a/b", time.Second); !errors.Is(err, ErrRepositoryBusy) {
+			t.Fatalf("second lock: %v", err)
+		}
+		unlock()
+		unlock() // idempotent
+		u2, err := tr.LockRepository(ctx, "a/b", time.Second)
+		if err != nil {
+			t.Fatalf("lock after unlock: %v", err)
+		}
+		u2()
+		if _, err := tr.LockRepository(ctx, "Bad Name", time.Second); err == nil {
+			t.Fatal("bad name accepted")
+		}
+	})
+}
+
+// TestRedisGapMovesEpoch: a registry-side failure followed by a success
+// moves the epoch forward, so GC distrusts the gap.
+func TestRedisGapMovesEpoch(t *testing.T) {
+	for _, b := range backends(t)[:1] { // needs miniredis' fault injection
+		ctx := context.Background()
+		tr := newTestTracker(t, b)
+		if err := tr.StartRecording(ctx); err != nil {
+			t.Fatal(err)
+		}
+		e0, _ := tr.RecordingSince(ctx)
+		b.mini.SetError("LOADING injected")
+		if err := tr.Touch(ctx, Object{Blob: dA}); !errors.Is(err, ErrRedisUnavailable) {
+			t.Fatalf("touch with redis failing: %v", err)
+		}
+		b.mini.SetError("")
+		time.Sleep(5 * time.Millisecond)
+		if err := tr.Touch(ctx, Object{Blob: dA}); err != nil {
+			t.Fatal(err)
+		}
+		e1, err := tr.RecordingSince(ctx)
+		if err != nil || !e1.After(e0) {
+			t.Fatalf("epoch after gap = %v (%v), before %v: want later", e1, err, e0)
+		}
+		// Lost data: the epoch disappears, and StartRecording sets a new one.
+		b.mini.FlushAll()
+		if _, err := tr.RecordingSince(ctx); !errors.Is(err, ErrNotRecording) {
+			t.Fatalf("after flush: %v", err)
+		}
+		if err := tr.StartRecording(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tr.RecordingSince(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
