@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/distribution/distribution/v3/configuration"
+	distregistry "github.com/distribution/distribution/v3/registry"
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+	"github.com/distribution/distribution/v3/registry/storage/driver/factory"
+	"github.com/spf13/cobra"
+
+	"github.com/reclaim-registry/reclaim/linkdb"
+)
+
+// Exit codes of `registry linkdb rebuild`.
+const (
+	rebuildExitDone       = 0 // finished; the marker is written (unless --dry-run)
+	rebuildExitFailed     = 1 // could not run, or interrupted (run again to resume)
+	rebuildExitIncomplete = 3 // finished, but some parts could not be read: no marker
+)
+
+// linkdbExit is os.Exit, replaced by tests.
+var linkdbExit = os.Exit
+
+func init() {
+	cmd := &cobra.Command{
+		Use:   "linkdb",
+		Short: "Rebuild and verify Reclaim's reverse-link database",
+		Long: `The reverse-link database records, next to every blob, which repositories
+link it. GC needs it complete before it deletes shared blobs. "rebuild"
+creates it for data written before the middleware was deployed (safe while
+the registry serves); "verify" checks it. See docs/operations.md.`,
+	}
+	cmd.AddCommand(newRebuildCmd(), newVerifyCmd())
+	distregistry.RootCmd.AddCommand(cmd)
+}
+
+func newRebuildCmd() *cobra.Command {
+	var (
+		opts           linkdb.RebuildOptions
+		checkpointFile string
+		progressEvery  time.Duration
+		asJSON         bool
+	)
+	cmd := &cobra.Command{
+		Use:   "rebuild <config>",
+		Short: "Write missing reverse links and referrers entries, remove stale ones, then mark the link database complete",
+		Args:  cobra.MaximumNArgs(1),
+		Run: func(cmd *cobra.Command, args []string) {
+			linkdbExit(runRebuild(cmd, args, opts, checkpointFile, progressEvery, asJSON))
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&opts.Workers, "workers", 4, "repositories (then blob shards) walked in parallel")
+	f.BoolVarP(&opts.DryRun, "dry-run", "d", false, "report what would change; write nothing (no checkpoint, no marker)")
+	f.BoolVar(&opts.Offline, "offline", false, "no registry serves this storage: remove stale entries without a GC fence")
+	f.DurationVar(&opts.MinAge, "min-age", 10*time.Minute, "leave stale entries younger than this (pushes in flight); negative: no guard")
+	f.StringVar(&checkpointFile, "checkpoint", "", "keep the checkpoint in this local file (default: in the storage, reclaim/rebuild/checkpoint)")
+	f.BoolVar(&opts.Restart, "restart", false, "discard the checkpoint and start over")
+	f.DurationVar(&progressEvery, "progress-every", 30*time.Second, "interval of progress log lines when stderr is not a terminal")
+	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return cmd
+}
+
+func runRebuild(cmd *cobra.Command, args []string, opts linkdb.RebuildOptions, checkpointFile string, progressEvery time.Duration, asJSON bool) int {
+	stderr := cmd.ErrOrStderr()
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	config, d, err := openStorage(ctx, args)
+	if err != nil {
+		fmt.Fprintf(stderr, "linkdb rebuild: %v\n", err)
+		return rebuildExitFailed
+	}
+	if !hasReclaimMiddleware(config) && !opts.Offline {
+		fmt.Fprintln(stderr, "linkdb rebuild: warning: this config does not enable the reclaim storage middleware. "+
+			"A rebuild while serving is complete only if every registry instance writing to this storage runs with it.")
+	}
+	fencer, closeFencer, err := openFencer(ctx, config)
+	if err != nil {
+		fmt.Fprintf(stderr, "linkdb rebuild: %v\n", err)
+		return rebuildExitFailed
+	}
+	defer closeFencer()
+	opts.Fencer = fencer
+	if fencer == nil && !opts.Offline && !opts.DryRun {
+		fmt.Fprintln(stderr, "linkdb rebuild: no shared Redis configured for the reclaim middleware: stale entries are reported, not removed (use --offline when no registry serves this storage)")
+	}
+	switch {
+	case opts.DryRun:
+	case checkpointFile != "":
+		opts.Checkpoint = linkdb.FileCheckpoint(checkpointFile)
+	default:
+		opts.Checkpoint = linkdb.StorageCheckpoint(d)
+	}
+	opts.Progress = &linkdb.Progress{Out: stderr, TTY: linkdb.IsTerminal(stderr), LogEvery: progressEvery}
+
+	res, err := linkdb.Rebuild(ctx, d, opts)
+	if res != nil {
+		if werr := writeRebuildResult(cmd.OutOrStdout(), res, asJSON); werr != nil {
+			fmt.Fprintf(stderr, "linkdb rebuild: %v\n", werr)
+		}
+	}
+	switch {
+	case err == nil:
+		return rebuildExitDone
+	case errors.Is(err, linkdb.ErrIncomplete):
+		fmt.Fprintf(stderr, "linkdb rebuild: %v; fix what is listed as unreadable and run it again (finished parts are skipped)\n", err)
+		return rebuildExitIncomplete
+	case ctx.Err() != nil:
+		fmt.Fprintln(stderr, "linkdb rebuild: interrupted; run the same command again to resume from the checkpoint")
+		return rebuildExitFailed
+	default:
+		fmt.Fprintf(stderr, "linkdb rebuild: %v\n", err)
+		return rebuildExitFailed
+	}
+}
+
+func writeRebuildResult(w io.Writer, res *linkdb.RebuildResult, asJSON bool) error {
+	if asJSON {
+		e := json.NewEncoder(w)
+		e.SetIndent("", "  ")
+		return e.Encode(res)
+	}
+	verb := ""
+	if res.DryRun {
+		verb = " (dry-run: would have)"
+	}
+	_, err := fmt.Fprintf(w, `rebuild%s: %d repositories (%d skipped from checkpoint), %d forward links, %d shards (%d skipped)
+  reverse links: %d added, %d present
+  referrers entries: %d added
+  stale entries: %d removed, %d kept, %d restored; %d reverse links seen
+  problems: %v
+  complete: %v (since %s), took %s
+`, verb, res.Repositories, res.RepositoriesSkipped, res.ForwardLinks, res.Shards, res.ShardsSkipped,
+		res.ReverseAdded, res.ReversePresent, res.ReferrersAdded,
+		res.StaleRemoved, res.StaleKept, res.StaleRestored, res.ReverseLinks,
+		res.Counts, res.Complete, res.Started.Format(time.RFC3339), res.Duration.Round(time.Millisecond))
+	return err
+}
+
+func newVerifyCmd() *cobra.Command {
+	var (
+		opts   linkdb.VerifyOptions
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "verify <config>",
+		Short: "Check the reverse-link database against the forward links (read-only)",
+		Long: `Exit codes (the most urgent that applies):
+  0  clean (blobs no repository links are listed as reclaimable, which is normal)
+  1  leaks only: stale reverse links or stale referrers entries
+  2  data-loss risk or damage: forward links without reverse links, missing
+     referrers entries, corrupt link files, links to missing blobs
+  3  incomplete: some parts could not be read, or verify could not run`,
+		Args: cobra.MaximumNArgs(1),
+		Run: func(cmd *cobra.Command, args []string) {
+			linkdbExit(runVerify(cmd, args, opts, asJSON))
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&opts.Workers, "workers", 4, "repositories (then blob shards) checked in parallel")
+	f.IntVar(&opts.MaxFindings, "max-findings", 100, "findings listed per kind (counts are always exact)")
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	return cmd
+}
+
+func runVerify(cmd *cobra.Command, args []string, opts linkdb.VerifyOptions, asJSON bool) int {
+	stderr := cmd.ErrOrStderr()
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	_, d, err := openStorage(ctx, args)
+	if err != nil {
+		fmt.Fprintf(stderr, "linkdb verify: %v\n", err)
+		return linkdb.ExitIncomplete
+	}
+	if !asJSON {
+		opts.Progress = &linkdb.Progress{Out: stderr, TTY: linkdb.IsTerminal(stderr), LogEvery: 30 * time.Second}
+	}
+	rep, err := linkdb.Verify(ctx, d, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "linkdb verify: %v\n", err)
+		return linkdb.ExitIncomplete
+	}
+	if asJSON {
+		e := json.NewEncoder(cmd.OutOrStdout())
+		e.SetIndent("", "  ")
+		err = e.Encode(rep)
+	} else {
+		err = rep.WriteText(cmd.OutOrStdout())
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "linkdb verify: %v\n", err)
+		return linkdb.ExitIncomplete
+	}
+	return rep.ExitCode
+}
+
+// openStorage reads the config the way upstream's garbage-collect does and
+// creates its storage driver raw: no storage middleware, so linkdb's reads
+// are not recorded as accesses and its writes are not classified again.
+func openStorage(ctx context.Context, args []string) (*configuration.Configuration, storagedriver.StorageDriver, error) {
+	path := os.Getenv("REGISTRY_CONFIGURATION_PATH")
+	if len(args) > 0 {
+		path = args[0]
+	}
+	if path == "" {
+		return nil, nil, errors.New("configuration path unspecified")
+	}
+	fp, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer fp.Close()
+	config, err := configuration.Parse(fp)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parse %s: %w", path, err)
+	}
+	d, err := factory.Create(ctx, config.Storage.Type(), config.Storage.Parameters())
+	if err != nil {
+		return nil, nil, fmt.Errorf("create %s driver: %w", config.Storage.Type(), err)
+	}
+	return config, d, nil
+}
+
+func hasReclaimMiddleware(config *configuration.Configuration) bool {
+	for _, m := range config.Middleware["storage"] {
+		if m.Name == "reclaim" {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/distribution/distribution/v3/configuration"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/reclaim-registry/reclaim/linkdb"
+	"github.com/reclaim-registry/reclaim/storage"
+)
+
+// fenceLease bounds how long a crashed rebuild blocks pushes of one link:
+// it holds a fence only for one re-check and one delete.
+const fenceLease = time.Minute
+
+// openFencer connects to the Redis the reclaim middleware of config uses, so
+// rebuild takes the same link fences GC takes. It returns nil when the
+// config has no reclaim middleware or no shared Redis (an embedded Redis
+// lives inside `serve`, out of reach).
+//
+// It builds a bare Tracker rather than storage.Open: Open would also assert
+// the recording epoch, and a rebuild records no accesses, so it must not
+// vouch for them.
+func openFencer(_ context.Context, config *configuration.Configuration) (linkdb.Fencer, func(), error) {
+	var raw map[string]any
+	found := false
+	for _, m := range config.Middleware["storage"] {
+		if m.Name == storage.MiddlewareName {
+			raw, found = m.Options, true
+		}
+	}
+	if !found {
+		return nil, func() {}, nil
+	}
+	opts, err := storage.ParseOptions(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	ropts := opts.Redis
+	if len(ropts.Addrs) == 0 {
+		d := config.Redis.Options
+		ropts = redis.UniversalOptions{Addrs: d.Addrs, ClientName: d.ClientName, DB: d.DB,
+			Username: d.Username, Password: d.Password, MasterName: d.MasterName,
+			SentinelUsername: d.SentinelUsername, SentinelPassword: d.SentinelPassword}
+	}
+	if len(ropts.Addrs) == 0 {
+		return nil, func() {}, nil
+	}
+	if ropts.ReadTimeout == 0 {
+		ropts.ReadTimeout, ropts.WriteTimeout, ropts.DialTimeout = opts.Timeout, opts.Timeout, opts.Timeout
+	}
+	c := redis.NewUniversalClient(&ropts)
+	t, err := storage.NewTracker(c, storage.TrackerOptions{Prefix: opts.Prefix, AccessTTL: opts.AccessTTL, Timeout: opts.Timeout})
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return linkdb.TrackerFencer(t, opts.Window, fenceLease), func() { c.Close() }, nil
+}

@@ -1,0 +1,104 @@
+package linkdb
+
+import (
+	"sync"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// Kind is what is wrong with one object. The same words are used by the
+// human summary, the JSON report, the logs and the tests.
+type Kind string
+
+const (
+	// MissingReverse: a forward link (repository -> blob) has no reverse
+	// link. GC could delete a blob that repository still uses: data-loss
+	// risk. Fixed by rebuild.
+	MissingReverse Kind = "missing_reverse"
+	// StaleReverse: a reverse link whose forward link does not exist. GC will
+	// never delete the blob on its own: a leak. Fixed by rebuild.
+	StaleReverse Kind = "stale_reverse"
+	// Reclaimable: a blob no repository links. GC will delete it.
+	Reclaimable Kind = "reclaimable"
+	// BrokenForward: a forward link to a blob whose data is missing. Pulls of
+	// it already fail; nothing linkdb can repair.
+	BrokenForward Kind = "broken_forward"
+	// Corrupt: a link file whose content is not a valid digest, or not the
+	// digest its path names, or a referrers entry that is not a descriptor.
+	Corrupt Kind = "corrupt"
+	// StaleReferrer: a referrers index entry whose referrer manifest revision
+	// is gone. The referrers API lists a manifest that does not exist.
+	StaleReferrer Kind = "stale_referrer"
+	// MissingReferrer: a manifest with a subject that the referrers index does
+	// not list. Fixed by rebuild.
+	MissingReferrer Kind = "missing_referrer"
+	// Unreadable: a directory or file could not be read. What it holds is
+	// unknown; in particular its blobs are never called reclaimable.
+	Unreadable Kind = "unreadable"
+)
+
+// Kinds lists every kind in report order.
+var Kinds = []Kind{MissingReverse, MissingReferrer, Corrupt, BrokenForward, Unreadable, StaleReverse, StaleReferrer, Reclaimable}
+
+// Message is the one-line explanation of k.
+func (k Kind) Message() string {
+	switch k {
+	case MissingReverse:
+		return "forward link without reverse link (data-loss risk: GC could delete a used blob)"
+	case StaleReverse:
+		return "reverse link without forward link (leak: blob kept longer than needed)"
+	case Reclaimable:
+		return "blob no repository links (GC will reclaim it)"
+	case BrokenForward:
+		return "forward link to a missing blob (already broken)"
+	case Corrupt:
+		return "link file whose content is not the digest it should hold"
+	case StaleReferrer:
+		return "referrers index entry whose referrer manifest is gone"
+	case MissingReferrer:
+		return "manifest with a subject missing from the referrers index"
+	case Unreadable:
+		return "could not be read (unknown, never treated as unreferenced)"
+	}
+	return string(k)
+}
+
+// Problem is one finding.
+type Problem struct {
+	Kind   Kind          `json:"kind"`
+	Path   string        `json:"path"`
+	Repo   string        `json:"repository,omitempty"`
+	Digest digest.Digest `json:"digest,omitempty"`
+	Size   int64         `json:"size,omitempty"`
+	Detail string        `json:"detail,omitempty"`
+}
+
+// findings counts problems by kind and keeps the first few of each, so memory
+// stays bounded however broken a registry is.
+type findings struct {
+	mu     sync.Mutex
+	max    int
+	counts map[Kind]int64
+	bytes  map[Kind]int64
+	items  map[Kind][]Problem
+}
+
+func newFindings(max int) *findings {
+	return &findings{max: max, counts: map[Kind]int64{}, bytes: map[Kind]int64{}, items: map[Kind][]Problem{}}
+}
+
+func (f *findings) add(p Problem) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.counts[p.Kind]++
+	f.bytes[p.Kind] += p.Size
+	if len(f.items[p.Kind]) < f.max {
+		f.items[p.Kind] = append(f.items[p.Kind], p)
+	}
+}
+
+func (f *findings) count(k Kind) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.counts[k]
+}

@@ -1,0 +1,237 @@
+package linkdb
+
+import (
+	"context"
+	"errors"
+	"path"
+	"sort"
+	"strings"
+
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+)
+
+func isNotFound(err error) bool {
+	return errors.As(err, new(storagedriver.PathNotFoundError))
+}
+
+// repositories lists every repository under repositories/, sorted. A
+// directory is a repository when it has a child whose name starts with "_"
+// (_layers, _manifests, _uploads); a repository name component never starts
+// with "_", so everything else is a path component to descend into. It uses
+// List one directory level at a time, which is one delimited listing per
+// level on object stores, and never touches link files.
+//
+// A directory that cannot be listed is returned in unreadable: the caller
+// must treat repositories below it as unknown, not as absent.
+func repositories(ctx context.Context, d storagedriver.StorageDriver) (repos []string, unreadable []Problem, err error) {
+	var visit func(dir string) error
+	visit = func(dir string) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		children, err := d.List(ctx, dir)
+		if err != nil {
+			if isNotFound(err) {
+				return nil // empty registry, or removed while we walk
+			}
+			unreadable = append(unreadable, Problem{Kind: Unreadable, Path: dir, Detail: err.Error()})
+			return nil
+		}
+		sort.Strings(children)
+		isRepo := false
+		for _, c := range children {
+			base := path.Base(c)
+			if strings.HasPrefix(base, "_") {
+				isRepo = true
+				continue
+			}
+			if strings.HasPrefix(base, ".") {
+				continue // not a valid name component; editor or OS litter
+			}
+			if err := visit(c); err != nil {
+				return err
+			}
+		}
+		if isRepo && dir != reposDir {
+			repos = append(repos, strings.TrimPrefix(dir, reposDir+"/"))
+		}
+		return nil
+	}
+	if err := visit(reposDir); err != nil {
+		return nil, nil, err
+	}
+	sort.Strings(repos)
+	return repos, unreadable, nil
+}
+
+// shards lists the blob store's shard directories, blobs/<alg>/<2>, sorted.
+// The shard is the unit of parallel work and of checkpointing in the blob
+// phase: 256 units per algorithm, independent of the number of blobs.
+func shards(ctx context.Context, d storagedriver.StorageDriver) ([]string, error) {
+	algs, err := d.List(ctx, blobsDir)
+	if isNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(algs)
+	var out []string
+	for _, a := range algs {
+		s, err := d.List(ctx, a)
+		if isNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		sort.Strings(s)
+		out = append(out, s...)
+	}
+	return out, nil
+}
+
+// blobEntry is one blob directory as the blob walk saw it. Reverse links are
+// delivered one by one through onReverse; blobEntry only carries what is
+// needed once per blob.
+type blobEntry struct {
+	dir      string
+	path     blobPath
+	hasData  bool
+	dataSize int64
+	reverse  int  // reverse links seen
+	unknown  bool // part of the blob directory could not be read
+	detail   string
+}
+
+// blobVisitor receives the blob walk's results. onReverse is called for every
+// reverse link file, in walk order; onBlob once per blob directory after all
+// of its reverse links. Both run on the walking goroutine.
+type blobVisitor struct {
+	onReverse func(b *blobEntry, fi storagedriver.FileInfo, bp blobPath)
+	onBlob    func(b *blobEntry)
+}
+
+// walkShard streams one shard through v. It first uses the driver's Walk
+// (one paginated listing per shard on object stores). If that fails part
+// way, it finishes the shard with a List-per-directory walk that isolates the
+// failure to the blob whose directory could not be read, so one unreadable
+// directory never hides the rest of the shard and never makes a blob look
+// unreferenced (it is reported with unknown set).
+func walkShard(ctx context.Context, d storagedriver.StorageDriver, shard string, v blobVisitor) error {
+	var cur *blobEntry
+	lastDone := "" // the last blob directory fully delivered
+	flush := func() {
+		if cur != nil {
+			v.onBlob(cur)
+			lastDone = cur.dir
+			cur = nil
+		}
+	}
+	visit := func(fi storagedriver.FileInfo) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		bp, ok := parseBlobPath(fi.Path())
+		if !ok {
+			return nil
+		}
+		if cur == nil || cur.dir != bp.dir {
+			flush()
+			cur = &blobEntry{dir: bp.dir, path: bp}
+		}
+		switch {
+		case bp.isData && !fi.IsDir():
+			cur.hasData, cur.dataSize = true, fi.Size()
+		case bp.reverse && !fi.IsDir():
+			cur.reverse++
+			v.onReverse(cur, fi, bp)
+		}
+		return nil
+	}
+	err := d.Walk(ctx, shard, visit)
+	if err == nil || isNotFound(err) {
+		flush()
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	// The walk stopped inside cur (or between blobs). Redo cur and everything
+	// after it directory by directory.
+	cur = nil
+	children, lerr := d.List(ctx, shard)
+	if lerr != nil {
+		return lerr // the shard itself is unreadable; the caller reports it
+	}
+	sort.Strings(children)
+	for _, dir := range children {
+		if dir <= lastDone {
+			continue
+		}
+		bp, ok := parseBlobPath(dir)
+		if !ok {
+			continue
+		}
+		cur = &blobEntry{dir: dir, path: bp}
+		tolerantWalk(ctx, d, dir, visit, func(p string, err error) {
+			cur.unknown = true
+			cur.detail = p + ": " + err.Error()
+		})
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		flush()
+	}
+	return nil
+}
+
+// tolerantWalk is WalkFallback that reports a directory it cannot list or an
+// entry it cannot stat to onErr and carries on with the rest.
+func tolerantWalk(ctx context.Context, d storagedriver.StorageDriver, from string, f storagedriver.WalkFn, onErr func(string, error)) {
+	children, err := d.List(ctx, from)
+	if err != nil {
+		if !isNotFound(err) {
+			onErr(from, err)
+		}
+		return
+	}
+	sort.Strings(children)
+	for _, c := range children {
+		if ctx.Err() != nil {
+			return
+		}
+		fi, err := d.Stat(ctx, c)
+		if err != nil {
+			if !isNotFound(err) {
+				onErr(c, err)
+			}
+			continue
+		}
+		if err := f(fi); err != nil {
+			return
+		}
+		if fi.IsDir() {
+			tolerantWalk(ctx, d, c, f, onErr)
+		}
+	}
+}
+
+// walkLinks streams the link files under base (a repository's _layers or
+// _manifests/revisions directory) to fn. Missing base is an empty repository
+// part, not an error.
+func walkLinks(ctx context.Context, d storagedriver.StorageDriver, base string, fn func(fi storagedriver.FileInfo) error) error {
+	err := d.Walk(ctx, base, func(fi storagedriver.FileInfo) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if fi.IsDir() || path.Base(fi.Path()) != "link" {
+			return nil
+		}
+		return fn(fi)
+	})
+	if isNotFound(err) {
+		return nil
+	}
+	return err
+}
