@@ -1,0 +1,275 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distribution/distribution/v3/configuration"
+	"github.com/distribution/distribution/v3/registry/handlers"
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
+	_ "github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
+	storagemiddleware "github.com/distribution/distribution/v3/registry/storage/driver/middleware"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/opencontainers/go-digest"
+	"github.com/sirupsen/logrus"
+
+	"github.com/reclaim-registry/reclaim/storage/storagetest"
+)
+
+// The "testhook" storage middleware puts a HookDriver between the real
+// driver and reclaim; each test sets the hook it needs.
+var (
+	hookMu     sync.Mutex
+	hookBefore func(ctx context.Context, method, path string) error
+)
+
+func setHook(t *testing.T, f func(ctx context.Context, method, path string) error) {
+	hookMu.Lock()
+	hookBefore = f
+	hookMu.Unlock()
+	t.Cleanup(func() {
+		hookMu.Lock()
+		hookBefore = nil
+		hookMu.Unlock()
+	})
+}
+
+func init() {
+	logrus.SetLevel(logrus.FatalLevel)
+	_ = storagemiddleware.Register("testhook", func(_ context.Context, d storagedriver.StorageDriver, _ map[string]any) (storagedriver.StorageDriver, error) {
+		return &storagetest.HookDriver{StorageDriver: d, Before: func(ctx context.Context, m, p string) error {
+			hookMu.Lock()
+			f := hookBefore
+			hookMu.Unlock()
+			if f == nil {
+				return nil
+			}
+			return f(ctx, m, p)
+		}}, nil
+	})
+}
+
+type appOptions struct {
+	noReclaim bool   // measure upstream without the middleware
+	cache     string // blob descriptor cache: "", "inmemory"
+	window    time.Duration
+	redisAddr string
+	prefix    string
+}
+
+type testApp struct {
+	t     testing.TB
+	srv   *httptest.Server
+	env   *Env // nil without the middleware
+	count *storagetest.CountingDriver
+	rc    *storagetest.RedisCounter
+	host  string
+	root  string
+}
+
+// newTestApp runs Distribution's app in-process on the filesystem driver,
+// with (count -> testhook -> reclaim) storage middlewares and our Handler.
+func newTestApp(t testing.TB, o appOptions) *testApp {
+	t.Helper()
+	root := t.TempDir()
+	cfg := &configuration.Configuration{}
+	cfg.Version = "0.1"
+	cfg.Log.Level = "error"
+	cfg.HTTP.Secret = "test-secret"
+	cfg.Catalog.MaxEntries = 1000
+	cfg.Storage = configuration.Storage{
+		"filesystem":  configuration.Parameters{"rootdirectory": root},
+		"delete":      configuration.Parameters{"enabled": true},
+		"maintenance": configuration.Parameters{"uploadpurging": map[any]any{"enabled": false}},
+	}
+	if o.cache != "" {
+		cfg.Storage["cache"] = configuration.Parameters{"blobdescriptor": o.cache}
+	}
+	mws := []configuration.Middleware{{Name: "count"}, {Name: "testhook"}}
+	if !o.noReclaim {
+		opts := map[string]any{"prefix": o.prefix}
+		if o.redisAddr != "" {
+			opts["redis"] = map[any]any{"addrs": []any{o.redisAddr}}
+		}
+		if o.window > 0 {
+			opts["window"] = o.window.String()
+			opts["dedup"] = (o.window / 20).String()
+			opts["fencewait"] = "300ms"
+			opts["fencepoll"] = "20ms"
+		}
+		mws = append(mws, configuration.Middleware{Name: MiddlewareName, Options: opts})
+	}
+	cfg.Middleware = map[string][]configuration.Middleware{"storage": mws}
+	ctx, cancel := context.WithCancel(context.Background())
+	app := handlers.NewApp(ctx, cfg)
+	a := &testApp{t: t, count: storagetest.LastCounting(), root: root}
+	var h http.Handler = app
+	if !o.noReclaim {
+		env, err := Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.env = env
+		a.rc = &storagetest.RedisCounter{}
+		env.Tracker.Client().AddHook(a.rc)
+		h = Handler(app)
+	}
+	a.srv = httptest.NewServer(h)
+	a.host = strings.TrimPrefix(a.srv.URL, "http://")
+	t.Cleanup(func() {
+		a.srv.Close()
+		cancel()
+		if a.env != nil {
+			a.env.Close()
+		}
+	})
+	return a
+}
+
+func (a *testApp) ref(s string) name.Reference {
+	a.t.Helper()
+	r, err := name.ParseReference(a.host + "/" + s)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return r
+}
+
+// noRetry makes go-containerregistry give up at the first error, so a test
+// sees the status the registry answered.
+var noRetry = remote.WithRetryBackoff(remote.Backoff{Duration: time.Millisecond, Steps: 1})
+
+func (a *testApp) push(ref string, img v1.Image, opts ...remote.Option) error {
+	return remote.Write(a.ref(ref), img, opts...)
+}
+
+func (a *testApp) do(method, path string) *http.Response {
+	a.t.Helper()
+	req, err := http.NewRequest(method, a.srv.URL+path, nil)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.v2+json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+func (a *testApp) headBlob(repo string, d digest.Digest) int {
+	return a.do(http.MethodHead, fmt.Sprintf("/v2/%s/blobs/%s", repo, d)).StatusCode
+}
+
+func (a *testApp) getBlob(repo string, d digest.Digest) int {
+	return a.do(http.MethodGet, fmt.Sprintf("/v2/%s/blobs/%s", repo, d)).StatusCode
+}
+
+func (a *testApp) mount(repo, from string, d digest.Digest) int {
+	return a.do(http.MethodPost, fmt.Sprintf("/v2/%s/blobs/uploads/?mount=%s&from=%s", repo, d, from)).StatusCode
+}
+
+// pullAll pulls ref and reads every layer, failing the test on any error.
+func (a *testApp) pullAll(ref string) {
+	a.t.Helper()
+	img, err := remote.Image(a.ref(ref), noRetry)
+	if err != nil {
+		a.t.Fatalf("pull %s: %v", ref, err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	for _, l := range layers {
+		rc, err := l.Compressed()
+		if err != nil {
+			a.t.Fatalf("pull %s layer: %v", ref, err)
+		}
+		if _, err := io.Copy(io.Discard, rc); err != nil {
+			a.t.Fatalf("pull %s layer: %v", ref, err)
+		}
+		rc.Close()
+	}
+}
+
+func imageDigests(t testing.TB, img v1.Image) (manifest digest.Digest, blobs []digest.Digest) {
+	t.Helper()
+	m, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := img.ConfigName()
+	if err != nil {
+		t.Fatal(err)
+	}
+	blobs = append(blobs, digest.Digest(c.String()))
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range layers {
+		h, err := l.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		blobs = append(blobs, digest.Digest(h.String()))
+	}
+	return digest.Digest(m.String()), blobs
+}
+
+// checkLinkDB walks the storage and fails unless every forward layer or
+// revision link has its reverse link and every reverse link its forward link.
+func checkLinkDB(t testing.TB, d storagedriver.StorageDriver) (forward int) {
+	t.Helper()
+	ctx := context.Background()
+	fwd := map[string]bool{}
+	rev := map[string]bool{}
+	for _, root := range []string{reposRoot, blobsRoot} {
+		err := d.Walk(ctx, root, func(fi storagedriver.FileInfo) error {
+			if fi.IsDir() {
+				return nil
+			}
+			p := Classify(fi.Path())
+			switch p.Kind {
+			case KindLayerLink, KindRevisionLink:
+				b, err := d.GetContent(ctx, fi.Path())
+				if err != nil {
+					return err
+				}
+				if digest.Digest(b) != p.Digest {
+					t.Errorf("link %s holds %s", fi.Path(), b)
+				}
+				fwd[ReverseLinkPath(p.Digest, p.Repo, p.linkKind())] = true
+			case KindReverseLink:
+				rev[fi.Path()] = true
+			}
+			return nil
+		})
+		if err != nil && !strings.Contains(err.Error(), "not found") {
+			t.Fatal(err)
+		}
+	}
+	for p := range fwd {
+		if !rev[p] {
+			t.Errorf("forward link without reverse link: %s", p)
+		}
+	}
+	for p := range rev {
+		if !fwd[p] {
+			t.Errorf("reverse link without forward link: %s", p)
+		}
+	}
+	return len(fwd)
+}
