@@ -1,0 +1,325 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// fakeQueue is an in-memory review queue on the fake tracker's clock.
+type fakeQueue struct {
+	mu       sync.Mutex
+	clock    func() time.Time
+	due      map[digest.Digest]time.Time
+	leases   map[digest.Digest]int64
+	next     int64
+	claimErr error
+	claims   int
+}
+
+func newFakeQueue(clock func() time.Time) *fakeQueue {
+	return &fakeQueue{clock: clock, due: map[digest.Digest]time.Time{}, leases: map[digest.Digest]int64{}}
+}
+
+func (q *fakeQueue) add(d digest.Digest, due time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.due[d] = due
+	delete(q.leases, d)
+}
+
+func (q *fakeQueue) Claim(ctx context.Context, n int, lease time.Duration) ([]QueueItem, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.claims++
+	if q.claimErr != nil {
+		return nil, q.claimErr
+	}
+	now := q.clock()
+	var out []QueueItem
+	for d, t := range q.due {
+		if len(out) == n {
+			break
+		}
+		if !t.After(now) {
+			q.next++
+			q.due[d], q.leases[d] = now.Add(lease), q.next
+			out = append(out, QueueItem{Blob: d, Due: t, Lease: q.next})
+		}
+	}
+	return out, nil
+}
+
+func (q *fakeQueue) Done(ctx context.Context, it QueueItem) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.leases[it.Blob] == it.Lease {
+		delete(q.due, it.Blob)
+		delete(q.leases, it.Blob)
+	}
+	return nil
+}
+
+func (q *fakeQueue) Requeue(ctx context.Context, it QueueItem, due time.Time) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.leases[it.Blob] == it.Lease {
+		q.due[it.Blob] = due
+		delete(q.leases, it.Blob)
+	}
+	return nil
+}
+
+func (q *fakeQueue) Len(ctx context.Context) (int64, int64, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var due int64
+	for _, t := range q.due {
+		if !t.After(q.clock()) {
+			due++
+		}
+	}
+	return int64(len(q.due)), due, nil
+}
+
+func (q *fakeQueue) dueAt(d digest.Digest) (time.Time, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	t, ok := q.due[d]
+	return t, ok
+}
+
+func newTestReclaimer(t *testing.T, f *fixture, q Queue, enabled bool) *Reclaimer {
+	t.Helper()
+	r, err := NewReclaimer(f.c, q, ReclaimerConfig{Enabled: enabled, Interval: 10 * time.Millisecond, Batch: 10, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestReclaimerDecidesEachItem(t *testing.T) {
+	f := newFixture(t)
+	q := newFakeQueue(f.tr.clock)
+	now := f.tr.clock()
+
+	orphan := f.blob("orphan: upload committed, manifest never came")
+	linked := f.layer("app", "still linked by app")
+	recent := f.blob("pulled a moment ago")
+	f.tr.access[Object{Blob: recent.Digest}] = now.Add(-time.Minute)
+	missing := digest.FromString("never existed")
+	for _, d := range []digest.Digest{orphan.Digest, linked.Digest, recent.Digest, missing} {
+		q.add(d, now)
+	}
+	notDue := f.blob("queued, not due yet")
+	q.add(notDue.Digest, now.Add(time.Hour))
+
+	r := newTestReclaimer(t, f, q, true)
+	rep := r.Tick(context.Background())
+	if rep.Err != nil || rep.Abort != "" {
+		t.Fatalf("tick: abort=%q err=%v", rep.Abort, rep.Err)
+	}
+	want := map[digest.Digest]Reason{orphan.Digest: Unreferenced, linked.Digest: LinkedElsewhere,
+		recent.Digest: RecentlyAccessed, missing: AlreadyGone}
+	if len(rep.Decisions) != len(want) {
+		t.Fatalf("reviewed %d items, want %d: %+v", len(rep.Decisions), len(want), rep.Decisions)
+	}
+	for _, d := range rep.Decisions {
+		if want[d.Digest] != d.Reason {
+			t.Errorf("%s: %s, want %s", d.Digest, d.Reason, want[d.Digest])
+		}
+	}
+	if f.exists(blobDataPath(orphan.Digest)) {
+		t.Error("orphan blob not deleted")
+	}
+	for _, d := range []digest.Digest{linked.Digest, recent.Digest, notDue.Digest} {
+		if !f.exists(blobDataPath(d)) {
+			t.Errorf("blob %s deleted", d)
+		}
+	}
+	// Settled in the queue: deleted and linked ones leave, the recent one
+	// is due at last access + W, the not-due one is untouched.
+	for _, d := range []digest.Digest{orphan.Digest, linked.Digest, missing} {
+		if _, ok := q.dueAt(d); ok {
+			t.Errorf("%s still queued", d)
+		}
+	}
+	if due, ok := q.dueAt(recent.Digest); !ok || !due.Equal(now.Add(-time.Minute).Add(time.Hour)) {
+		t.Errorf("recent blob due %v %v, want last access + W", due, ok)
+	}
+	if due, _ := q.dueAt(notDue.Digest); !due.Equal(now.Add(time.Hour)) {
+		t.Errorf("not-due item moved to %v", due)
+	}
+	n, bytes := rep.Deleted()
+	if n != 2 || bytes != orphan.Size {
+		t.Errorf("Deleted() = %d, %d; want 2, %d", n, bytes, orphan.Size)
+	}
+	st := r.Status(context.Background())
+	if st.Deleted != 2 || st.Reviewed != 4 || st.KeptBy["linked_elsewhere"] != 1 || st.KeptBy["recently_accessed"] != 1 ||
+		st.DeletedBy["unreferenced"] != 1 || st.QueueLength != 2 || st.Due != 0 || st.BytesFreed != orphan.Size {
+		t.Errorf("status = %+v", st)
+	}
+}
+
+func TestReclaimerKillSwitchDeletesNothing(t *testing.T) {
+	f := newFixture(t)
+	q := newFakeQueue(f.tr.clock)
+	orphan := f.blob("orphan")
+	q.add(orphan.Digest, f.tr.clock())
+	r := newTestReclaimer(t, f, q, false)
+	if rep := r.Tick(context.Background()); !errors.Is(rep.Err, ErrDisabled) || len(rep.Decisions) != 0 {
+		t.Fatalf("disabled tick = %+v", rep)
+	}
+	if _, err := r.Review(context.Background(), orphan.Digest); !errors.Is(err, ErrDisabled) {
+		t.Fatalf("disabled Review: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	r.Run(ctx) // returns at once
+	if q.claims != 0 || !f.exists(blobDataPath(orphan.Digest)) {
+		t.Fatalf("disabled reclaimer claimed %d times / deleted the blob", q.claims)
+	}
+}
+
+func TestReclaimerFailsClosed(t *testing.T) {
+	cases := []struct {
+		name  string
+		setup func(f *fixture)
+		want  AbortReason
+	}{
+		{"epoch missing", func(f *fixture) { f.tr.sinceErr = ErrNotRecording }, AbortRedisUntrusted},
+		{"redis down", func(f *fixture) { f.tr.sinceErr = ErrTrackerUnavailable }, AbortRedisUnavailable},
+		{"epoch too young", func(f *fixture) { f.tr.since = f.tr.now.Add(-time.Minute) }, AbortRedisRecordingTooShort},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t)
+			c.setup(f)
+			q := newFakeQueue(f.tr.clock)
+			orphan := f.blob("orphan")
+			q.add(orphan.Digest, f.tr.clock())
+			rep := newTestReclaimer(t, f, q, true).Tick(context.Background())
+			if rep.Abort != c.want || len(rep.Decisions) != 0 {
+				t.Fatalf("abort = %q (%v), want %q", rep.Abort, rep.Err, c.want)
+			}
+			if q.claims != 0 || !f.exists(blobDataPath(orphan.Digest)) {
+				t.Fatal("an untrusted tick claimed or deleted")
+			}
+		})
+	}
+	t.Run("linkdb incomplete", func(t *testing.T) {
+		f := newFixture(t, func(c *Config) { c.LinkDBComplete = func(context.Context) (bool, error) { return false, nil } })
+		q := newFakeQueue(f.tr.clock)
+		orphan := f.blob("orphan")
+		q.add(orphan.Digest, f.tr.clock())
+		rep := newTestReclaimer(t, f, q, true).Tick(context.Background())
+		if rep.Abort != AbortLinkDBIncomplete || rep.Failed || !f.exists(blobDataPath(orphan.Digest)) {
+			t.Fatalf("tick = %+v", rep)
+		}
+	})
+}
+
+func TestReclaimerAccessAtTheFenceWins(t *testing.T) {
+	f := newFixture(t)
+	q := newFakeQueue(f.tr.clock)
+	orphan := f.blob("orphan about to be mounted")
+	q.add(orphan.Digest, f.tr.clock())
+	// A client statted the blob after the check and before the fence.
+	f.tr.onFence = func(o Object) { f.tr.touch(o) }
+	rep := newTestReclaimer(t, f, q, true).Tick(context.Background())
+	if len(rep.Decisions) != 1 || rep.Decisions[0].Reason != RecentlyAccessed {
+		t.Fatalf("decisions = %+v", rep.Decisions)
+	}
+	if !f.exists(blobDataPath(orphan.Digest)) {
+		t.Fatal("deleted a blob accessed at the last moment")
+	}
+	if due, ok := q.dueAt(orphan.Digest); !ok || !due.After(f.tr.clock()) {
+		t.Fatalf("not re-queued for later: %v %v", due, ok)
+	}
+}
+
+func TestReclaimerLinkAtTheFenceWins(t *testing.T) {
+	f := newFixture(t)
+	q := newFakeQueue(f.tr.clock)
+	orphan := f.blob("orphan about to be linked")
+	q.add(orphan.Digest, f.tr.clock())
+	// A push linked it between the first check and the fence (without an
+	// access record, the worst case): the re-check under the fence sees it.
+	f.tr.onFence = func(o Object) { f.put(layerLinkDir("late", orphan.Digest)+"/link", []byte(orphan.Digest)) }
+	rep := newTestReclaimer(t, f, q, true).Tick(context.Background())
+	if len(rep.Decisions) != 1 || rep.Decisions[0].Reason != LinkedElsewhere || !f.exists(blobDataPath(orphan.Digest)) {
+		t.Fatalf("decisions = %+v", rep.Decisions)
+	}
+}
+
+func TestReclaimerFailuresKeepAndBackOff(t *testing.T) {
+	f := newFixture(t)
+	orphan := f.blob("orphan on a failing disk")
+	f.c.driver = failingDelete{StorageDriver: f.d, path: blobDir(orphan.Digest)}
+	q := newFakeQueue(f.tr.clock)
+	q.add(orphan.Digest, f.tr.clock())
+	r := newTestReclaimer(t, f, q, true)
+	rep := r.Tick(context.Background())
+	if len(rep.Decisions) != 1 || rep.Decisions[0].Reason != DeleteFailed || !rep.Failed {
+		t.Fatalf("tick = %+v", rep)
+	}
+	// Left claimed: it comes back after the lease, not at once.
+	if due, ok := q.dueAt(orphan.Digest); !ok || !due.After(f.tr.clock()) {
+		t.Fatalf("failed item not held for its lease: %v %v", due, ok)
+	}
+	w1 := r.next(rep)
+	w2 := r.next(rep)
+	if !(w1 > r.cfg.Interval && w2 > w1 && w2 <= r.cfg.MaxBackoff) {
+		t.Fatalf("backoff %v then %v (interval %v, max %v)", w1, w2, r.cfg.Interval, r.cfg.MaxBackoff)
+	}
+	if w := r.next(TickReport{}); w != r.cfg.Interval {
+		t.Fatalf("after a good tick wait %v, want the interval", w)
+	}
+	q.claimErr = errBoom
+	if rep := r.Tick(context.Background()); !rep.Failed || !errors.Is(rep.Err, errBoom) {
+		t.Fatalf("claim failure: %+v", rep)
+	}
+	if st := r.Status(context.Background()); st.FailedTicks != 2 || st.LastError == "" {
+		t.Fatalf("status = %+v", st)
+	}
+}
+
+func TestReclaimerRunDrainsAndStops(t *testing.T) {
+	f := newFixture(t)
+	q := newFakeQueue(f.tr.clock)
+	var orphans []digest.Digest
+	for i := range 35 { // several batches of 10
+		b := f.blob("orphan " + string(rune('a'+i)))
+		orphans = append(orphans, b.Digest)
+		q.add(b.Digest, f.tr.clock())
+	}
+	r := newTestReclaimer(t, f, q, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if n, _, _ := q.Len(ctx); n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("queue not drained")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("Run did not exit on ctx.Done")
+	}
+	for _, d := range orphans {
+		if f.exists(blobDataPath(d)) {
+			t.Fatalf("%s not reclaimed", d)
+		}
+	}
+}
