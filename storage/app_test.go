@@ -16,6 +16,7 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
+	registrymiddleware "github.com/distribution/distribution/v3/registry/middleware/registry"
 	storagemiddleware "github.com/distribution/distribution/v3/registry/storage/driver/middleware"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -46,6 +47,8 @@ func setHook(t *testing.T, f func(ctx context.Context, method, path string) erro
 
 func init() {
 	logrus.SetLevel(logrus.FatalLevel)
+	// what registry/hooks.go does for the real binary
+	_ = registrymiddleware.RegisterOptions(RegistryOption())
 	_ = storagemiddleware.Register("testhook", func(_ context.Context, d storagedriver.StorageDriver, _ map[string]any) (storagedriver.StorageDriver, error) {
 		return &storagetest.HookDriver{StorageDriver: d, Before: func(ctx context.Context, m, p string) error {
 			hookMu.Lock()
@@ -155,7 +158,12 @@ func (a *testApp) push(ref string, img v1.Image, opts ...remote.Option) error {
 
 func (a *testApp) do(method, path string) *http.Response {
 	a.t.Helper()
-	req, err := http.NewRequest(method, a.srv.URL+path, nil)
+	return a.doBody(method, path, "")
+}
+
+func (a *testApp) doBody(method, path, body string) *http.Response {
+	a.t.Helper()
+	req, err := http.NewRequest(method, a.srv.URL+path, strings.NewReader(body))
 	if err != nil {
 		a.t.Fatal(err)
 	}

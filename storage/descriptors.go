@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/distribution/distribution/v3"
+	diststorage "github.com/distribution/distribution/v3/registry/storage"
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
@@ -113,4 +114,10 @@ func (s *descriptors) verify(ctx context.Context, e *Env, repo string, dgst dige
 		_ = s.BlobDescriptorService.Clear(ctx, dgst)
 	}
 	return v1.Descriptor{}, distribution.ErrBlobUnknown
+}
+
+// RegistryOption installs DescriptorServiceFactory; pass it to Distribution's
+// registrymiddleware.RegisterOptions before the app is built.
+func RegistryOption() diststorage.RegistryOption {
+	return diststorage.BlobDescriptorServiceFactory(DescriptorServiceFactory)
 }

@@ -382,8 +382,9 @@ func ParseOptions(m map[string]any) (Options, error) {
 			o.Timeout, err = dur(v)
 		case "epochinterval":
 			o.EpochInterval, err = dur(v)
-		case "gc":
-			// GC API settings; registry.ParseGCConfig reads them.
+		case "gc", "reclaimer":
+			// GC API and reclaimer settings; registry.ParseGCConfig and
+			// registry.ParseReclaimerConfig read them.
 		default:
 			err = errors.New("unknown option")
 		}
