@@ -130,4 +130,3 @@ func assertEnumerationClean(t *testing.T, a *testApp) {
 		t.Fatalf("enumerate: %d blobs, %v", n, err)
 	}
 }
-
