@@ -441,7 +441,7 @@ func (r *rebuild) referrer(ctx context.Context, repo string, m digest.Digest) {
 		r.f.add(Problem{Kind: Unreadable, Path: data, Repo: repo, Digest: m, Detail: err.Error()})
 		return
 	}
-	subject, desc, ok, err := referrerDescriptor(payload, m)
+	subject, desc, ok, err := storage.ReferrerOf(payload, m, "")
 	if err != nil {
 		r.f.add(Problem{Kind: Corrupt, Path: data, Repo: repo, Digest: m, Detail: err.Error()})
 		return

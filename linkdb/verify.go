@@ -302,7 +302,7 @@ func (v *verifier) forwardLink(ctx context.Context, repo, kind string, d digest.
 		v.f.add(Problem{Kind: Unreadable, Path: data, Repo: repo, Digest: d, Detail: err.Error()})
 		return
 	}
-	subject, _, ok, err := referrerDescriptor(payload, d)
+	subject, _, ok, err := storage.ReferrerOf(payload, d, "")
 	if err != nil {
 		v.f.add(Problem{Kind: Corrupt, Path: data, Repo: repo, Digest: d, Detail: err.Error()})
 		return
@@ -404,13 +404,15 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.ReclaimableNote != "" {
 		fmt.Fprintf(bw, "\nreclaimable: %s\n", r.ReclaimableNote)
 	}
-	shown := false
+	const perKind = 20
+	shown, perKindShown := false, map[Kind]int{}
 	for _, p := range r.Findings {
-		if p.Kind == Reclaimable {
-			continue // normal state, not a finding to act on
+		if p.Kind == Reclaimable || perKindShown[p.Kind] >= perKind {
+			continue // reclaimable is the normal state, not a finding to act on
 		}
+		perKindShown[p.Kind]++
 		if !shown {
-			fmt.Fprintf(bw, "\nfindings (first %d of each kind; --json for all kept):\n", 20)
+			fmt.Fprintf(bw, "\nfindings (first %d of each kind; --json lists more):\n", perKind)
 			shown = true
 		}
 		line := fmt.Sprintf("  %-16s %s", p.Kind, p.Path)

@@ -93,7 +93,13 @@ func Generate(ctx context.Context, d storagedriver.StorageDriver, s Spec) (Stats
 func repo(ctx context.Context, d storagedriver.StorageDriver, s Spec, r int, shared []digest.Digest) (Stats, error) {
 	var st Stats
 	name := RepoName(r)
+	seen := map[string]bool{} // shared layers recur within a repository
 	link := func(dg digest.Digest, kind storage.LinkKind) error {
+		k := string(kind) + dg.String()
+		if seen[k] {
+			return nil
+		}
+		seen[k] = true
 		if s.Reverse {
 			if err := d.PutContent(ctx, storage.ReverseLinkPath(dg, name, kind), []byte(dg)); err != nil {
 				return err
