@@ -132,7 +132,9 @@ func newTracker(window time.Duration) *tracker {
 
 var errFenced = errors.New("fenced")
 
-func key(blob digest.Digest, repo, kind string) string { return repo + " " + kind + " " + blob.String() }
+func key(blob digest.Digest, repo, kind string) string {
+	return repo + " " + kind + " " + blob.String()
+}
 
 func (t *tracker) Touch(blob digest.Digest, repo, kind string) error {
 	t.mu.Lock()
