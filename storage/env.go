@@ -159,7 +159,7 @@ func openEnv(ctx context.Context, config *configuration.Configuration, below sto
 	var raw map[string]any
 	found := false
 	for _, mw := range config.Middleware["storage"] {
-		if mw.Name == MiddlewareName {
+		if mw.Name == MiddlewareName && !mw.Disabled {
 			raw, found = mw.Options, true
 		}
 	}
