@@ -1,0 +1,122 @@
+package registry_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/reclaim-registry/reclaim/registry/registrytest"
+	"github.com/reclaim-registry/reclaim/storage"
+)
+
+type reclaimerStatus struct {
+	Enabled     bool             `json:"enabled"`
+	QueueLength int64            `json:"queue_length"`
+	Deleted     int64            `json:"deleted"`
+	DeletedBy   map[string]int64 `json:"deleted_by_reason"`
+	KeptBy      map[string]int64 `json:"kept_by_reason"`
+	LastAbort   string           `json:"last_abort"`
+	State       string           `json:"state"`
+}
+
+func getStatus(t *testing.T, r *registrytest.Registry, auth bool) (int, map[string]json.RawMessage, reclaimerStatus) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, r.URL+"/gc/v1/status", nil)
+	if auth {
+		req.SetBasicAuth(r.Username, r.Password)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var out map[string]json.RawMessage
+	var st reclaimerStatus
+	if resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(b, &out); err != nil {
+			t.Fatalf("status body %s: %v", b, err)
+		}
+		if err := json.Unmarshal(out["reclaimer"], &st); err != nil {
+			t.Fatalf("reclaimer status %s: %v", out["reclaimer"], err)
+		}
+	}
+	return resp.StatusCode, out, st
+}
+
+// The reclaimer inside an in-process registry frees a manifest blob after
+// its manifest is deleted through the registry API, with no collect call:
+// the middleware queued it when the revision link went, the reclaimer found
+// it due after W with no reverse link left. The layers stay: still linked.
+func TestReclaimerFreesDeletedManifestAndReportsStatus(t *testing.T) {
+	const window = time.Second
+	m := miniredis.RunT(t)
+	r := registrytest.Start(t,
+		registrytest.WithHtpasswd("ops", "secret"),
+		registrytest.WithStorageMiddleware("reclaim", map[string]any{
+			"window": window.String(), "dedup": "10ms",
+			"redis":     map[string]any{"addrs": []any{m.Addr()}},
+			"gc":        map[string]any{"enabled": true},
+			"reclaimer": map[string]any{"enabled": true, "interval": "100ms", "batch": 10},
+		}))
+	raw, err := filesystem.FromParameters(map[string]any{"rootdirectory": r.Root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := storage.MarkLinkDBComplete(t.Context(), raw, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+
+	if code, _, _ := getStatus(t, r, false); code != http.StatusUnauthorized {
+		t.Fatalf("status without credentials: %d, want 401", code)
+	}
+	code, out, st := getStatus(t, r, true)
+	if code != http.StatusOK || !st.Enabled || out["window_seconds"] == nil {
+		t.Fatalf("status: %d %v %+v", code, out, st)
+	}
+
+	img := registrytest.PushImage(t, r, "app:v1", 2)
+	md, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, st = getStatus(t, r, true); st.QueueLength == 0 {
+		t.Fatal("pushing committed blobs but queued none for review")
+	}
+	resp := r.Do(t, http.MethodDelete, "/v2/app/manifests/"+md.String(), nil)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("delete manifest: %d", resp.StatusCode)
+	}
+	manifestData := filepath.Join(r.Root, storage.BlobDataPath(digest.Digest(md.String())))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(manifestData); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			_, _, st = getStatus(t, r, true)
+			t.Fatalf("manifest blob not reclaimed within 10s; reclaimer: %+v", st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	layers, _ := img.Layers()
+	for _, l := range layers {
+		d, _ := l.Digest()
+		if _, err := os.Stat(filepath.Join(r.Root, storage.BlobDataPath(digest.Digest(d.String())))); err != nil {
+			t.Fatalf("layer %s (still linked by app) lost: %v", d, err)
+		}
+	}
+	_, _, st = getStatus(t, r, true)
+	if st.Deleted < 1 || st.DeletedBy["unreferenced"] < 1 || st.KeptBy["linked_elsewhere"] < 1 {
+		t.Fatalf("status after reclaim: %+v", st)
+	}
+}
