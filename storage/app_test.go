@@ -68,6 +68,7 @@ type appOptions struct {
 	window    time.Duration
 	redisAddr string
 	prefix    string
+	root      string // storage root; default a new temporary directory
 }
 
 type testApp struct {
@@ -84,7 +85,10 @@ type testApp struct {
 // with (count -> testhook -> reclaim) storage middlewares and our Handler.
 func newTestApp(t testing.TB, o appOptions) *testApp {
 	t.Helper()
-	root := t.TempDir()
+	root := o.root
+	if root == "" {
+		root = t.TempDir()
+	}
 	cfg := &configuration.Configuration{}
 	cfg.Version = "0.1"
 	cfg.Log.Level = "error"

@@ -1,0 +1,157 @@
+package storage
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+)
+
+// Measurements for issue 3: storage-driver calls and Redis round trips per
+// push of a 5-layer image and per pull (cold: a fresh process over the same
+// storage; warm: the same process right after), with and without the
+// middleware. Run with -v to see the table:
+//
+//	go test -run TestMeasureCalls -v ./storage
+//	RECLAIM_TEST_REDIS_ADDR=127.0.0.1:6379 go test -run TestMeasureCalls -v ./storage
+//
+// It also enforces the targets: one extra storage write per forward link,
+// and no more than one Redis round trip per blob per operation.
+
+type measure struct {
+	counts map[string]int
+	total  int
+	writes int
+	redis  int64
+}
+
+func (m measure) String() string {
+	keys := make([]string, 0, len(m.counts))
+	for k := range m.counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, m.counts[k]))
+	}
+	return fmt.Sprintf("driver calls %3d (writes %2d) redis %3d  [%s]", m.total, m.writes, m.redis, strings.Join(parts, " "))
+}
+
+func (a *testApp) snapshot() measure {
+	m := measure{counts: a.count.Counts()}
+	m.total, m.writes = a.count.Total()
+	if a.rc != nil {
+		m.redis = a.rc.Count()
+	}
+	return m
+}
+
+func (a *testApp) reset() {
+	a.count.Reset()
+	if a.rc != nil {
+		a.rc.Reset()
+	}
+}
+
+func countCalls(a *testApp, substr string, method string) int {
+	n := 0
+	for _, c := range a.count.Calls() {
+		if strings.HasPrefix(c, method+" ") && strings.Contains(c, substr) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestMeasureCalls(t *testing.T) {
+	b := backends(t)[len(backends(t))-1] // real Redis when configured
+	img, _ := random.Image(1024, 5)
+	for _, cache := range []string{"", "inmemory"} {
+		for _, reclaim := range []bool{false, true} {
+			name := fmt.Sprintf("cache=%q reclaim=%v", cache, reclaim)
+			root := t.TempDir()
+			a := newTestApp(t, appOptions{noReclaim: !reclaim, cache: cache, redisAddr: b.addr, prefix: b.prefix + "m:" + name + ":", root: root})
+			a.reset()
+			if err := a.push("m:v1", img); err != nil {
+				t.Fatal(err)
+			}
+			push := a.snapshot()
+			fwd := countCalls(a, "/repositories/", "PutContent") - countCalls(a, "/_manifests/tags/", "PutContent") - countCalls(a, "/_uploads/", "PutContent")
+			rev := countCalls(a, "/_repositories/", "PutContent")
+
+			// cold: a new process (empty caches, empty dedup) over the same storage
+			c := newTestApp(t, appOptions{noReclaim: !reclaim, cache: cache, redisAddr: b.addr, prefix: b.prefix + "m:" + name + ":", root: root})
+			c.reset()
+			c.pullAll("m:v1")
+			cold := c.snapshot()
+			c.reset()
+			c.pullAll("m:v1")
+			warm := c.snapshot()
+			t.Logf("%-28s push: %s", name, push)
+			t.Logf("%-28s pull cold: %s", name, cold)
+			t.Logf("%-28s pull warm: %s", name, warm)
+			if reclaim {
+				// 7 forward links: 5 layers + config (layer links) + manifest revision
+				if fwd != 7 || rev != fwd {
+					t.Errorf("%s: %d forward link writes, %d reverse: want 7 and one reverse each", name, fwd, rev)
+				}
+				t.Logf("%-28s forward link writes %d, reverse link writes %d", name, fwd, rev)
+				// 7 blobs; a push touches each blob in a few requests (HEAD,
+				// upload commit, manifest PUT), a pull in one or two.
+				if blobs := int64(7); cold.redis > 2*blobs || warm.redis > 2*blobs {
+					t.Errorf("%s: pull redis round trips cold %d warm %d: more than two per blob", name, cold.redis, warm.redis)
+				}
+			}
+		}
+	}
+}
+
+// Wall-time overhead, median of several runs:
+//
+//	go test -run XXX -bench 'Push|Pull' -count 6 ./storage
+func BenchmarkPush(b *testing.B) {
+	for _, reclaim := range []bool{false, true} {
+		b.Run(fmt.Sprintf("reclaim=%v", reclaim), func(b *testing.B) {
+			a := benchApp(b, reclaim)
+			imgs := make([]v1.Image, b.N)
+			for i := range imgs {
+				imgs[i], _ = random.Image(4096, 5)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := a.push(fmt.Sprintf("bench:v%d", i), imgs[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkPull(b *testing.B) {
+	for _, reclaim := range []bool{false, true} {
+		b.Run(fmt.Sprintf("reclaim=%v", reclaim), func(b *testing.B) {
+			a := benchApp(b, reclaim)
+			img, _ := random.Image(4096, 5)
+			if err := a.push("bench:v1", img); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				a.pullAll("bench:v1")
+			}
+		})
+	}
+}
+
+func benchApp(b *testing.B, reclaim bool) *testApp {
+	o := appOptions{noReclaim: !reclaim, cache: "inmemory"}
+	if addr := os.Getenv("RECLAIM_TEST_REDIS_ADDR"); addr != "" {
+		o.redisAddr, o.prefix = addr, fmt.Sprintf("reclaimbench:%d:", os.Getpid())
+	}
+	return newTestApp(b, o)
+}
