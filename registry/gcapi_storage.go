@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/distribution/distribution/v3/configuration"
+	registrymiddleware "github.com/distribution/distribution/v3/registry/middleware/registry"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc"
@@ -16,7 +17,17 @@ import (
 // This file adapts the storage package to the small interfaces gc
 // declares, so gc stays free of Redis and storage types.
 
-func init() { openGC = openStorageGC }
+func init() {
+	openGC = openStorageGC
+	// GC deletes blobs that Distribution's blob descriptor cache may still
+	// list; the descriptor wrapper turns those stale entries into "blob
+	// unknown" (storage/descriptors.go). Without it a HEAD answers 200 for
+	// a collected blob and a re-push skips the upload: a broken image.
+	// Registering the same option twice is harmless (the last one wins).
+	if err := registrymiddleware.RegisterOptions(storage.RegistryOption()); err != nil {
+		panic(err)
+	}
+}
 
 // openStorageGC builds the collector on the process's storage Env: the
 // driver wrapped by the reclaim middleware (deletes through it remove

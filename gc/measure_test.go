@@ -1,0 +1,185 @@
+package gc
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/distribution/distribution/v3/registry/storage"
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
+	"github.com/opencontainers/go-digest"
+
+	rstorage "github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/storage/storagetest"
+)
+
+// walkCounter counts the entries Walk yields: on S3 or GCS a walk costs one
+// list request per 1000 of them, so "1 Walk call" hides the real cost.
+type walkCounter struct {
+	storagedriver.StorageDriver
+	entries atomic.Int64
+}
+
+func (w *walkCounter) Walk(ctx context.Context, p string, f storagedriver.WalkFn, opts ...func(*storagedriver.WalkOptions)) error {
+	return w.StorageDriver.Walk(ctx, p, func(fi storagedriver.FileInfo) error {
+		w.entries.Add(1)
+		return f(fi)
+	}, opts...)
+}
+
+// reverseLinks adapts storage.ReverseLinks for the measurement.
+type reverseLinks struct{ l *rstorage.ReverseLinks }
+
+func (r reverseLinks) List(ctx context.Context, d digest.Digest) ([]RepoLink, error) {
+	ls, err := r.l.List(ctx, d)
+	out := make([]RepoLink, len(ls))
+	for i, l := range ls {
+		out[i] = RepoLink{Repo: l.Repo, Kind: LinkKind(l.Kind)}
+	}
+	return out, err
+}
+
+type measured struct {
+	calls   int
+	entries int64
+	byKind  string
+	wall    time.Duration
+}
+
+func measure(c *storagetest.CountingDriver, w *walkCounter, run func()) measured {
+	c.Reset()
+	w.entries.Store(0)
+	start := time.Now()
+	run()
+	total, _ := c.Total()
+	var kinds []string
+	for k, n := range c.Counts() {
+		kinds = append(kinds, fmt.Sprintf("%s=%d", k, n))
+	}
+	sort.Strings(kinds)
+	return measured{calls: total, entries: w.entries.Load(), byKind: strings.Join(kinds, " "), wall: time.Since(start)}
+}
+
+// TestMeasureCollectDoesNotGrowWithRegistry builds a registry of R
+// repositories (3 manifests each, a shared base layer) plus one target
+// repository with M manifests (half untagged), then counts the storage
+// calls of one collect of the target, next to upstream's
+// `registry garbage-collect --dry-run --delete-untagged` (MarkAndSweep) on
+// the same data. Our counts must be identical for every R.
+//
+//	go test ./gc -run TestMeasure -v            (R = 10, 100, 1000)
+func TestMeasureCollectDoesNotGrowWithRegistry(t *testing.T) {
+	const M = 20
+	sizes := []int{10, 100, 1000}
+	if testing.Short() {
+		sizes = []int{10, 100}
+	}
+	var first [2]measured
+	for i, R := range sizes {
+		mem := inmemory.New()
+		w := &walkCounter{StorageDriver: mem}
+		counting := storagetest.NewCountingDriver(w)
+		f := &fixture{t: t, d: mem, tr: newFakeTracker()}
+		build(f, R, M)
+
+		// The reclaim middleware over the counting driver: deletes remove
+		// reverse links (counted too). Access records come from the fake
+		// tracker; the middleware's own Redis is an embedded one.
+		ctx := context.Background()
+		env, err := rstorage.NewEnv(ctx, counting, rstorage.Options{Window: time.Hour}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer env.Close()
+		c, err := New(Config{Driver: env.Driver, Tracker: f.tr, Links: reverseLinks{env.Links}, Context: rstorage.WithoutAccessRecords,
+			LinkDBComplete: func(context.Context) (bool, error) { return true, nil }, Window: time.Hour, Now: f.tr.clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dry, real *Report
+		mDry := measure(counting, w, func() { dry, err = c.Collect(ctx, "target/app", RunOptions{DryRun: true}) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		upstream := measure(counting, w, func() {
+			ns, err := storage.NewRegistry(ctx, counting, storage.EnableDelete)
+			if err != nil {
+				t.Fatal(err)
+			}
+			devnull, _ := os.Open(os.DevNull)
+			stdout := os.Stdout
+			os.Stdout = devnull // MarkAndSweep prints every blob
+			err = storage.MarkAndSweep(ctx, counting, ns, storage.GCOpts{DryRun: true, RemoveUntagged: true, Quiet: true})
+			os.Stdout = stdout
+			devnull.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+		mReal := measure(counting, w, func() { real, err = c.Collect(ctx, "target/app", RunOptions{}) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dry.ManifestsDeleted) != M/2 || len(real.ManifestsDeleted) != M/2 || len(real.BlobsDeleted) != 3*M/2 {
+			t.Fatalf("R=%d: deleted %d/%d manifests and %d blobs, want %d and %d: %s", R, len(dry.ManifestsDeleted),
+				len(real.ManifestsDeleted), len(real.BlobsDeleted), M/2, 3*M/2, summary(real))
+		}
+		t.Logf("R=%4d M=%d  reclaim dry-run: %4d calls %5d walked %8s | reclaim collect: %4d calls %5d walked %8s (%d manifests, %d links, %d blobs) | upstream MarkAndSweep dry-run: %6d calls %6d walked %8s",
+			R, M, mDry.calls, mDry.entries, mDry.wall.Round(time.Millisecond), mReal.calls, mReal.entries, mReal.wall.Round(time.Millisecond),
+			len(real.ManifestsDeleted), len(real.LayersUnlinked), len(real.BlobsDeleted),
+			upstream.calls, upstream.entries, upstream.wall.Round(time.Millisecond))
+		t.Logf("         reclaim collect by method: %s", mReal.byKind)
+		t.Logf("         upstream by method:        %s", upstream.byKind)
+		if i == 0 {
+			first = [2]measured{mDry, mReal}
+			continue
+		}
+		if mDry.calls != first[0].calls || mDry.entries != first[0].entries || mReal.calls != first[1].calls || mReal.entries != first[1].entries {
+			t.Errorf("R=%d: collect cost grew with the registry: dry %d/%d real %d/%d, at R=%d dry %d/%d real %d/%d",
+				R, mDry.calls, mDry.entries, mReal.calls, mReal.entries, sizes[0], first[0].calls, first[0].entries, first[1].calls, first[1].entries)
+		}
+	}
+}
+
+// build writes R filler repositories and the target, with reverse links,
+// as the middleware would have.
+func build(f *fixture, R, M int) {
+	base := "shared-base-layer"
+	for r := range R {
+		repo := fmt.Sprintf("filler/r%04d", r)
+		for m := range 3 {
+			img := f.image(repo, nil, base, fmt.Sprintf("%s-%d", repo, m))
+			if m < 2 {
+				f.tag(repo, fmt.Sprint("v", m), img.Digest)
+			}
+		}
+	}
+	for m := range M {
+		img := f.image("target/app", nil, base, fmt.Sprintf("target-%d", m))
+		if m%2 == 0 {
+			f.tag("target/app", fmt.Sprint("v", m), img.Digest)
+		}
+	}
+	// Reverse links for every forward link.
+	ctx := context.Background()
+	links := rstorage.NewReverseLinks(f.d)
+	err := f.d.Walk(ctx, reposRoot, func(fi storagedriver.FileInfo) error {
+		p := rstorage.Classify(fi.Path())
+		switch p.Kind {
+		case rstorage.KindLayerLink:
+			return links.Put(ctx, p.Digest, rstorage.RepoLink{Repo: p.Repo, Kind: rstorage.LinkLayer})
+		case rstorage.KindRevisionLink:
+			return links.Put(ctx, p.Digest, rstorage.RepoLink{Repo: p.Repo, Kind: rstorage.LinkManifest})
+		}
+		return nil
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
