@@ -81,21 +81,37 @@ type referrersIndex interface {
 	Page(ctx context.Context, repo string, subject digest.Digest, opts storage.PageOptions) ([]v1.Descriptor, bool, error)
 }
 
-// referrersBackend is what the handler reads and writes: the index, and
+// referrersBackend is what the handler reads and writes: the index,
 // manifest payloads by digest (to learn the subject of a manifest being
-// deleted).
+// deleted), and whether a repository links a manifest (to re-check the index
+// against concurrent pushes and deletes).
 type referrersBackend struct {
 	index    referrersIndex
 	manifest func(ctx context.Context, d digest.Digest) ([]byte, error)
+	linked   func(ctx context.Context, repo string, d digest.Digest) (bool, error)
 }
 
-// openDriver returns the storage driver the registry stores into. It is a
-// variable so that the switch to the process-wide storage.Open handle is one
-// line; the raw driver is right for both uses here (the index is our own
-// bookkeeping, and reading a manifest that is being deleted is not an access
-// that should protect it from GC).
+// openDriver returns the storage driver the registry stores into, below
+// any middleware: the index is Reclaim's own bookkeeping, and reading a
+// manifest that is being deleted is not an access that should protect it
+// from GC. With the reclaim middleware configured this is the process-wide
+// Env's raw driver (the very instance Distribution uses); without it, a
+// driver of our own from config.storage.
 var openDriver = func(ctx context.Context, config *configuration.Configuration) (storagedriver.StorageDriver, error) {
-	return factory.Create(ctx, config.Storage.Type(), config.Storage.Parameters())
+	for _, m := range config.Middleware["storage"] {
+		if m.Name == storage.MiddlewareName && !m.Disabled {
+			env, err := storage.Open(ctx, config)
+			if err != nil {
+				return nil, err
+			}
+			return env.Raw, nil
+		}
+	}
+	params := config.Storage.Parameters()
+	if params == nil {
+		params = configuration.Parameters{}
+	}
+	return factory.Create(ctx, config.Storage.Type(), params)
 }
 
 func backendFromDriver(d storagedriver.StorageDriver) *referrersBackend {
@@ -115,6 +131,14 @@ func backendFromDriver(d storagedriver.StorageDriver) *referrersBackend {
 				return nil, fmt.Errorf("blob %s is larger than a manifest can be", dg)
 			}
 			return b, nil
+		},
+		linked: func(ctx context.Context, repo string, dg digest.Digest) (bool, error) {
+			_, err := d.Stat(ctx, storage.RevisionLinkPath(repo, dg))
+			var nf storagedriver.PathNotFoundError
+			if errors.As(err, &nf) {
+				return false, nil
+			}
+			return err == nil, err
 		},
 	}
 }
@@ -407,6 +431,17 @@ func (h *referrersHandler) indexPushed(ctx context.Context, header http.Header, 
 		log.Errorf("referrers: index %s -> %s in %s: %v (run linkdb rebuild to repair)", dgst, subject, repo, err)
 		return
 	}
+	// Check again: a DELETE of this manifest that ran between Distribution's
+	// link write and our Add has already done its Remove. Both sides update
+	// the index after the link and look at the link after the index, so
+	// whichever looks last sees the other's link change and fixes the index.
+	if linked, err := b.linked(ctx, repo, dgst); err == nil && !linked {
+		if err := b.index.Remove(ctx, repo, subject, dgst); err != nil {
+			referrersIndexErrors.WithLabelValues("remove").Inc()
+			log.Errorf("referrers: unindex %s -> %s in %s: %v (run linkdb rebuild to repair)", dgst, subject, repo, err)
+		}
+		return
+	}
 	header.Set(headerOCISubject, subject.String())
 }
 
@@ -415,7 +450,7 @@ func (h *referrersHandler) indexPushed(ctx context.Context, header http.Header, 
 // and drops the index entry once the delete succeeded (202).
 func (h *referrersHandler) deleteManifest(w http.ResponseWriter, r *http.Request, repo string, d digest.Digest) {
 	ctx := r.Context()
-	subject := h.subjectOf(ctx, repo, d)
+	b, subject, desc := h.subjectOf(ctx, repo, d)
 	if subject == "" {
 		h.next.ServeHTTP(w, r)
 		return
@@ -424,39 +459,43 @@ func (h *referrersHandler) deleteManifest(w http.ResponseWriter, r *http.Request
 		if status != http.StatusAccepted {
 			return
 		}
-		b, err := h.getBackend(ctx)
-		if err == nil {
-			err = b.index.Remove(ctx, repo, subject, d)
-		}
-		if err != nil {
+		if err := b.index.Remove(ctx, repo, subject, d); err != nil {
 			referrersIndexErrors.WithLabelValues("remove").Inc()
 			referrersLog.Errorf("referrers: unindex %s -> %s in %s: %v (run linkdb rebuild to repair)", d, subject, repo, err)
+			return
+		}
+		// Check again (see indexPushed): pushed again since the delete?
+		if linked, err := b.linked(ctx, repo, d); err == nil && linked {
+			if err := b.index.Add(ctx, repo, subject, desc); err != nil {
+				referrersIndexErrors.WithLabelValues("add").Inc()
+				referrersLog.Errorf("referrers: index %s -> %s in %s: %v (run linkdb rebuild to repair)", d, subject, repo, err)
+			}
 		}
 	}}
 	h.next.ServeHTTP(rw, r)
 }
 
-// subjectOf returns the subject of manifest d, or "" when it has none or
-// cannot be read (then Distribution will answer the DELETE itself, most
-// likely 404).
-func (h *referrersHandler) subjectOf(ctx context.Context, repo string, d digest.Digest) digest.Digest {
+// subjectOf returns the subject of manifest d and its index entry, or ""
+// when it has none or cannot be read (then Distribution answers the DELETE
+// itself, most likely with a 404).
+func (h *referrersHandler) subjectOf(ctx context.Context, repo string, d digest.Digest) (*referrersBackend, digest.Digest, v1.Descriptor) {
 	if _, err := reference.WithName(repo); err != nil {
-		return ""
+		return nil, "", v1.Descriptor{}
 	}
 	b, err := h.getBackend(ctx)
 	if err != nil {
 		referrersLog.Errorf("referrers: %v", err)
-		return ""
+		return nil, "", v1.Descriptor{}
 	}
 	payload, err := b.manifest(ctx, d)
 	if err != nil {
-		return ""
+		return nil, "", v1.Descriptor{}
 	}
-	subject, _, ok, err := storage.ReferrerOf(payload, d, "")
+	subject, desc, ok, err := storage.ReferrerOf(payload, d, "")
 	if err != nil || !ok {
-		return ""
+		return nil, "", v1.Descriptor{}
 	}
-	return subject
+	return b, subject, desc
 }
 
 // cappedTee copies what the reader reads, up to limit bytes.

@@ -20,6 +20,7 @@ import (
 	"github.com/distribution/distribution/v3/registry/handlers"
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
+	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
@@ -419,6 +420,7 @@ func TestReferrersPagination(t *testing.T) {
 		t.Run(c.query, func(t *testing.T) {
 			p := "/v2/p/referrers/" + img.Digest.String() + "?" + c.query
 			var sizes []int
+			seen := map[digest.Digest]bool{}
 			for p != "" && len(sizes) < 10 {
 				resp, body := r.do(http.MethodGet, p, nil, nil)
 				var idx v1.Index
@@ -426,6 +428,12 @@ func TestReferrersPagination(t *testing.T) {
 					t.Fatalf("GET %s: %d %s", p, resp.StatusCode, body)
 				}
 				sizes = append(sizes, len(idx.Manifests))
+				for _, m := range idx.Manifests {
+					if !want[m.Digest] || seen[m.Digest] {
+						t.Fatalf("%s unknown or listed twice", m.Digest)
+					}
+					seen[m.Digest] = true
+				}
 				p = ""
 				if link := resp.Header.Get("Link"); link != "" {
 					target, ok := strings.CutSuffix(strings.TrimPrefix(link, "<"), `>; rel="next"`)
@@ -438,27 +446,39 @@ func TestReferrersPagination(t *testing.T) {
 			if fmt.Sprint(sizes) != fmt.Sprint(c.pages) {
 				t.Errorf("page sizes %v, want %v", sizes, c.pages)
 			}
+			if !strings.Contains(c.query, "artifactType") && c.query != "n=0" && len(seen) != len(want) {
+				t.Errorf("pages listed %d referrers, want all %d", len(seen), len(want))
+			}
 		})
 	}
 
-	// Without n, a page is referrersPageSize entries. Write the index
-	// directly: pushing a thousand manifests would test nothing more.
-	d, err := openDriver(t.Context(), &configuration.Configuration{Storage: configuration.Storage{
-		"filesystem": configuration.Parameters{"rootdirectory": r.root}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+}
+
+// Without n, and with n above it, a page is referrersPageSize entries with
+// a Link to the next. The index is written directly, in memory: pushing a
+// thousand manifests would test nothing more.
+func TestReferrersDefaultPageSize(t *testing.T) {
+	d := inmemory.New()
 	idx := storage.NewReferrers(d)
-	for i := range referrersPageSize + 1 - len(want) {
+	subject := digest.FromString("s")
+	for i := range referrersPageSize + 1 {
 		b := fmt.Appendf(nil, "synthetic %d", i)
-		if err := idx.Add(t.Context(), "p", img.Digest, v1.Descriptor{MediaType: v1.MediaTypeImageManifest, Digest: digest.FromBytes(b), Size: 1}); err != nil {
+		if err := idx.Add(t.Context(), "p", subject, v1.Descriptor{MediaType: v1.MediaTypeImageManifest, Digest: digest.FromBytes(b), Size: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, q := range []string{"", "n=100000"} {
-		resp, got := r.referrers("p", img.Digest, q)
-		if len(got.Manifests) != referrersPageSize || resp.Header.Get("Link") == "" {
-			t.Errorf("%q: %d entries, Link %q; want %d and a next link", q, len(got.Manifests), resp.Header.Get("Link"), referrersPageSize)
+	h := newReferrersHandler(&configuration.Configuration{}, http.NotFoundHandler()).(*referrersHandler)
+	h.open = func(context.Context) (*referrersBackend, error) { return backendFromDriver(d), nil }
+	for _, q := range []string{"", "?n=100000"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v2/p/referrers/"+subject.String()+q, nil))
+		var got v1.Index
+		if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+			t.Fatal(err)
+		}
+		link := rec.Header().Get("Link")
+		if len(got.Manifests) != referrersPageSize || !strings.Contains(link, "n=1000") || !strings.Contains(link, "last=") {
+			t.Errorf("%q: %d entries, Link %q; want %d and a next link", q, len(got.Manifests), link, referrersPageSize)
 		}
 	}
 }
@@ -562,4 +582,91 @@ func TestReferrersPutPassThrough(t *testing.T) {
 	if len(idx.Manifests) != 1 || idx.Manifests[0].MediaType != v1.MediaTypeImageManifest || idx.Manifests[0].Size != int64(len(raw)) {
 		t.Errorf("referrers: %+v", idx.Manifests)
 	}
+}
+
+// raceHandler is the referrers handler in front of a fake Distribution that
+// answers status for every request, over an in-memory index, with the
+// revision link reported as linked.
+func raceHandler(t *testing.T, status int, payload []byte, linked bool) (http.Handler, *storage.Referrers) {
+	t.Helper()
+	d := inmemory.New()
+	if err := d.PutContent(t.Context(), storage.BlobDataPath(digest.FromBytes(payload)), payload); err != nil {
+		t.Fatal(err)
+	}
+	b := backendFromDriver(d)
+	b.linked = func(context.Context, string, digest.Digest) (bool, error) { return linked, nil }
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Docker-Content-Digest", digest.FromBytes(payload).String())
+		w.WriteHeader(status)
+	})
+	h := newReferrersHandler(&configuration.Configuration{}, next).(*referrersHandler)
+	h.open = func(context.Context) (*referrersBackend, error) { return b, nil }
+	return h, storage.NewReferrers(d)
+}
+
+// The index follows the revision link when a PUT and a DELETE of the same
+// referrer race: each side re-checks the link after its index update.
+func TestReferrersPutDeleteRace(t *testing.T) {
+	subject := digest.FromString("subject")
+	payload := fmt.Appendf(nil, `{"schemaVersion":2,"mediaType":%q,"artifactType":"a/b","config":{"mediaType":%q,"digest":%q,"size":2},"layers":[],"subject":{"mediaType":%q,"digest":%q,"size":1}}`,
+		v1.MediaTypeImageManifest, v1.MediaTypeEmptyJSON, digest.FromString("{}"), v1.MediaTypeImageManifest, subject)
+	d := digest.FromBytes(payload)
+	put := func(h http.Handler) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPut, "/v2/a/manifests/"+d.String(), bytes.NewReader(payload)))
+		return rec
+	}
+	del := func(h http.Handler) {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodDelete, "/v2/a/manifests/"+d.String(), nil))
+	}
+	list := func(idx *storage.Referrers) int {
+		got, err := idx.List(t.Context(), "a", subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(got)
+	}
+
+	t.Run("PUT indexes after a racing DELETE unlinked", func(t *testing.T) {
+		h, idx := raceHandler(t, http.StatusCreated, payload, false)
+		if rec := put(h); rec.Header().Get("OCI-Subject") != "" || list(idx) != 0 {
+			t.Errorf("OCI-Subject %q, %d entries; want none: the manifest is gone", rec.Header().Get("OCI-Subject"), list(idx))
+		}
+	})
+	t.Run("PUT indexes a linked manifest", func(t *testing.T) {
+		h, idx := raceHandler(t, http.StatusCreated, payload, true)
+		if rec := put(h); rec.Header().Get("OCI-Subject") != subject.String() || list(idx) != 1 {
+			t.Errorf("OCI-Subject %q, %d entries; want %s and 1", rec.Header().Get("OCI-Subject"), list(idx), subject)
+		}
+	})
+	t.Run("DELETE unindexes after a racing PUT relinked", func(t *testing.T) {
+		h, idx := raceHandler(t, http.StatusAccepted, payload, true)
+		if err := idx.Add(t.Context(), "a", subject, v1.Descriptor{MediaType: v1.MediaTypeImageManifest, Digest: d, Size: 1}); err != nil {
+			t.Fatal(err)
+		}
+		del(h)
+		got, _ := idx.List(t.Context(), "a", subject)
+		if len(got) != 1 || got[0].ArtifactType != "a/b" || got[0].Size != int64(len(payload)) {
+			t.Errorf("after DELETE raced by a PUT: %+v, want the entry back, rebuilt from the payload", got)
+		}
+	})
+	t.Run("DELETE unindexes an unlinked manifest", func(t *testing.T) {
+		h, idx := raceHandler(t, http.StatusAccepted, payload, false)
+		if err := idx.Add(t.Context(), "a", subject, v1.Descriptor{MediaType: v1.MediaTypeImageManifest, Digest: d, Size: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if del(h); list(idx) != 0 {
+			t.Errorf("%d entries after DELETE, want 0", list(idx))
+		}
+	})
+	t.Run("failed DELETE keeps the entry", func(t *testing.T) {
+		h, idx := raceHandler(t, http.StatusNotFound, payload, false)
+		if err := idx.Add(t.Context(), "a", subject, v1.Descriptor{MediaType: v1.MediaTypeImageManifest, Digest: d, Size: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if del(h); list(idx) != 1 {
+			t.Errorf("%d entries after a 404 DELETE, want 1", list(idx))
+		}
+	})
 }
