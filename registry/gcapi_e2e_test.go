@@ -417,6 +417,9 @@ func TestE2EIndexChildrenAndReferrers(t *testing.T) {
 	if r := reasonOf(rep, gc.KindManifest, art.Digest); r != "referrer" {
 		t.Errorf("referrer: %q", r)
 	}
+	if n := referrersCount(t, g, "multi/arch", idxDesc.Digest); n != 1 {
+		t.Fatalf("referrers before GC: %d", n)
+	}
 	registrytest.AssertPullable(t, g.Registry, "multi/arch:v1")
 
 	untag(t, g, "multi/arch", "v1")
@@ -435,6 +438,30 @@ func TestE2EIndexChildrenAndReferrers(t *testing.T) {
 	if s := registrytest.ManifestStatus(t, g.Registry, "multi/arch@"+art.Digest.String()); s != http.StatusNotFound {
 		t.Errorf("referrer still answers %d", s)
 	}
+	// The referrers index lost its entry with the referrer.
+	if n := referrersCount(t, g, "multi/arch", idxDesc.Digest); n != 0 {
+		t.Errorf("referrers after GC: %d", n)
+	}
+}
+
+// referrersCount lists the referrers API; a 404 counts as none.
+func referrersCount(t *testing.T, g *gcRegistry, repo string, subject ggcrv1.Hash) int {
+	t.Helper()
+	resp := g.Do(t, http.MethodGet, "/v2/"+repo+"/referrers/"+subject.String(), nil)
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return 0
+	}
+	var list struct {
+		Manifests []json.RawMessage `json:"manifests"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("referrers: status %d", resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		t.Fatal(err)
+	}
+	return len(list.Manifests)
 }
 
 func TestE2ERecentlyPulledUntaggedManifestKept(t *testing.T) {
