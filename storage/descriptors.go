@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/distribution/distribution/v3"
+	v2 "github.com/distribution/distribution/v3/registry/api/v2"
 	diststorage "github.com/distribution/distribution/v3/registry/storage"
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
@@ -54,9 +55,18 @@ func (s *descriptors) Stat(ctx context.Context, dgst digest.Digest) (v1.Descript
 	var links []Object
 	if validRepo(repo) {
 		// The wrapped statter serves either the layer or the revision links
-		// and does not say which: record and check both. An extra access
+		// and does not say which; the route tells for reads (blob routes
+		// read layer links, the manifest route revision links). A manifest
+		// PUT verifies both kinds: record and check both. An extra access
 		// record only makes GC keep more.
-		links = []Object{{Blob: dgst, Repo: repo, Kind: LinkLayer}, {Blob: dgst, Repo: repo, Kind: LinkManifest}}
+		switch {
+		case info.intent == intentReference:
+			links = []Object{{Blob: dgst, Repo: repo, Kind: LinkLayer}, {Blob: dgst, Repo: repo, Kind: LinkManifest}}
+		case info.route == v2.RouteNameManifest:
+			links = []Object{{Blob: dgst, Repo: repo, Kind: LinkManifest}}
+		default:
+			links = []Object{{Blob: dgst, Repo: repo, Kind: LinkLayer}}
+		}
 	}
 	var gone bool
 	switch info.intent {
@@ -71,15 +81,20 @@ func (s *descriptors) Stat(ctx context.Context, dgst digest.Digest) (v1.Descript
 			}
 			return v1.Descriptor{}, err
 		}
-	default:
+	}
+	desc, err := s.BlobDescriptorService.Stat(ctx, dgst)
+	if err != nil {
+		return desc, err
+	}
+	if info.intent != intentReference && info.intent != intentMount {
+		// a read is recorded once it succeeded (see driver.before)
 		var fenced bool
 		if fenced, gone = d.read(ctx, dgst, links); fenced {
 			return v1.Descriptor{}, distribution.ErrBlobUnknown
 		}
 	}
-	desc, err := s.BlobDescriptorService.Stat(ctx, dgst)
-	if err != nil || !gone || !validRepo(repo) {
-		return desc, err
+	if !gone || !validRepo(repo) {
+		return desc, nil
 	}
 	return s.verify(ctx, e, repo, dgst, desc)
 }

@@ -55,6 +55,7 @@ const (
 // it passes down to the driver.
 type requestInfo struct {
 	intent intent
+	route  string        // Distribution's route name (v2.RouteName*)
 	repo   string        // vars.name: the repository of the request
 	from   string        // mount: the source repository
 	mount  digest.Digest // mount: the blob
@@ -71,6 +72,7 @@ func requestOf(ctx context.Context) requestInfo {
 	if rt := mux.CurrentRoute((&http.Request{}).WithContext(ctx)); rt != nil {
 		route = rt.GetName()
 	}
+	info.route = route
 	switch route {
 	case v2.RouteNameManifest:
 		if r.Method == http.MethodPut {

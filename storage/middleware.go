@@ -122,9 +122,14 @@ func (d *driver) read(ctx context.Context, blob digest.Digest, links []Object) (
 	return false, gone
 }
 
-// access is the common entry for driver calls on a link or blob data path.
-// It returns a non-nil error when the call must not proceed.
-func (d *driver) access(ctx context.Context, path string, p Path) error {
+// before is the common entry for driver calls on a link or blob data path.
+// An operation about to make the object referenced (manifest PUT
+// verification, upload commit, mount) is fence-checked before it proceeds.
+// A read is recorded after it succeeded (readAfter): reads create no
+// references (a later manifest PUT is checked on its own), the access is
+// still recorded before the client learns the answer, and a read of
+// something that does not exist costs no Redis round trip.
+func (d *driver) before(ctx context.Context, path string, p Path) (readAfter bool, err error) {
 	info := requestOf(ctx)
 	var links []Object
 	if p.Kind == KindLayerLink || p.Kind == KindRevisionLink {
@@ -133,11 +138,11 @@ func (d *driver) access(ctx context.Context, path string, p Path) error {
 	switch info.intent {
 	case intentReference:
 		_, err := d.guard(ctx, p.Digest, links, false)
-		return err
+		return false, err
 	case intentCommit:
 		// the commit is about to write these objects: clear tombstones now
 		_, err := d.guard(ctx, p.Digest, append(links, extra(info, p.Digest)...), true)
-		return err
+		return false, err
 	case intentMount:
 		_, err := d.guard(ctx, p.Digest, append(links, extra(info, p.Digest)...), true)
 		if errors.Is(err, ErrFenced) {
@@ -146,9 +151,18 @@ func (d *driver) access(ctx context.Context, path string, p Path) error {
 			if s := scopeOf(ctx); s != nil {
 				s.refused.Store(false)
 			}
-			return storagedriver.PathNotFoundError{Path: path, DriverName: "reclaim"}
+			return false, storagedriver.PathNotFoundError{Path: path, DriverName: "reclaim"}
 		}
-		return err
+		return false, err
+	}
+	return true, nil
+}
+
+// after records a successful read; a fenced object answers "not found".
+func (d *driver) after(ctx context.Context, path string, p Path) error {
+	var links []Object
+	if p.Kind == KindLayerLink || p.Kind == KindRevisionLink {
+		links = []Object{linkObject(p)}
 	}
 	if fenced, _ := d.read(ctx, p.Digest, links); fenced {
 		return storagedriver.PathNotFoundError{Path: path, DriverName: "reclaim"}
@@ -163,43 +177,68 @@ func isLinkOrData(k Kind) bool {
 // GetContent reads links (pull, manifest verification, mount source) and
 // small blobs (manifests).
 func (d *driver) GetContent(ctx context.Context, path string) ([]byte, error) {
-	if p := Classify(path); isLinkOrData(p.Kind) {
-		if err := d.access(ctx, path, p); err != nil {
+	p := Classify(path)
+	if !isLinkOrData(p.Kind) {
+		return d.StorageDriver.GetContent(ctx, path)
+	}
+	readAfter, err := d.before(ctx, path, p)
+	if err != nil {
+		return nil, err
+	}
+	b, err := d.StorageDriver.GetContent(ctx, path)
+	if err == nil && readAfter {
+		if err := d.after(ctx, path, p); err != nil {
 			return nil, err
 		}
 	}
-	return d.StorageDriver.GetContent(ctx, path)
+	return b, err
 }
 
 // Stat of blob data is how Distribution checks that a blob exists.
 func (d *driver) Stat(ctx context.Context, path string) (storagedriver.FileInfo, error) {
-	if p := Classify(path); isLinkOrData(p.Kind) {
-		if err := d.access(ctx, path, p); err != nil {
+	p := Classify(path)
+	if !isLinkOrData(p.Kind) {
+		return d.StorageDriver.Stat(ctx, path)
+	}
+	readAfter, err := d.before(ctx, path, p)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := d.StorageDriver.Stat(ctx, path)
+	if err == nil && readAfter {
+		if err := d.after(ctx, path, p); err != nil {
 			return nil, err
 		}
 	}
-	return d.StorageDriver.Stat(ctx, path)
+	return fi, err
 }
 
 // Reader serves blob content.
 func (d *driver) Reader(ctx context.Context, path string, offset int64) (io.ReadCloser, error) {
-	if p := Classify(path); p.Kind == KindBlobData {
-		if fenced, _ := d.read(ctx, p.Digest, nil); fenced {
-			return nil, storagedriver.PathNotFoundError{Path: path, DriverName: "reclaim"}
+	p := Classify(path)
+	if p.Kind != KindBlobData {
+		return d.StorageDriver.Reader(ctx, path, offset)
+	}
+	r, err := d.StorageDriver.Reader(ctx, path, offset)
+	if err == nil {
+		if err := d.after(ctx, path, p); err != nil {
+			r.Close()
+			return nil, err
 		}
 	}
-	return d.StorageDriver.Reader(ctx, path, offset)
+	return r, err
 }
 
 // RedirectURL hands the client a URL to the blob; only the outermost storage
 // middleware sees it, so list reclaim last when it is combined with others.
 func (d *driver) RedirectURL(r *http.Request, path string) (string, error) {
-	if p := Classify(path); p.Kind == KindBlobData {
-		if fenced, _ := d.read(r.Context(), p.Digest, nil); fenced {
-			return "", storagedriver.PathNotFoundError{Path: path, DriverName: "reclaim"}
+	u, err := d.StorageDriver.RedirectURL(r, path)
+	if p := Classify(path); err == nil && u != "" && p.Kind == KindBlobData {
+		if err := d.after(r.Context(), path, p); err != nil {
+			return "", err
 		}
 	}
-	return d.StorageDriver.RedirectURL(r, path)
+	return u, err
 }
 
 // PutContent: a forward link write is preceded by the fence check and the
