@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/reclaim-registry/reclaim/gc"
+)
+
+// runGC runs `gc <args>` against srv and returns stdout, stderr and the
+// exit code the command asked for (0 when it did not exit).
+func runGC(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	code := 0
+	exit = func(c int) { code = c }
+	t.Cleanup(func() { exit = func(int) {} })
+	cmd := newGCCommand()
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs(args)
+	if err := cmd.Execute(); err != nil && code == 0 {
+		code = gcExitCode(err)
+	}
+	return out.String(), errOut.String(), code
+}
+
+func sampleReport(dry bool) gc.Report {
+	d := digest.FromString("m")
+	return gc.Report{RunID: "r1", Repository: "team/app", DryRun: dry, Status: "done",
+		ManifestsDeleted: []digest.Digest{d}, LayersUnlinked: []digest.Digest{digest.FromString("l")},
+		BlobsDeleted: []digest.Digest{d, digest.FromString("l")}, BytesFreed: 3 << 20,
+		Kept:   []gc.Decision{{Kind: gc.KindManifest, Digest: digest.FromString("k"), Reason: gc.Tagged}},
+		Errors: []gc.Decision{}, Timings: gc.Timings{TotalMS: 12}}
+}
+
+func TestGCCollectCLI(t *testing.T) {
+	var got *http.Request
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r
+		switch {
+		case strings.Contains(r.URL.Path, "/busy/"):
+			w.WriteHeader(http.StatusConflict)
+			w.Write([]byte(`{"errors":[{"code":"GC_BUSY","message":"busy"}]}`))
+		case strings.Contains(r.URL.Path, "/down/"):
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`{"errors":[{"code":"GC_ABORTED","message":"aborted","detail":{"reason":"redis_unavailable"}}]}`))
+		case strings.Contains(r.URL.Path, "/BAD/"):
+			w.WriteHeader(http.StatusBadRequest)
+			w.Write([]byte(`{"errors":[{"code":"NAME_INVALID","message":"bad name"}]}`))
+		case strings.Contains(r.URL.Path, "/secret/"):
+			w.WriteHeader(http.StatusUnauthorized)
+			w.Write([]byte(`{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`))
+		case strings.Contains(r.URL.Path, "/partial/"):
+			rep := sampleReport(false)
+			rep.Errors = []gc.Decision{{Kind: gc.KindBlob, Digest: digest.FromString("x"), Reason: gc.DeleteFailed, Detail: "disk on fire"}}
+			json.NewEncoder(w).Encode(rep)
+		default:
+			json.NewEncoder(w).Encode(sampleReport(r.URL.Query().Get("dry_run") == "true"))
+		}
+	}))
+	defer srv.Close()
+
+	out, _, code := runGC(t, "collect", "team/app", "--dry-run", "--url", srv.URL, "--user", "admin:pw", "--cap", "5")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if got.Method != http.MethodPost || got.URL.Path != "/gc/v1/repositories/team/app/collect" ||
+		got.URL.Query().Get("dry_run") != "true" || got.URL.Query().Get("cap") != "5" {
+		t.Fatalf("request %s %s", got.Method, got.URL)
+	}
+	if u, p, ok := got.BasicAuth(); !ok || u != "admin" || p != "pw" {
+		t.Fatal("basic auth not sent")
+	}
+	for _, want := range []string{"dry run: nothing deleted", "manifests to delete:", "3.0 MiB", "tagged 1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+
+	out, _, code = runGC(t, "collect", "team/app", "--json", "--url", srv.URL, "--token", "tok")
+	var rep gc.Report
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.RunID != "r1" {
+		t.Fatalf("--json: exit %d %q", code, out)
+	}
+	if got.Header.Get("Authorization") != "Bearer tok" {
+		t.Fatal("token not sent")
+	}
+
+	for repo, want := range map[string]int{"busy/x": exitRetry, "down/x": exitRetry, "BAD/x": exitRejected,
+		"secret/x": exitAuth, "partial/x": exitPartially} {
+		_, stderr, code := runGC(t, "collect", repo, "--url", srv.URL)
+		if code != want {
+			t.Errorf("%s: exit %d, want %d (%s)", repo, code, want, stderr)
+		}
+	}
+	if _, stderr, code := runGC(t, "collect", "down/x", "--url", srv.URL); !strings.Contains(stderr, "redis_unavailable") || code != exitRetry {
+		t.Errorf("abort reason not shown: %q", stderr)
+	}
+	if _, _, code := runGC(t, "collect", "x", "--url", "not a url"); code != exitFailure {
+		t.Errorf("bad url: exit %d", code)
+	}
+}
+
+func TestHumanBytes(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1536: "1.5 KiB (1536 bytes)", 5 << 30: "5.0 GiB (5368709120 bytes)"} {
+		if got := humanBytes(n); got != want {
+			t.Errorf("%d: %q, want %q", n, got, want)
+		}
+	}
+}
