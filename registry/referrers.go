@@ -146,7 +146,6 @@ func backendFromDriver(d storagedriver.StorageDriver) *referrersBackend {
 // referrersHandler serves the referrers API and keeps the index current.
 type referrersHandler struct {
 	next   http.Handler
-	config *configuration.Configuration
 	prefix string // config.HTTP.Prefix without its trailing slash
 
 	mu      sync.Mutex
@@ -159,7 +158,6 @@ type referrersHandler struct {
 func newReferrersHandler(config *configuration.Configuration, next http.Handler) http.Handler {
 	h := &referrersHandler{
 		next:    next,
-		config:  config,
 		prefix:  strings.TrimSuffix(config.HTTP.Prefix, "/"),
 		headers: config.HTTP.Headers,
 	}
