@@ -102,6 +102,9 @@ func newTestApp(t testing.TB, o appOptions) *testApp {
 	if o.cache != "" {
 		cfg.Storage["cache"] = configuration.Parameters{"blobdescriptor": o.cache}
 	}
+	if o.cache == "redis" {
+		cfg.Redis.Options.Addrs = []string{o.redisAddr}
+	}
 	mws := []configuration.Middleware{{Name: "count"}, {Name: "testhook"}}
 	if !o.noReclaim {
 		opts := map[string]any{"prefix": o.prefix}

@@ -71,7 +71,7 @@ func layerDigest(t *testing.T, img v1.Image, i int) digest.Digest {
 
 func TestInterleavings(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		for _, cache := range []string{"", "inmemory"} {
+		for _, cache := range []string{"", "inmemory", "redis"} {
 			t.Run("cache="+cache, func(t *testing.T) { testInterleavings(t, b, cache) })
 		}
 	})
