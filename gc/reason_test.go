@@ -2,6 +2,8 @@ package gc
 
 import (
 	"encoding/json"
+	"os"
+	"strings"
 	"testing"
 )
 
@@ -24,5 +26,26 @@ func TestReasonsHaveStableUniqueNames(t *testing.T) {
 	}
 	if _, err := json.Marshal(Reason(0)); err == nil {
 		t.Fatal("the zero reason must not marshal")
+	}
+}
+
+// TestReasonsDocumented fails when a reason is added without documenting it
+// in docs/api.md and docs/openapi.yaml.
+func TestReasonsDocumented(t *testing.T) {
+	for _, doc := range []string{"../docs/api.md", "../docs/openapi.yaml"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range Reasons() {
+			if !strings.Contains(string(b), r.String()) {
+				t.Errorf("%s does not mention reason %s", doc, r)
+			}
+		}
+		for _, a := range []AbortReason{AbortRedisUnavailable, AbortRedisUntrusted, AbortRedisRecordingTooShort, AbortManifestUnreadable, AbortStorageUnreadable} {
+			if !strings.Contains(string(b), string(a)) {
+				t.Errorf("%s does not mention abort reason %s", doc, a)
+			}
+		}
 	}
 }
