@@ -1,0 +1,398 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/reclaim-registry/reclaim/registry/registrytest"
+)
+
+// layerSize keeps blobs small: the soak is about interleavings, not bytes.
+const layerSize = 1024
+
+var soakRepos = []string{"soak/base", "soak/app", "soak/team/svc", "soak/mirror"}
+
+var soakTags = []string{"latest", "v1", "v2"}
+
+// workload is the concurrent client side of a soak.
+type workload struct {
+	c       *cluster
+	base    []v1.Layer // shared base layers: the same blobs in every repository
+	ops     counters   // operations by kind and outcome
+	fails   counters   // failures that lose data: the test fails on any
+	refused counters   // retryable refusals, by error class
+	gcStats counters   // collect results by status, bytes freed
+	pushes  atomic.Int64
+	// userDeleted holds "repo@digest" of manifests a client deleted by
+	// digest; a pull that raced such a delete may fail legitimately.
+	userDeleted sync.Map
+
+	mu     sync.Mutex
+	pushed map[string][]v1.Hash // repo -> manifests pushed (for pulls by digest, subjects)
+}
+
+func newWorkload(c *cluster, baseLayers int) (*workload, error) {
+	w := &workload{c: c, pushed: map[string][]v1.Hash{}}
+	for range baseLayers {
+		l, err := random.Layer(layerSize, types.OCILayer)
+		if err != nil {
+			return nil, err
+		}
+		w.base = append(w.base, l)
+	}
+	return w, nil
+}
+
+func (w *workload) remember(repo string, d v1.Hash) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pushed[repo] = append(w.pushed[repo], d)
+	if n := len(w.pushed[repo]); n > 64 {
+		w.pushed[repo] = w.pushed[repo][n-64:]
+	}
+}
+
+func (w *workload) somePushed(rng *rand.Rand, repo string) (v1.Hash, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ds := w.pushed[repo]
+	if len(ds) == 0 {
+		return v1.Hash{}, false
+	}
+	return ds[rng.IntN(len(ds))], true
+}
+
+// image builds an OCI image: one or two shared base layers and one unique.
+func (w *workload) image(rng *rand.Rand) (v1.Image, error) {
+	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	layers := []v1.Layer{w.base[rng.IntN(len(w.base))]}
+	if rng.IntN(2) == 0 {
+		layers = append(layers, w.base[rng.IntN(len(w.base))])
+	}
+	unique, err := random.Layer(layerSize, types.OCILayer)
+	if err != nil {
+		return nil, err
+	}
+	layers = append(layers, unique)
+	seen := map[v1.Hash]bool{}
+	for _, l := range layers {
+		d, _ := l.Digest()
+		if seen[d] {
+			continue
+		}
+		seen[d] = true
+		if img, err = mutate.AppendLayers(img, l); err != nil {
+			return nil, err
+		}
+	}
+	return img, nil
+}
+
+// push runs one push with up to 3 attempts; refusals are counted.
+func (w *workload) push(ctx context.Context, kind string, f func(r *registrytest.Registry) error, rng *rand.Rand) {
+	w.pushes.Add(1)
+	for attempt := range 3 {
+		r := w.c.pick(rng.IntN(len(w.c.regs)))
+		err := f(r)
+		if err == nil {
+			w.ops.add(kind+" ok", 1)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		class := errorClass(err)
+		if retryable(err) || class == "connection" {
+			w.refused.add(kind+" "+class, 1)
+			time.Sleep(time.Duration(50*(attempt+1)) * time.Millisecond)
+			continue
+		}
+		// Anything else is a failed push: a broken image or a lost blob.
+		w.fails.add(fmt.Sprintf("%s failed: %s", kind, class), 1)
+		w.ops.add(kind+" failed", 1)
+		return
+	}
+	w.ops.add(kind+" gave up after refusals", 1)
+}
+
+// pull pulls by tag or digest and verifies every blob. A manifest that is
+// gone is fine (another client deleted or moved it); a manifest that is
+// there with a blob that is not is data loss, when the pull ran inside W
+// (a pull slower than W is not protected by design and is only counted).
+func (w *workload) pull(ctx context.Context, kind, repo, reference string, rng *rand.Rand) {
+	r := w.c.pick(rng.IntN(len(w.c.regs)))
+	start := time.Now()
+	top, err := pullVerify(ctx, r, repo, reference)
+	if err == nil {
+		w.ops.add(kind+" ok", 1)
+		return
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	class := errorClass(err)
+	_, deleted := w.userDeleted.Load(repo + "@" + top.String())
+	switch {
+	case lossClass(class) && deleted:
+		// a client deleted this manifest by digest during the pull: what
+		// it referenced may go, by design
+		w.ops.add(kind+" raced a manifest delete: "+class, 1)
+	case lossClass(class) && time.Since(start) < window:
+		w.fails.add(fmt.Sprintf("%s: %s (%v)", kind, class, err), 1)
+	case lossClass(class):
+		w.ops.add(kind+" slower than W: "+class, 1)
+	default:
+		w.ops.add(kind+" "+class, 1)
+	}
+}
+
+// client runs random operations until ctx is done.
+func (w *workload) client(ctx context.Context, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, seed*7+1))
+	for ctx.Err() == nil {
+		repo := soakRepos[rng.IntN(len(soakRepos))]
+		tag := soakTags[rng.IntN(len(soakTags))]
+		switch n := rng.IntN(100); {
+		case n < 25: // push an image (shared base layers) to a tag: moves the tag
+			img, err := w.image(rng)
+			if err != nil {
+				continue
+			}
+			w.push(ctx, "push image", func(r *registrytest.Registry) error {
+				rf, err := ref(r, repo+":"+tag)
+				if err != nil {
+					return err
+				}
+				if err := remote.Write(rf, img, remoteOpts(ctx, r)...); err != nil {
+					return err
+				}
+				d, _ := img.Digest()
+				w.remember(repo, d)
+				return nil
+			}, rng)
+		case n < 33: // push a two-platform index
+			a, err1 := w.image(rng)
+			b, err2 := w.image(rng)
+			if err1 != nil || err2 != nil {
+				continue
+			}
+			idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+				mutate.IndexAddendum{Add: a, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+				mutate.IndexAddendum{Add: b, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}})
+			w.push(ctx, "push index", func(r *registrytest.Registry) error {
+				rf, err := ref(r, repo+":"+tag)
+				if err != nil {
+					return err
+				}
+				if err := remote.WriteIndex(rf, idx, remoteOpts(ctx, r)...); err != nil {
+					return err
+				}
+				d, _ := idx.Digest()
+				w.remember(repo, d)
+				return nil
+			}, rng)
+		case n < 41: // a referrer (signature-like artifact) of something pushed
+			subject, ok := w.somePushed(rng, repo)
+			if !ok {
+				continue
+			}
+			hr := w.c.pick(rng.IntN(len(w.c.regs)))
+			rf, err := ref(hr, repo+"@"+subject.String())
+			if err != nil {
+				continue
+			}
+			desc, err := remote.Head(rf, remoteOpts(ctx, hr)...)
+			if err != nil {
+				// deleted by a client, or untagged and collected: no subject
+				w.ops.add("push referrer: subject "+errorClass(err), 1)
+				continue
+			}
+			w.push(ctx, "push referrer", func(r *registrytest.Registry) error {
+				art, err := random.Image(256, 1)
+				if err != nil {
+					return err
+				}
+				art = mutate.MediaType(art, types.OCIManifestSchema1)
+				art = mutate.ConfigMediaType(art, "application/vnd.reclaim.soak.signature")
+				sub, ok := mutate.Subject(art, *desc).(v1.Image)
+				if !ok {
+					return fmt.Errorf("mutate.Subject did not return an image")
+				}
+				d, err := sub.Digest()
+				if err != nil {
+					return err
+				}
+				dr, err := ref(r, repo+"@"+d.String())
+				if err != nil {
+					return err
+				}
+				return remote.Write(dr, sub, remoteOpts(ctx, r)...)
+			}, rng)
+		case n < 48: // cross-repository mount of a base layer, then an image using it
+			from := soakRepos[rng.IntN(len(soakRepos))]
+			img, err := w.image(rng)
+			if err != nil {
+				continue
+			}
+			w.push(ctx, "mount+push", func(r *registrytest.Registry) error {
+				ls, _ := img.Layers()
+				d, _ := ls[0].Digest()
+				if code := mount(ctx, r, from, repo, d); code >= 500 && code != http.StatusServiceUnavailable {
+					return fmt.Errorf("mount: unexpected status code %d", code)
+				}
+				rf, err := ref(r, repo+":"+tag)
+				if err != nil {
+					return err
+				}
+				if err := remote.Write(rf, img, remoteOpts(ctx, r)...); err != nil {
+					return err
+				}
+				md, _ := img.Digest()
+				w.remember(repo, md)
+				return nil
+			}, rng)
+		case n < 56: // delete a tag
+			r := w.c.pick(rng.IntN(len(w.c.regs)))
+			code := del(ctx, r, "/v2/"+repo+"/manifests/"+tag)
+			w.ops.add(fmt.Sprintf("delete tag %d", code), 1)
+		case n < 60: // delete a manifest by digest (and every tag on it)
+			d, ok := w.somePushed(rng, repo)
+			if !ok {
+				continue
+			}
+			r := w.c.pick(rng.IntN(len(w.c.regs)))
+			w.userDeleted.Store(repo+"@"+d.String(), true)
+			code := del(ctx, r, "/v2/"+repo+"/manifests/"+d.String())
+			w.ops.add(fmt.Sprintf("delete manifest %d", code), 1)
+		case n < 82:
+			w.pull(ctx, "pull by tag", repo, ":"+tag, rng)
+		default:
+			d, ok := w.somePushed(rng, repo)
+			if !ok {
+				continue
+			}
+			w.pull(ctx, "pull by digest", repo, "@"+d.String(), rng)
+		}
+	}
+}
+
+// collector collects random repositories through r's GC API until ctx is
+// done.
+func (w *workload) collector(ctx context.Context, r *registrytest.Registry, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 3))
+	for ctx.Err() == nil {
+		repo := soakRepos[rng.IntN(len(soakRepos))]
+		code, freed, err := collect(ctx, r, repo)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			w.gcStats.add("collect "+errorClass(err), 1)
+		default:
+			w.gcStats.add(fmt.Sprintf("collect %d", code), 1)
+			w.gcStats.add("collect bytes freed", freed)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(100+rng.IntN(400)) * time.Millisecond):
+		}
+	}
+}
+
+// auditor pulls every tag now and then while the workload runs.
+func (w *workload) auditor(ctx context.Context, every time.Duration) {
+	rng := rand.New(rand.NewPCG(99, 5))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+		for _, repo := range soakRepos {
+			tags, err := listTags(ctx, w.c.pick(rng.IntN(len(w.c.regs))), repo)
+			if err != nil {
+				continue
+			}
+			for _, tag := range tags {
+				w.pull(ctx, "audit pull", repo, ":"+tag, rng)
+			}
+		}
+	}
+}
+
+func mount(ctx context.Context, r *registrytest.Registry, from, to string, d v1.Hash) int {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost,
+		fmt.Sprintf("%s/v2/%s/blobs/uploads/?mount=%s&from=%s", r.URL, to, d, from), nil)
+	if err != nil {
+		return 0
+	}
+	if r.Username != "" {
+		req.SetBasicAuth(r.Username, r.Password)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusAccepted {
+		// mount refused (fenced or absent): an upload was started; drop it
+		if loc := resp.Header.Get("Location"); loc != "" {
+			if loc[0] == '/' {
+				loc = r.URL + loc
+			}
+			if dreq, err := http.NewRequestWithContext(ctx, http.MethodDelete, loc, nil); err == nil {
+				if r.Username != "" {
+					dreq.SetBasicAuth(r.Username, r.Password)
+				}
+				if dresp, err := http.DefaultClient.Do(dreq); err == nil {
+					dresp.Body.Close()
+				}
+			}
+		}
+	}
+	return resp.StatusCode
+}
+
+func del(ctx context.Context, r *registrytest.Registry, path string) int {
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, r.URL+path, nil)
+	if err != nil {
+		return 0
+	}
+	if r.Username != "" {
+		req.SetBasicAuth(r.Username, r.Password)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// run drives clients, a collector per instance and an auditor for d.
+func (w *workload) run(ctx context.Context, d time.Duration, clients int) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Go(func() { w.client(ctx, uint64(i+1)) })
+	}
+	for i, r := range w.c.regs {
+		wg.Go(func() { w.collector(ctx, r, uint64(100+i)) })
+	}
+	wg.Go(func() { w.auditor(ctx, 10*time.Second) })
+	wg.Wait()
+}
