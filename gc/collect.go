@@ -18,10 +18,12 @@ const (
 	DefaultWindow     = 24 * time.Hour
 	DefaultCap        = 10000
 	DefaultFenceLease = 2 * time.Minute
-	DefaultLockLease  = time.Hour
-	DefaultPlanTTL    = time.Hour
-	DefaultRunTTL     = 24 * time.Hour
-	maxStoredRuns     = 1000
+	// DefaultLockLease is short because the tracker renews the lock while
+	// the run lives: a crashed run blocks its repository for at most this.
+	DefaultLockLease = time.Minute
+	DefaultPlanTTL   = time.Hour
+	DefaultRunTTL    = 24 * time.Hour
+	maxStoredRuns    = 1000
 )
 
 // Config wires a Collector to storage and the tracker.

@@ -450,3 +450,16 @@ func TestStartRunsInBackground(t *testing.T) {
 	}
 	t.Fatal("background run did not finish")
 }
+
+func TestPlanExpires(t *testing.T) {
+	f := newFixture(t)
+	f.image("e", nil, "l")
+	plan, _, err := f.c.Preview(context.Background(), "e", RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.tr.now = f.tr.now.Add(DefaultPlanTTL + time.Minute)
+	if _, err := f.c.Collect(context.Background(), "e", RunOptions{PlanID: plan.ID}); !errors.Is(err, ErrPlanNotFound) {
+		t.Fatalf("expired plan: %v", err)
+	}
+}

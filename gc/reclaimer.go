@@ -75,7 +75,9 @@ type ReclaimerConfig struct {
 	// Workers review a batch in parallel (default 4).
 	Workers int
 	// Lease is how long a claim holds its items (default: the larger of
-	// 10 intervals and 2 fence leases).
+	// 10 intervals and a minute). An item whose review failed, or whose
+	// claimer died, comes back after it. It only saves duplicate work: the
+	// fence, not the lease, keeps two deleters apart.
 	Lease time.Duration
 	// MaxBackoff bounds the wait after failing ticks (default 16 intervals).
 	MaxBackoff time.Duration
@@ -163,7 +165,7 @@ func NewReclaimer(c *Collector, q Queue, cfg ReclaimerConfig) (*Reclaimer, error
 		return nil, fmt.Errorf("gc: reclaimer: interval, batch, workers, lease and backoff must not be negative: %+v", cfg)
 	}
 	if cfg.Lease == 0 {
-		cfg.Lease = max(10*cfg.Interval, 2*c.cfg.FenceLease)
+		cfg.Lease = max(10*cfg.Interval, time.Minute)
 	}
 	if cfg.MaxBackoff == 0 {
 		cfg.MaxBackoff = 16 * cfg.Interval

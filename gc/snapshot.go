@@ -11,7 +11,7 @@ import (
 
 	"github.com/distribution/distribution/v3"
 	"github.com/distribution/distribution/v3/manifest/manifestlist"
-	"github.com/distribution/distribution/v3/manifest/ocischema"
+	_ "github.com/distribution/distribution/v3/manifest/ocischema" // registers the OCI manifest and index
 	"github.com/distribution/distribution/v3/manifest/schema2"
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
@@ -19,17 +19,15 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// The schema packages register their unmarshal functions with
-// distribution.UnmarshalManifest in init; the imports above are used for
-// their media type constants and make that registration certain.
+// knownMediaTypes are the manifest types Distribution accepts on push. The
+// schema packages imported above register their unmarshal functions with
+// distribution.UnmarshalManifest in init.
 var knownMediaTypes = map[string]bool{
-	schema2.MediaTypeManifest:          false,
-	v1.MediaTypeImageManifest:          false,
-	manifestlist.MediaTypeManifestList: true, // true: an index of manifests
+	schema2.MediaTypeManifest:          true,
+	v1.MediaTypeImageManifest:          true,
+	manifestlist.MediaTypeManifestList: true,
 	v1.MediaTypeImageIndex:             true,
 }
-
-var _ = ocischema.DeserializedImageIndex{}
 
 // readConcurrency bounds parallel storage reads of one run.
 const readConcurrency = 8
@@ -231,7 +229,7 @@ func parseManifest(m *manifestInfo, b []byte) error {
 		}
 	}
 	m.mediaType = mt
-	if _, ok := knownMediaTypes[mt]; !ok || v.SchemaVersion != 2 {
+	if !knownMediaTypes[mt] || v.SchemaVersion != 2 {
 		return nil // unknown: kept and reported, never guessed at
 	}
 	parsed, _, err := distribution.UnmarshalManifest(mt, b)
