@@ -28,6 +28,7 @@ import (
 //	          interval: 1m        # between ticks (default 1m)
 //	          batch: 100          # items claimed per tick (default 100)
 //	          workers: 4          # parallel reviews per batch (default 4)
+//	          lease: 1m           # a claimed item returns after this if not settled (default max(10 intervals, 1m))
 //
 // It is started when Distribution builds the HTTP handler (the app, and with
 // it the reclaim storage Env, exists by then) and shares that Env: the same
@@ -41,6 +42,7 @@ type ReclaimerConfig struct {
 	Interval time.Duration
 	Batch    int
 	Workers  int
+	Lease    time.Duration
 }
 
 // ParseReclaimerConfig reads the reclaimer block. Unknown keys and wrong
@@ -72,12 +74,16 @@ func ParseReclaimerConfig(config *configuration.Configuration) (ReclaimerConfig,
 				return c, fmt.Errorf("reclaim: reclaimer.enabled: want true or false, got %v", v)
 			}
 			c.Enabled = b
-		case "interval":
+		case "interval", "lease":
 			d, err := parseDuration(v)
 			if err != nil || d <= 0 {
-				return c, fmt.Errorf("reclaim: reclaimer.interval: want a positive duration like 1m, got %v", v)
+				return c, fmt.Errorf("reclaim: reclaimer.%s: want a positive duration like 1m, got %v", k, v)
 			}
-			c.Interval = d
+			if k == "interval" {
+				c.Interval = d
+			} else {
+				c.Lease = d
+			}
 		case "batch", "workers":
 			n, ok := v.(int)
 			if !ok || n <= 0 {
@@ -203,7 +209,7 @@ func newReclaimer(ctx context.Context, config *configuration.Configuration, rc R
 	q := env.Queue()
 	log := logrus.WithField("component", "reclaimer")
 	r, err := gc.NewReclaimer(b.Collector, gcQueue{q}, gc.ReclaimerConfig{
-		Enabled: rc.Enabled, Interval: rc.Interval, Batch: rc.Batch, Workers: rc.Workers,
+		Enabled: rc.Enabled, Interval: rc.Interval, Batch: rc.Batch, Workers: rc.Workers, Lease: rc.Lease,
 		Logf:    log.Warnf,
 		Observe: observeTick,
 	})

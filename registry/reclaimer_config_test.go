@@ -24,8 +24,8 @@ func TestParseReclaimerConfig(t *testing.T) {
 		wantErr string
 	}{
 		{"absent", nil, ReclaimerConfig{Interval: gc.DefaultReclaimInterval, Batch: gc.DefaultReclaimBatch}, ""},
-		{"full", map[any]any{"enabled": true, "interval": "30s", "batch": 7, "workers": 2},
-			ReclaimerConfig{Enabled: true, Interval: 30 * time.Second, Batch: 7, Workers: 2}, ""},
+		{"full", map[any]any{"enabled": true, "interval": "30s", "batch": 7, "workers": 2, "lease": "5s"},
+			ReclaimerConfig{Enabled: true, Interval: 30 * time.Second, Batch: 7, Workers: 2, Lease: 5 * time.Second}, ""},
 		{"kill switch", map[string]any{"enabled": false, "interval": "1s"},
 			ReclaimerConfig{Interval: time.Second, Batch: gc.DefaultReclaimBatch}, ""},
 		{"typo", map[string]any{"enable": true}, ReclaimerConfig{}, "unknown option"},

@@ -75,7 +75,7 @@ func middlewareOptions(redisAddr, prefix string) map[string]any {
 		"prefix":        prefix,
 		"redis":         map[string]any{"addrs": []any{redisAddr}},
 		"gc":            map[string]any{"enabled": true},
-		"reclaimer":     map[string]any{"enabled": true, "interval": reclaimInterval.String(), "batch": 50},
+		"reclaimer":     map[string]any{"enabled": true, "interval": reclaimInterval.String(), "batch": 50, "lease": "3s"},
 	}
 }
 
