@@ -153,6 +153,7 @@ func TestE2EPushReusingBlobWhileGCDeletesIt(t *testing.T) {
 			}
 			err := <-pushErr
 			setHook(t, nil)
+			t.Logf("GC deleted the blob: %v; the push: %v", contains(rep.BlobsDeleted, sharedD), err)
 			if tc.method == "Stat" && contains(rep.BlobsDeleted, sharedD) {
 				t.Fatal("GC deleted a blob a push had just used")
 			}
@@ -351,4 +352,40 @@ func TestE2EDisabledByDefault(t *testing.T) {
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Fatalf("disabled GC: %d", resp.StatusCode)
 	}
+}
+
+// TestE2EMountWhileGCUnlinksSource: a cross-repository mount of a blob
+// whose source link GC is deleting must either not mount (the client then
+// uploads) or keep the blob alive; never a link to a deleted blob.
+func TestE2EMountWhileGCUnlinksSource(t *testing.T) {
+	g := startGC(t)
+	shared := layer(t)
+	push(t, g, "msrc/app:v1", image(t, shared))
+	push(t, g, "msrc/app:v1", image(t, layer(t)))
+	g.settle()
+	sharedD := digestOf(t, shared)
+	target := storage.LayerLinkPath("msrc/app", digest.Digest(sharedD.String()))
+	target = target[:strings.LastIndex(target, "/")] // GC deletes the link's directory
+	var fired atomic.Bool
+	mount := make(chan int, 1)
+	setHook(t, func(ctx context.Context, method, path string) error {
+		if method == "Delete" && path == target && fired.CompareAndSwap(false, true) {
+			mount <- registrytest.TryMountBlob(t, g.Registry, "msrc/app", "mdst/app", sharedD)
+		}
+		return nil
+	})
+	code, body := g.collectRaw(t, "msrc/app", false)
+	if code != http.StatusOK || !fired.Load() {
+		t.Fatalf("collect: %d %s (hook fired: %v)", code, body, fired.Load())
+	}
+	setHook(t, nil)
+	rep := decodeReport(t, body)
+	status := <-mount
+	t.Logf("mount answered %d; GC deleted the blob: %v", status, contains(rep.BlobsDeleted, sharedD))
+	if status == http.StatusCreated && contains(rep.BlobsDeleted, sharedD) {
+		t.Fatal("GC deleted a blob that was just mounted into another repository")
+	}
+	push(t, g, "mdst/app:v1", image(t, shared))
+	registrytest.AssertPullable(t, g.Registry, "mdst/app:v1")
+	g.checkLinks(t)
 }
