@@ -155,12 +155,16 @@ func BenchmarkPull(b *testing.B) {
 //
 //	go test -run XXX -bench Overhead -benchtime 40x -count 3 ./storage
 func BenchmarkOverhead(b *testing.B) {
-	for _, op := range []string{"push", "pull"} {
-		b.Run(op, func(b *testing.B) {
+	for _, tc := range []struct {
+		op    string
+		layer int64
+	}{{"push", 4 << 10}, {"pull", 4 << 10}, {"push", 1 << 20}, {"pull", 1 << 20}} {
+		op := tc.op
+		b.Run(fmt.Sprintf("%s/layer=%dKiB", op, tc.layer>>10), func(b *testing.B) {
 			apps := [2]*testApp{benchApp(b, false), benchApp(b, true)}
 			imgs := make([]v1.Image, b.N)
 			for i := range imgs {
-				imgs[i], _ = random.Image(4096, 5)
+				imgs[i], _ = random.Image(tc.layer, 5)
 			}
 			if op == "pull" {
 				for _, a := range apps {

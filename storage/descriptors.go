@@ -3,6 +3,8 @@ package storage
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strings"
 
 	"github.com/distribution/distribution/v3"
 	v2 "github.com/distribution/distribution/v3/registry/api/v2"
@@ -34,11 +36,32 @@ var DescriptorServiceFactory distribution.BlobDescriptorServiceFactory = descrip
 type descriptorFactory struct{}
 
 func (descriptorFactory) BlobAccessController(svc distribution.BlobDescriptorService) distribution.BlobDescriptorService {
-	return &descriptors{BlobDescriptorService: svc}
+	return &descriptors{BlobDescriptorService: svc, kind: callerKind()}
+}
+
+// callerKind tells which link set the statter being wrapped reads:
+// Distribution builds it in (*repository).Blobs (layer links) or
+// (*repository).Manifests (revision links) and does not say which. "" when
+// the caller is unknown (another Distribution version): then both kinds are
+// recorded and checked, which is safe and costs a little more.
+func callerKind() LinkKind {
+	var pcs [1]uintptr
+	if runtime.Callers(3, pcs[:]) == 0 {
+		return ""
+	}
+	f, _ := runtime.CallersFrames(pcs[:]).Next()
+	switch {
+	case strings.HasSuffix(f.Function, "storage.(*repository).Blobs"):
+		return LinkLayer
+	case strings.HasSuffix(f.Function, "storage.(*repository).Manifests"):
+		return LinkManifest
+	}
+	return ""
 }
 
 type descriptors struct {
 	distribution.BlobDescriptorService
+	kind LinkKind
 }
 
 func (s *descriptors) Stat(ctx context.Context, dgst digest.Digest) (v1.Descriptor, error) {
@@ -54,12 +77,14 @@ func (s *descriptors) Stat(ctx context.Context, dgst digest.Digest) (v1.Descript
 	}
 	var links []Object
 	if validRepo(repo) {
-		// The wrapped statter serves either the layer or the revision links
-		// and does not say which; the route tells for reads (blob routes
-		// read layer links, the manifest route revision links). A manifest
-		// PUT verifies both kinds: record and check both. An extra access
-		// record only makes GC keep more.
+		// Which link set the wrapped statter serves (callerKind); if that
+		// is unknown, the route tells for reads (blob routes read layer
+		// links, the manifest route revision links), and a manifest PUT,
+		// which verifies both kinds, records and checks both. An extra
+		// access record only makes GC keep more.
 		switch {
+		case s.kind != "":
+			links = []Object{{Blob: dgst, Repo: repo, Kind: s.kind}}
 		case info.intent == intentReference:
 			links = []Object{{Blob: dgst, Repo: repo, Kind: LinkLayer}, {Blob: dgst, Repo: repo, Kind: LinkManifest}}
 		case info.route == v2.RouteNameManifest:
@@ -120,6 +145,8 @@ func (s *descriptors) verify(ctx context.Context, e *Env, repo string, dgst dige
 		return desc, nil
 	}
 	if data && (layer || rev) {
+		// The object is back (re-pushed): its tombstones have done their job.
+		e.clearGone(ctx, Object{Blob: dgst}, Object{Blob: dgst, Repo: repo})
 		return desc, nil
 	}
 	metricStaleCache.Inc()

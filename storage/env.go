@@ -320,6 +320,12 @@ func (e *Env) Evict(ctx context.Context, o Object) error {
 	return err
 }
 
+func (e *Env) clearGone(ctx context.Context, objs ...Object) {
+	if err := e.Tracker.ClearGone(ctx, objs...); err != nil {
+		logger(ctx).WithError(err).Debug("reclaim: could not clear a tombstone")
+	}
+}
+
 // Options returns the effective options.
 func (e *Env) Options() Options { return e.opts }
 

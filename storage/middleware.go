@@ -59,7 +59,12 @@ func (d *driver) guard(ctx context.Context, blob digest.Digest, links []Object, 
 	}
 	objs := append([]Object{{Blob: blob}}, links...)
 	s := scopeOf(ctx)
-	if s.covered(objs, d.env.opts.Dedup) {
+	// Covered: this request, or this process (a pull, or the upload commit
+	// just before a manifest PUT), recorded these objects with a fence check
+	// less than Dedup ago. That touch found no fence and set the access
+	// time, so GC cannot have fenced them since: fence refuses anything
+	// accessed within its window, and windows are far above Dedup.
+	if s.covered(objs, d.env.opts.Dedup) || d.env.dedup.recent(objs) {
 		return false, nil
 	}
 	deadline := time.Now().Add(d.env.opts.FenceWait)

@@ -281,6 +281,22 @@ func (t *Tracker) MarkGone(ctx context.Context, o Object) error {
 	return nil
 }
 
+// ClearGone removes the deletion tombstones of objs (they exist again).
+func (t *Tracker) ClearGone(ctx context.Context, objs ...Object) error {
+	keys := make([]string, len(objs))
+	for i, o := range objs {
+		keys[i] = t.goneKey(o)
+	}
+	for _, k := range keys {
+		// one key per call: tombstones of different blobs live in
+		// different hash slots
+		if err := t.c.Del(ctx, k).Err(); err != nil {
+			return fmt.Errorf("%w: clear tombstone: %v", ErrRedisUnavailable, err)
+		}
+	}
+	return nil
+}
+
 // Fence is a lease GC holds on an object while it deletes it.
 type Fence struct {
 	Object Object
