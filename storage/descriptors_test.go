@@ -8,7 +8,6 @@ import (
 	"github.com/distribution/reference"
 )
 
-
 // TestDescriptorKindFromCaller pins callerKind to Distribution's call sites:
 // the wrapper built in Blobs() records the layer link, the one built in
 // Manifests() the revision link. If this breaks, the wrapper still works
