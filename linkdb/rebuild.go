@@ -71,25 +71,25 @@ type RebuildOptions struct {
 // RebuildResult is what a rebuild did. Counts under dry-run are what it
 // would have done.
 type RebuildResult struct {
-	Started             time.Time `json:"started"` // the first run's start when resumed
-	Resumed             bool      `json:"resumed"`
-	DryRun              bool      `json:"dry_run"`
-	Repositories        int       `json:"repositories"`
-	RepositoriesSkipped int       `json:"repositories_skipped"` // finished by an earlier run
-	Shards              int       `json:"shards"`
-	ShardsSkipped       int       `json:"shards_skipped"`
-	ForwardLinks        int64     `json:"forward_links"`
-	ReverseAdded        int64     `json:"reverse_added"`
-	ReversePresent      int64     `json:"reverse_present"`
-	ReferrersAdded      int64     `json:"referrers_added"`
-	ReverseLinks        int64     `json:"reverse_links_seen"`
-	StaleRemoved        int64     `json:"stale_removed"`
-	StaleKept           int64     `json:"stale_kept"` // young, fenced, no fence, or re-linked meanwhile
-	StaleRestored       int64     `json:"stale_restored"`
-	Complete            bool      `json:"complete"` // the marker was written
-	Counts              map[Kind]int64
-	Problems            []Problem `json:"problems"`
-	Duration            time.Duration
+	Started             time.Time      `json:"started"` // the first run's start when resumed
+	Resumed             bool           `json:"resumed"`
+	DryRun              bool           `json:"dry_run"`
+	Repositories        int            `json:"repositories"`
+	RepositoriesSkipped int            `json:"repositories_skipped"` // finished by an earlier run
+	Shards              int            `json:"shards"`
+	ShardsSkipped       int            `json:"shards_skipped"`
+	ForwardLinks        int64          `json:"forward_links"`
+	ReverseAdded        int64          `json:"reverse_added"`
+	ReversePresent      int64          `json:"reverse_present"`
+	ReferrersAdded      int64          `json:"referrers_added"`
+	ReverseLinks        int64          `json:"reverse_links_seen"`
+	StaleRemoved        int64          `json:"stale_removed"`
+	StaleKept           int64          `json:"stale_kept"` // young, fenced, no fence, or re-linked meanwhile
+	StaleRestored       int64          `json:"stale_restored"`
+	Complete            bool           `json:"complete"` // the marker was written
+	Counts              map[Kind]int64 `json:"counts"`
+	Problems            []Problem      `json:"problems"` // the first MaxFindings of each kind
+	Duration            time.Duration  `json:"duration_ns"`
 }
 
 type rebuild struct {

@@ -137,13 +137,35 @@ func writeRebuildResult(w io.Writer, res *linkdb.RebuildResult, asJSON bool) err
   reverse links: %d added, %d present
   referrers entries: %d added
   stale entries: %d removed, %d kept, %d restored; %d reverse links seen
-  problems: %v
   complete: %v (since %s), took %s
 `, verb, res.Repositories, res.RepositoriesSkipped, res.ForwardLinks, res.Shards, res.ShardsSkipped,
 		res.ReverseAdded, res.ReversePresent, res.ReferrersAdded,
 		res.StaleRemoved, res.StaleKept, res.StaleRestored, res.ReverseLinks,
-		res.Counts, res.Complete, res.Started.Format(time.RFC3339), res.Duration.Round(time.Millisecond))
-	return err
+		res.Complete, res.Started.Format(time.RFC3339), res.Duration.Round(time.Millisecond))
+	if err != nil {
+		return err
+	}
+	for _, k := range linkdb.Kinds {
+		if n := res.Counts[k]; n > 0 {
+			fmt.Fprintf(w, "  %-16s %d  %s\n", k, n, k.Message())
+		}
+	}
+	const perKind = 20
+	shown := map[linkdb.Kind]int{}
+	for _, p := range res.Problems {
+		if shown[p.Kind] >= perKind {
+			continue
+		}
+		shown[p.Kind]++
+		line := fmt.Sprintf("    %-16s %s", p.Kind, p.Path)
+		if p.Detail != "" {
+			line += "  (" + p.Detail + ")"
+		}
+		if _, err := fmt.Fprintln(w, line); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func newVerifyCmd() *cobra.Command {
