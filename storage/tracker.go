@@ -228,7 +228,9 @@ func (t *Tracker) touch(ctx context.Context, blob digest.Digest, links []Object,
 	if clear {
 		cl = "1"
 	}
-	ctx, cancel := context.WithTimeout(ctx, t.opts.Timeout)
+	// A client that hangs up must not look like a Redis failure (which
+	// would move the epoch): only our own timeout bounds the call.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opts.Timeout)
 	defer cancel()
 	start := time.Now()
 	res, err := touchScript.Run(ctx, t.c, keys, t.opts.AccessTTL.Milliseconds(), cl).Int64Slice()
@@ -415,7 +417,10 @@ func (t *Tracker) Now(ctx context.Context) (time.Time, error) {
 // start and then periodically (KeepRecording), so a Redis that lost its data
 // gets a fresh epoch, which GC will not trust for a full window.
 func (t *Tracker) StartRecording(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, t.opts.Timeout)
+	if ctx.Err() != nil {
+		return ctx.Err() // shutting down: no failure to record
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opts.Timeout)
 	defer cancel()
 	if err := epochScript.Run(ctx, t.c, []string{t.sinceKey()}, "0").Err(); err != nil {
 		t.failed(ctx, "epoch", err)

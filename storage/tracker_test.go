@@ -193,3 +193,26 @@ func TestRedisGapMovesEpoch(t *testing.T) {
 		}
 	}
 }
+
+// A client hanging up mid-request is not a Redis failure: the epoch stays.
+func TestCanceledClientIsNoGap(t *testing.T) {
+	b := backends(t)[0]
+	ctx := context.Background()
+	tr := newTestTracker(t, b)
+	if err := tr.StartRecording(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e0, _ := tr.RecordingSince(ctx)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := tr.Touch(cctx, Object{Blob: dA}); err != nil {
+		t.Fatalf("touch with a canceled request context: %v", err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if err := tr.Touch(ctx, Object{Blob: dA}); err != nil {
+		t.Fatal(err)
+	}
+	if e1, _ := tr.RecordingSince(ctx); !e1.Equal(e0) {
+		t.Fatalf("epoch moved from %v to %v", e0, e1)
+	}
+}
