@@ -28,6 +28,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/linkdb"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
@@ -226,6 +227,14 @@ func (g *gcRegistry) checkLinks(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// And the link database's own verifier agrees.
+	v, err := linkdb.Verify(ctx, g.raw, linkdb.VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.ExitCode != 0 {
+		t.Errorf("linkdb verify: exit %d, findings %+v", v.ExitCode, v.Findings)
 	}
 }
 
