@@ -190,11 +190,15 @@ func readRequest(r *http.Request) (collectRequest, error) {
 		}
 	}
 	q := r.URL.Query()
-	for k := range q {
+	for k, vs := range q {
 		switch k {
 		case "dry_run", "untagged", "cap", "plan", "async":
 		default:
 			return req, fmt.Errorf("%w: unknown parameter %q", errBadRequest, k)
+		}
+		// "dry_run=" must not quietly mean a real run.
+		if len(vs) != 1 || vs[0] == "" {
+			return req, fmt.Errorf("%w: parameter %q needs exactly one value", errBadRequest, k)
 		}
 	}
 	if v := q.Get("dry_run"); v != "" {

@@ -196,6 +196,8 @@ func TestE2EAPIErrors(t *testing.T) {
 		{"invalid name", "POST", "/gc/v1/repositories/API/App/collect", true, "", 400, "NAME_INVALID"},
 		{"unknown repository", "POST", "/gc/v1/repositories/no/such/collect", true, "", 404, "NAME_UNKNOWN"},
 		{"bad parameter", "POST", "/gc/v1/repositories/api/app/collect?dry_run=maybe", true, "", 400, "PARAM_INVALID"},
+		{"empty dry_run", "POST", "/gc/v1/repositories/api/app/collect?dry_run=", true, "", 400, "PARAM_INVALID"},
+		{"repeated dry_run", "POST", "/gc/v1/repositories/api/app/collect?dry_run=true&dry_run=false", true, "", 400, "PARAM_INVALID"},
 		{"unknown parameter", "POST", "/gc/v1/repositories/api/app/collect?force=1", true, "", 400, "PARAM_INVALID"},
 		{"bad body", "POST", "/gc/v1/repositories/api/app/collect", true, `{"dry_run":"x"}`, 400, "PARAM_INVALID"},
 		{"oversized body", "POST", "/gc/v1/repositories/api/app/collect", true, `{"dry_run":true,"x":"` + strings.Repeat("a", 70<<10) + `"}`, 413, "SIZE_INVALID"},
