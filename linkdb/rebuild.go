@@ -17,6 +17,10 @@ import (
 	"github.com/reclaim-registry/reclaim/storage"
 )
 
+// linkConcurrency is how many links of one repository are checked at once,
+// on top of Workers repositories: object stores are latency-bound.
+const linkConcurrency = 8
+
 // ErrIncomplete means part of the registry could not be read, so the
 // rebuild could not establish that every forward link has its reverse link.
 // It did not write the marker; the checkpoint keeps the finished parts, so
@@ -330,11 +334,15 @@ func (r *rebuild) repositories(ctx context.Context) (incomplete bool, err error)
 // repo rebuilds one repository. ok is false when some link could not be
 // read, so the repository is not known to be covered.
 func (r *rebuild) repo(ctx context.Context, repo string) (ok bool, err error) {
-	ok = true
+	var failed atomic.Bool
 	for _, part := range []struct{ base, kind string }{
 		{layersRoot(repo), layersDir},
 		{revisionsRoot(repo), manifestsDir},
 	} {
+		// The walk streams; each link costs a few round trips, so a few run
+		// at once. g.Go blocks at the limit, which holds the walk back.
+		g := new(errgroup.Group)
+		g.SetLimit(linkConcurrency)
 		err := walkLinks(ctx, r.d, part.base, func(fi storagedriver.FileInfo) error {
 			d, isLink := parseLink(repo, fi.Path())
 			if !isLink {
@@ -342,15 +350,21 @@ func (r *rebuild) repo(ctx context.Context, repo string) (ok bool, err error) {
 			}
 			r.forward.Add(1)
 			r.opts.Progress.link()
-			if !r.forwardLink(ctx, repo, part.kind, d, fi.Path()) {
-				ok = false
-			}
+			p := fi.Path()
+			g.Go(func() error {
+				if !r.forwardLink(ctx, repo, part.kind, d, p) {
+					failed.Store(true)
+				}
+				return nil
+			})
 			return ctx.Err()
 		})
+		g.Wait()
 		if err != nil {
 			return false, fmt.Errorf("walk %s: %w", part.base, err)
 		}
 	}
+	ok = !failed.Load()
 	err = walkLinks(ctx, r.d, referrersRoot(repo), func(fi storagedriver.FileInfo) error {
 		subject, referrer, isLink := parseReferrerLink(repo, fi.Path())
 		if !isLink {

@@ -225,6 +225,8 @@ func (v *verifier) repo(ctx context.Context, repo string) {
 		{layersRoot(repo), layersDir},
 		{revisionsRoot(repo), manifestsDir},
 	} {
+		g := new(errgroup.Group)
+		g.SetLimit(linkConcurrency)
 		err := walkLinks(ctx, v.d, part.base, func(fi storagedriver.FileInfo) error {
 			d, ok := parseLink(repo, fi.Path())
 			if !ok {
@@ -232,9 +234,14 @@ func (v *verifier) repo(ctx context.Context, repo string) {
 			}
 			v.forward.Add(1)
 			v.opts.Progress.link()
-			v.forwardLink(ctx, repo, part.kind, d, fi.Path())
+			p := fi.Path()
+			g.Go(func() error {
+				v.forwardLink(ctx, repo, part.kind, d, p)
+				return nil
+			})
 			return ctx.Err()
 		})
+		g.Wait()
 		if err != nil && ctx.Err() == nil {
 			v.unreadable(Problem{Kind: Unreadable, Path: part.base, Repo: repo, Detail: err.Error()})
 		}

@@ -62,7 +62,7 @@ func newRebuildCmd() *cobra.Command {
 	f.IntVar(&opts.Workers, "workers", 4, "repositories (then blob shards) walked in parallel")
 	f.BoolVarP(&opts.DryRun, "dry-run", "d", false, "report what would change; write nothing (no checkpoint, no marker)")
 	f.BoolVar(&opts.Offline, "offline", false, "no registry serves this storage: remove stale entries without a GC fence")
-	f.DurationVar(&opts.MinAge, "min-age", 10*time.Minute, "leave stale entries younger than this (pushes in flight); negative: no guard")
+	f.DurationVar(&opts.MinAge, "min-age", 10*time.Minute, "leave stale entries younger than this (pushes in flight); 0: no guard")
 	f.StringVar(&checkpointFile, "checkpoint", "", "keep the checkpoint in this local file (default: in the storage, reclaim/rebuild/checkpoint)")
 	f.BoolVar(&opts.Restart, "restart", false, "discard the checkpoint and start over")
 	f.DurationVar(&progressEvery, "progress-every", 30*time.Second, "interval of progress log lines when stderr is not a terminal")
@@ -72,6 +72,9 @@ func newRebuildCmd() *cobra.Command {
 
 func runRebuild(cmd *cobra.Command, args []string, opts linkdb.RebuildOptions, checkpointFile string, progressEvery time.Duration, asJSON bool) int {
 	stderr := cmd.ErrOrStderr()
+	if opts.MinAge == 0 {
+		opts.MinAge = -1 // linkdb's zero value means "default"; the flag's means "none"
+	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	config, d, err := openStorage(ctx, args)
