@@ -216,6 +216,19 @@ func newReclaimer(ctx context.Context, config *configuration.Configuration, rc R
 	return r, q, err
 }
 
+// OpenReclaimer builds a reclaimer on config's storage, tracker and queue,
+// with the kill switch on or off as enabled says: for `registry gc sweep
+// --apply`, which deletes through the same step the background reclaimer
+// uses. It does not start it.
+func OpenReclaimer(ctx context.Context, config *configuration.Configuration, enabled bool) (*gc.Reclaimer, *storage.Queue, error) {
+	rc, err := ParseReclaimerConfig(config)
+	if err != nil {
+		return nil, nil, err
+	}
+	rc.Enabled = enabled
+	return newReclaimer(ctx, config, rc)
+}
+
 // gcQueue adapts *storage.Queue to gc.Queue.
 type gcQueue struct{ q *storage.Queue }
 
