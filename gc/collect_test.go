@@ -463,3 +463,26 @@ func TestPlanExpires(t *testing.T) {
 		t.Fatalf("expired plan: %v", err)
 	}
 }
+
+func TestReferrerKeptWhenItsSubjectSurvivesTheSweep(t *testing.T) {
+	f := newFixture(t)
+	subject := f.image("s", nil, "subject-layer")
+	sig := f.image("s", &subject, "signature")
+	// The subject is pulled by digest between the plan and its fence.
+	f.tr.onFence = func(o Object) {
+		if o.Blob == subject.Digest {
+			f.tr.touch(o)
+		}
+	}
+	rep, err := f.c.Collect(context.Background(), "s", RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reasonOf(rep, KindManifest, subject.Digest) != RecentlyAccessed || reasonOf(rep, KindManifest, sig.Digest) != Referrer {
+		t.Fatalf("%s", summary(rep))
+	}
+	if len(rep.LayersUnlinked) != 0 || len(rep.BlobsDeleted) != 0 {
+		t.Fatalf("%s", summary(rep))
+	}
+	checkOneDecisionEach(t, rep)
+}

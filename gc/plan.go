@@ -403,19 +403,42 @@ func byAge(ds []digest.Digest, k ObjectKind, last map[key]time.Time) {
 	})
 }
 
-// parentsFirst orders manifests so an index comes before its children: if
-// the index survives the sweep (accessed at the last moment), its children
-// are then still there to be kept.
+// keepers returns, for each manifest, the manifests whose survival keeps it:
+// the indexes that list it and the subject it refers to. Only manifests of
+// the snapshot count.
+func keepers(s *snapshot) map[digest.Digest][]digest.Digest {
+	out := map[digest.Digest][]digest.Digest{}
+	for _, d := range sortedDigests(s.revisions) {
+		for _, c := range uniq(s.revisions[d].refs) {
+			if _, ok := s.revisions[c]; ok && c != d {
+				out[c] = append(out[c], d)
+			}
+		}
+		if sub := s.revisions[d].subject; sub != "" && sub != d {
+			if _, ok := s.revisions[sub]; ok {
+				out[d] = append(out[d], sub)
+			}
+		}
+	}
+	return out
+}
+
+// parentsFirst orders manifests so that an index comes before its children
+// and a subject before its referrers: if the first survives the sweep
+// (accessed at the last moment), the others are then still there to be kept.
 func parentsFirst(s *snapshot, ds []digest.Digest) []digest.Digest {
 	in := map[digest.Digest]bool{}
 	for _, d := range ds {
 		in[d] = true
 	}
+	keptBy := keepers(s)
+	children := map[digest.Digest][]digest.Digest{}
 	indeg := map[digest.Digest]int{}
 	for _, d := range ds {
-		for _, c := range uniq(s.revisions[d].refs) {
-			if in[c] && c != d {
-				indeg[c]++
+		for _, p := range keptBy[d] {
+			if in[p] {
+				children[p] = append(children[p], d)
+				indeg[d]++
 			}
 		}
 	}
@@ -429,11 +452,9 @@ func parentsFirst(s *snapshot, ds []digest.Digest) []digest.Digest {
 		d := ready[0]
 		ready = ready[1:]
 		out = append(out, d)
-		for _, c := range uniq(s.revisions[d].refs) {
-			if in[c] && c != d {
-				if indeg[c]--; indeg[c] == 0 {
-					ready = append(ready, c)
-				}
+		for _, c := range children[d] {
+			if indeg[c]--; indeg[c] == 0 {
+				ready = append(ready, c)
 			}
 		}
 	}

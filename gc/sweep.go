@@ -49,12 +49,7 @@ func (rs *runState) sweep(ctx context.Context, p *planned, rep *Report) {
 		}
 	}
 
-	parentsOf := map[digest.Digest][]digest.Digest{}
-	for _, pd := range sortedDigests(s.revisions) {
-		for _, c := range uniq(s.revisions[pd].refs) {
-			parentsOf[c] = append(parentsOf[c], pd)
-		}
-	}
+	parentsOf := keepers(s)
 	deleted := map[digest.Digest]bool{}
 	removed := map[digest.Digest]bool{} // blobs whose link this run removed
 
@@ -136,6 +131,9 @@ func (rs *runState) deleteManifest(ctx context.Context, s *snapshot, m digest.Di
 	for _, parent := range parentsOf[m] {
 		if !deleted[parent] {
 			dec.Reason, dec.Detail = IndexChild, "kept by "+parent.String()
+			if parent == s.revisions[m].subject {
+				dec.Reason = Referrer
+			}
 			return dec
 		}
 	}
