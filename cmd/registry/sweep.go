@@ -96,9 +96,9 @@ type sweepStats struct {
 	linked     int64
 	queued     int64 // unreferenced but already in the queue
 	foundBytes int64
-	enqueued           int64
-	failed             int64
-	decisions          map[string]int64
+	enqueued   int64
+	failed     int64
+	decisions  map[string]int64
 }
 
 func runSweep(cmd *cobra.Command, configPath string, o sweepOptions) int {
