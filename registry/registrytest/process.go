@@ -112,7 +112,7 @@ func StartProcess(t testing.TB, opts ...Option) *Process {
 	}
 	t.Cleanup(func() {
 		p.kill()
-		if t.Failed() {
+		if t.Failed() && p.Registry != nil {
 			t.Logf("registrytest: log of registry process %s:\n%s", p.URL, p.Logs())
 		}
 	})
