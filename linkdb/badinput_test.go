@@ -169,3 +169,23 @@ func TestUnreadableRepositoryMakesRebuildIncomplete(t *testing.T) {
 		t.Fatalf("rerun: %+v %v", res, err)
 	}
 }
+
+func TestWalkFailureInsideABlobDeliversEachReverseLinkOnce(t *testing.T) {
+	ctx := context.Background()
+	mem := inmemory.New()
+	b := digest.FromString("two repositories, one unreadable")
+	if err := mem.PutContent(ctx, storage.BlobDataPath(b), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	for _, repo := range []string{"a", "b"} { // both stale: no forward links
+		if err := mem.PutContent(ctx, storage.ReverseLinkPath(b, repo, storage.LinkLayer), []byte(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bad := storage.ReverseLinksDir(b) + "/b"
+	d := &faulty{StorageDriver: mem, fail: func(op, p string) bool { return op == "list" && p == bad }}
+	rep := verify(t, d)
+	if rep.Counts[StaleReverse] != 1 || rep.Counts[Unreadable] != 1 || rep.Counts[Reclaimable] != 0 {
+		t.Fatalf("counts %+v, want one stale (a), one unreadable (b), nothing reclaimable", rep.Counts)
+	}
+}

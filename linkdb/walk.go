@@ -121,6 +121,9 @@ type blobVisitor struct {
 func walkShard(ctx context.Context, d storagedriver.StorageDriver, shard string, v blobVisitor) error {
 	var cur *blobEntry
 	lastDone := "" // the last blob directory fully delivered
+	// reverse links of cur already delivered, so the fallback below does not
+	// deliver them twice; bounded by the links of one blob.
+	delivered := map[string]bool{}
 	flush := func() {
 		if cur != nil {
 			v.onBlob(cur)
@@ -139,13 +142,17 @@ func walkShard(ctx context.Context, d storagedriver.StorageDriver, shard string,
 		if cur == nil || cur.dir != bp.dir {
 			flush()
 			cur = &blobEntry{dir: bp.dir, path: bp}
+			clear(delivered)
 		}
 		switch {
 		case bp.isData && !fi.IsDir():
 			cur.hasData, cur.dataSize = true, fi.Size()
 		case bp.reverse && !fi.IsDir():
 			cur.reverse++
-			v.onReverse(cur, fi, bp)
+			if !delivered[fi.Path()] {
+				delivered[fi.Path()] = true
+				v.onReverse(cur, fi, bp)
+			}
 		}
 		return nil
 	}
@@ -159,6 +166,10 @@ func walkShard(ctx context.Context, d storagedriver.StorageDriver, shard string,
 	}
 	// The walk stopped inside cur (or between blobs). Redo cur and everything
 	// after it directory by directory.
+	failed := ""
+	if cur != nil {
+		failed = cur.dir
+	}
 	cur = nil
 	children, lerr := d.List(ctx, shard)
 	if lerr != nil {
@@ -174,6 +185,9 @@ func walkShard(ctx context.Context, d storagedriver.StorageDriver, shard string,
 			continue
 		}
 		cur = &blobEntry{dir: dir, path: bp}
+		if dir != failed {
+			clear(delivered)
+		}
 		tolerantWalk(ctx, d, dir, visit, func(p string, err error) {
 			cur.unknown = true
 			cur.detail = p + ": " + err.Error()
