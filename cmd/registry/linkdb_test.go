@@ -29,7 +29,7 @@ func runLinkdb(t *testing.T, args ...string) (int, string) {
 	root.SetArgs(append([]string{"linkdb"}, args...))
 	root.SetOut(&out)
 	root.SetErr(&errOut)
-	defer root.SetArgs(nil)
+	defer func() { root.SetArgs(nil); root.SetOut(nil); root.SetErr(nil) }()
 	if err := root.ExecuteContext(context.Background()); err != nil {
 		t.Fatalf("linkdb %v: %v\n%s", args, err, errOut.String())
 	}
