@@ -68,8 +68,9 @@ type RebuildOptions struct {
 	MaxFindings int
 
 	now       func() time.Time
-	repoDone  func(repo string) // test hook: after a repository is finished
-	beforeDel func()            // test hook: between re-check and removal
+	repoDone  func(repo string)  // test hook: after a repository is finished
+	shardDone func(shard string) // test hook: after a blob shard is finished
+	beforeDel func()             // test hook: between re-check and removal
 }
 
 // RebuildResult is what a rebuild did. Counts under dry-run are what it
@@ -535,6 +536,9 @@ func (r *rebuild) shards(ctx context.Context) (failed bool, err error) {
 			r.doneShards[shard] = true
 			r.mu.Unlock()
 			r.opts.Progress.unit()
+			if h := r.opts.shardDone; h != nil {
+				h(shard)
+			}
 			return nil
 		})
 	}

@@ -331,3 +331,51 @@ func TestRebuildStaleRemovalRacesRelink(t *testing.T) {
 		}
 	})
 }
+
+// Interrupted in the blob phase: the repositories phase had finished, so the
+// marker is already there; the rerun skips every repository and the finished
+// shards.
+func TestRebuildInterruptedInBlobPhase(t *testing.T) {
+	d := inmemory.New()
+	generate(t, d, small)
+	ctx := context.Background()
+	// stale reverse links spread over the shards, for the blob phase to remove
+	for i := range 40 {
+		b := digest.FromString(fmt.Sprintf("stale %d", i))
+		if err := d.PutContent(ctx, reverseLinkPath(b, "gone", layersDir), []byte(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cp := StorageCheckpoint(d)
+	cctx, cancel := context.WithCancel(ctx)
+	var n atomic.Int32
+	first, err := Rebuild(cctx, d, RebuildOptions{Workers: 2, Offline: true, MinAge: -1, Checkpoint: cp,
+		shardDone: func(string) {
+			if n.Add(1) == 10 {
+				cancel()
+			}
+		}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v", err)
+	}
+	if !first.Complete {
+		t.Error("the repositories phase finished but no marker was written")
+	}
+	saved, err := cp.Load(ctx)
+	if err != nil || saved == nil || len(saved.Repositories) != small.Repos || len(saved.Shards) < 10 {
+		t.Fatalf("checkpoint %+v %v", saved, err)
+	}
+	second, err := Rebuild(ctx, d, RebuildOptions{Workers: 2, Offline: true, MinAge: -1, Checkpoint: cp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.RepositoriesSkipped != small.Repos || second.ShardsSkipped != len(saved.Shards) || second.ForwardLinks != 0 {
+		t.Errorf("second run: %+v", second)
+	}
+	if first.StaleRemoved+second.StaleRemoved != 40 {
+		t.Errorf("stale removed %d + %d, want 40", first.StaleRemoved, second.StaleRemoved)
+	}
+	if rep := verify(t, d); rep.ExitCode != ExitClean {
+		t.Fatalf("exit %d %+v", rep.ExitCode, rep.Counts)
+	}
+}
