@@ -97,7 +97,11 @@ func (s *descriptors) Stat(ctx context.Context, dgst digest.Digest) (v1.Descript
 	switch info.intent {
 	case intentReference, intentMount:
 		var err error
-		if gone, err = d.guard(ctx, dgst, links, false); err != nil {
+		wait := e.opts.FenceWait
+		if info.intent == intentMount {
+			wait = 0 // the mount falls back to an upload at once
+		}
+		if gone, err = d.guardWait(ctx, dgst, links, false, wait); err != nil {
 			if info.intent == intentMount && errors.Is(err, ErrFenced) {
 				if sc := scopeOf(ctx); sc != nil {
 					sc.refused.Store(false)

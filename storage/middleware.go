@@ -54,6 +54,12 @@ var ErrRetryable = errors.New("storage: retry later")
 //
 // gone reports a deletion tombstone on one of the objects (descriptors.go).
 func (d *driver) guard(ctx context.Context, blob digest.Digest, links []Object, clear bool) (gone bool, err error) {
+	return d.guardWait(ctx, blob, links, clear, d.env.opts.FenceWait)
+}
+
+// guardWait is guard with an explicit wait: a mount does not wait (it falls
+// back to an upload at once).
+func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []Object, clear bool, wait time.Duration) (gone bool, err error) {
 	if accessRecordsOff(ctx) {
 		return false, nil
 	}
@@ -67,7 +73,7 @@ func (d *driver) guard(ctx context.Context, blob digest.Digest, links []Object, 
 	if s.covered(objs, d.env.opts.Dedup) || d.env.dedup.recent(objs) {
 		return false, nil
 	}
-	deadline := time.Now().Add(d.env.opts.FenceWait)
+	deadline := time.Now().Add(wait)
 	waited := false
 	for {
 		start := time.Now()
@@ -149,7 +155,7 @@ func (d *driver) before(ctx context.Context, path string, p Path) (readAfter boo
 		_, err := d.guard(ctx, p.Digest, append(links, extra(info, p.Digest)...), true)
 		return false, err
 	case intentMount:
-		_, err := d.guard(ctx, p.Digest, append(links, extra(info, p.Digest)...), true)
+		_, err := d.guardWait(ctx, p.Digest, append(links, extra(info, p.Digest)...), true, 0)
 		if errors.Is(err, ErrFenced) {
 			// the mount fails and the client uploads instead; that is no
 			// refusal of the request
