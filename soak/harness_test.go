@@ -12,6 +12,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -26,6 +28,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/linkdb"
@@ -186,6 +189,10 @@ func errorClass(err error) string {
 	if errors.As(err, &ve) {
 		return ve.class
 	}
+	var cr *collectRefused
+	if errors.As(err, &cr) {
+		return cr.reason
+	}
 	s := err.Error()
 	switch {
 	case strings.Contains(s, "connection refused"), strings.Contains(s, "EOF"), strings.Contains(s, "connection reset"):
@@ -233,6 +240,8 @@ func ref(r *registrytest.Registry, s string) (name.Reference, error) {
 type verifyError struct {
 	class  string
 	detail string
+	// missing is the manifest or blob that was not there, when known.
+	missing v1.Hash
 }
 
 func (e *verifyError) Error() string { return e.class + ": " + e.detail }
@@ -250,7 +259,7 @@ func pullVerify(ctx context.Context, r *registrytest.Registry, repo, reference s
 		return v1.Hash{}, err
 	}
 	if got := sha256Hex(desc.Manifest); "sha256:"+got != desc.Digest.String() {
-		return desc.Digest, &verifyError{"digest_mismatch", "manifest " + desc.Digest.String()}
+		return desc.Digest, &verifyError{"digest_mismatch", "manifest " + desc.Digest.String(), desc.Digest}
 	}
 	if desc.MediaType.IsIndex() {
 		idx, err := desc.ImageIndex()
@@ -264,7 +273,7 @@ func pullVerify(ctx context.Context, r *registrytest.Registry, repo, reference s
 		for _, child := range im.Manifests {
 			if _, err := pullVerify(ctx, r, repo, "@"+child.Digest.String()); err != nil {
 				if strings.Contains(errorClass(err), "MANIFEST_UNKNOWN") {
-					return desc.Digest, &verifyError{"child_missing", fmt.Sprintf("index %s child %s: %v", desc.Digest, child.Digest, err)}
+					return desc.Digest, &verifyError{"child_missing", fmt.Sprintf("index %s child %s: %v", desc.Digest, child.Digest, err), child.Digest}
 				}
 				return desc.Digest, err
 			}
@@ -307,14 +316,14 @@ func fetchBlob(ctx context.Context, r *registrytest.Registry, repo string, d v1.
 		if json.Unmarshal(b, &body) == nil && len(body.Errors) > 0 {
 			class = fmt.Sprintf("%d %s", resp.StatusCode, body.Errors[0].Code)
 		}
-		return &verifyError{class, "blob " + d.String() + " of " + repo}
+		return &verifyError{class, "blob " + d.String() + " of " + repo, d}
 	}
 	h := sha256.New()
 	if _, err := io.Copy(h, resp.Body); err != nil {
 		return err
 	}
 	if "sha256:"+hex.EncodeToString(h.Sum(nil)) != d.String() {
-		return &verifyError{"digest_mismatch", "blob " + d.String()}
+		return &verifyError{"digest_mismatch", "blob " + d.String(), d}
 	}
 	return nil
 }
@@ -378,6 +387,14 @@ func verifyAll(ctx context.Context, t *testing.T, r *registrytest.Registry, repo
 		}
 		for _, tag := range tags {
 			d, err := pullVerify(ctx, r, repo, ":"+tag)
+			if err != nil && strings.Contains(err.Error(), "unknown tag=") {
+				// The tag directory exists without a current link: a tag
+				// write or delete failed half-way (upstream behaviour under
+				// storage faults). It references nothing. A tag whose
+				// manifest is gone says "unknown manifest" instead.
+				t.Logf("dangling tag directory %s:%s (no current link)", repo, tag)
+				continue
+			}
 			if err != nil {
 				t.Errorf("LOST DATA: %s:%s (%s): %v", repo, tag, errorClass(err), err)
 				continue
@@ -481,10 +498,26 @@ func collect(ctx context.Context, r *registrytest.Registry, repo string) (int, i
 	var rep struct {
 		BytesFreed   int64    `json:"bytes_freed"`
 		BlobsDeleted []string `json:"blobs_deleted"`
+		Errors       []struct {
+			Code   string         `json:"code"`
+			Detail map[string]any `json:"detail"`
+		} `json:"errors"`
 	}
 	_ = json.NewDecoder(resp.Body).Decode(&rep)
+	if resp.StatusCode >= 400 && len(rep.Errors) > 0 {
+		reason := rep.Errors[0].Code
+		if r, ok := rep.Errors[0].Detail["reason"].(string); ok {
+			reason += " " + r
+		}
+		return resp.StatusCode, 0, &collectRefused{reason}
+	}
 	return resp.StatusCode, rep.BytesFreed, nil
 }
+
+// collectRefused is a collect answered with an error body.
+type collectRefused struct{ reason string }
+
+func (e *collectRefused) Error() string { return e.reason }
 
 // finalPass waits out the window, collects every repository (twice: what
 // the first run kept as recently accessed by the verification pulls goes in
@@ -495,7 +528,7 @@ func finalPass(ctx context.Context, t *testing.T, c *cluster, repos []string) {
 		time.Sleep(window + 500*time.Millisecond)
 		for i, repo := range repos {
 			code, _, err := collect(ctx, c.pick(i+round), repo)
-			if err != nil || (code != http.StatusOK && code != http.StatusNotFound) {
+			if code != http.StatusOK && code != http.StatusNotFound {
 				t.Logf("final collect %s: %d %v", repo, code, err)
 			}
 		}
@@ -517,4 +550,70 @@ func finalPass(ctx context.Context, t *testing.T, c *cluster, repos []string) {
 	}
 	// one more tick on every instance after the last due item was claimed
 	time.Sleep(3 * reclaimInterval)
+}
+
+func remoteWrite(ctx context.Context, rf name.Reference, img v1.Image, r *registrytest.Registry) error {
+	return remote.Write(rf, img, remoteOpts(ctx, r)...)
+}
+
+// sweepEnqueue runs `registry gc sweep --enqueue <config>`: the slow path
+// that finds unreferenced blobs the queue does not know about.
+func sweepEnqueue(t *testing.T, configPath string) string {
+	t.Helper()
+	out, err := exec.Command(registrytest.Binary(t), "gc", "sweep", "--enqueue", configPath).CombinedOutput()
+	if err != nil {
+		t.Fatalf("registry gc sweep --enqueue: %v\n%s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// writeSweepConfig writes a config for the CLI on the soak's storage and Redis.
+func writeSweepConfig(t *testing.T, c *cluster) string {
+	t.Helper()
+	cfg := fmt.Sprintf(`version: 0.1
+storage:
+  filesystem:
+    rootdirectory: %s
+middleware:
+  storage:
+    - name: reclaim
+      options:
+        window: %s
+        dedup: 50ms
+        prefix: %q
+        redis:
+          addrs: [%s]
+        gc:
+          enabled: true
+`, c.root, window, c.prefix, c.redisAddr)
+	p := filepath.Join(t.TempDir(), "sweep.yml")
+	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// diagnose describes, from the storage itself, what is left of repo's
+// manifest top and of the missing object: for the report of a loss.
+func (c *cluster) diagnose(repo string, top v1.Hash, err error) string {
+	ctx := context.Background()
+	exists := func(p string) string {
+		if _, err := c.raw.Stat(ctx, p); err != nil {
+			return "missing"
+		}
+		return "present"
+	}
+	var b strings.Builder
+	if top.Hex != "" {
+		td := digest.Digest(top.String())
+		fmt.Fprintf(&b, "top %s: revision link %s, data %s; ", top, exists(storage.RevisionLinkPath(repo, td)), exists(storage.BlobDataPath(td)))
+	}
+	var ve *verifyError
+	if errors.As(err, &ve) && ve.missing.Hex != "" {
+		md := digest.Digest(ve.missing.String())
+		fmt.Fprintf(&b, "missing %s: revision link %s, layer link %s, data %s, reverse links %s",
+			ve.missing, exists(storage.RevisionLinkPath(repo, md)), exists(storage.LayerLinkPath(repo, md)),
+			exists(storage.BlobDataPath(md)), exists(storage.ReverseLinksDir(md)))
+	}
+	return b.String()
 }

@@ -151,7 +151,8 @@ func (w *workload) pull(ctx context.Context, kind, repo, reference string, rng *
 		// it referenced may go, by design
 		w.ops.add(kind+" raced a manifest delete: "+class, 1)
 	case lossClass(class) && time.Since(start) < window:
-		w.fails.add(fmt.Sprintf("%s: %s (%v)", kind, class, err), 1)
+		w.fails.add(fmt.Sprintf("%s: %s (%v) [%s after %v; %s]", kind, class, err, time.Now().Format("15:04:05.000"),
+			time.Since(start).Round(time.Millisecond), w.c.diagnose(repo, top, err)), 1)
 	case lossClass(class):
 		w.ops.add(kind+" slower than W: "+class, 1)
 	default:
@@ -300,7 +301,7 @@ func (w *workload) collector(ctx context.Context, r *registrytest.Registry, seed
 		case ctx.Err() != nil:
 			return
 		case err != nil:
-			w.gcStats.add("collect "+errorClass(err), 1)
+			w.gcStats.add(fmt.Sprintf("collect %d %s", code, errorClass(err)), 1)
 		default:
 			w.gcStats.add(fmt.Sprintf("collect %d", code), 1)
 			w.gcStats.add("collect bytes freed", freed)
