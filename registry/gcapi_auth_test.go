@@ -1,0 +1,136 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distribution/distribution/v3/configuration"
+	"github.com/distribution/distribution/v3/registry/auth"
+	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/reclaim-registry/reclaim/gc"
+)
+
+// scopeController grants exactly the scopes listed in the request's
+// X-Scopes header ("repository:<name>:<action>,..."), like a token whose
+// claims carry those scopes, and records what the handler asked for.
+type scopeController struct {
+	mu    sync.Mutex
+	asked []string
+}
+
+type challenge struct{ msg string }
+
+func (c challenge) Error() string { return c.msg }
+func (c challenge) SetHeaders(r *http.Request, w http.ResponseWriter) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="test",scope="`+c.msg+`"`)
+}
+
+var scopes = &scopeController{}
+
+func (s *scopeController) Authorized(r *http.Request, access ...auth.Access) (*auth.Grant, error) {
+	granted := r.Header.Get("X-Scopes")
+	if granted == "" {
+		return nil, challenge{"no token"}
+	}
+	for _, a := range access {
+		want := fmt.Sprintf("%s:%s:%s", a.Type, a.Name, a.Action)
+		s.mu.Lock()
+		s.asked = append(s.asked, want)
+		s.mu.Unlock()
+		if !strings.Contains(","+granted+",", ","+want+",") {
+			return nil, challenge{want}
+		}
+	}
+	return &auth.Grant{}, nil
+}
+
+func init() {
+	_ = auth.Register("gcscopetest", func(map[string]any) (auth.AccessController, error) { return scopes, nil })
+}
+
+// TestCollectRequiresDeleteScope checks which access the API asks the
+// configured controller for: delete on the repository to collect, pull on
+// the run's repository to read a run.
+func TestCollectRequiresDeleteScope(t *testing.T) {
+	config := &configuration.Configuration{
+		Auth: configuration.Auth{"gcscopetest": configuration.Parameters{}},
+		Middleware: map[string][]configuration.Middleware{"storage": {{Name: "reclaim",
+			Options: configuration.Parameters{"gc": map[string]any{"enabled": true}}}}},
+	}
+	d := inmemory.New()
+	if err := d.PutContent(context.Background(), "/docker/registry/v2/repositories/team/app/_layers/sha256/"+
+		digest.FromString("x").Encoded()+"/link", []byte(digest.FromString("x"))); err != nil {
+		t.Fatal(err)
+	}
+	col, err := gc.New(gc.Config{Driver: d, Tracker: notRecording{}, Links: noLinks{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := openGC
+	openGC = func(context.Context, *configuration.Configuration, GCConfig) (*gcBackend, error) {
+		return &gcBackend{Collector: col}, nil
+	}
+	defer func() { openGC = prev }()
+	srv := httptest.NewServer(newGCAPI(config, http.NotFoundHandler()))
+	defer srv.Close()
+
+	do := func(method, path, grant string) *http.Response {
+		req, _ := http.NewRequest(method, srv.URL+path, nil)
+		if grant != "" {
+			req.Header.Set("X-Scopes", grant)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	const path = "/gc/v1/repositories/team/app/collect?dry_run=true"
+	if r := do("POST", path, ""); r.StatusCode != 401 || r.Header.Get("WWW-Authenticate") == "" {
+		t.Fatalf("no token: %d", r.StatusCode)
+	}
+	if r := do("POST", path, "repository:team/app:pull,repository:team/app:push"); r.StatusCode != 401 ||
+		!strings.Contains(r.Header.Get("WWW-Authenticate"), "repository:team/app:delete") {
+		t.Fatalf("pull+push only: %d %q", r.StatusCode, r.Header.Get("WWW-Authenticate"))
+	}
+	if r := do("POST", path, "repository:other:delete"); r.StatusCode != 401 {
+		t.Fatalf("delete on another repository: %d", r.StatusCode)
+	}
+	// With delete granted the request gets past auth (and then aborts:
+	// the stub tracker is not recording).
+	if r := do("POST", path, "repository:team/app:delete"); r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("delete granted: %d", r.StatusCode)
+	}
+	// A name that is invalid is a 400 before any auth question.
+	if r := do("POST", "/gc/v1/repositories/Team/collect", ""); r.StatusCode != 400 {
+		t.Fatalf("invalid name: %d", r.StatusCode)
+	}
+}
+
+type notRecording struct{}
+
+func (notRecording) RecordingSince(context.Context) (t0 time.Time, err error) {
+	return t0, gc.ErrNotRecording
+}
+func (notRecording) LastAccess(context.Context, gc.Object) (time.Time, bool, error) {
+	return time.Time{}, false, nil
+}
+func (notRecording) Fence(context.Context, gc.Object, time.Duration, time.Duration) (func(context.Context) error, error) {
+	return nil, gc.ErrFenced
+}
+func (notRecording) LockRepository(context.Context, string, time.Duration) (func(), error) {
+	return func() {}, nil
+}
+
+type noLinks struct{}
+
+func (noLinks) List(context.Context, digest.Digest) ([]gc.RepoLink, error) { return nil, nil }
