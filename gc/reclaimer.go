@@ -376,6 +376,9 @@ func (r *Reclaimer) review(ctx context.Context, ts *tickState, it QueueItem, scr
 		if dec.LastAccess != nil {
 			due = dec.LastAccess.Add(r.c.cfg.Window)
 		}
+		// The fence may have seen an access newer than the one read
+		// before it: never re-claim before the next interval.
+		due = maxTime(due, ts.now.Add(r.cfg.Interval))
 		qerr = r.q.Requeue(ctx, it, due)
 	case Fenced:
 		// Someone else is deleting it right now; look again soon.
@@ -451,6 +454,13 @@ func (r *Reclaimer) Status(ctx context.Context) ReclaimerStatus {
 	}
 	st.QueueLength, st.Due = total, due
 	return st
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func copyCounts(m map[string]int64) map[string]int64 {
