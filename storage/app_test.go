@@ -114,7 +114,7 @@ func newTestApp(t testing.TB, o appOptions) *testApp {
 		if o.window > 0 {
 			opts["window"] = o.window.String()
 			opts["dedup"] = (o.window / 20).String()
-			opts["fencewait"] = "300ms"
+			opts["fencewait"] = "1s"
 			opts["fencepoll"] = "20ms"
 		}
 		mws = append(mws, configuration.Middleware{Name: MiddlewareName, Options: opts})

@@ -88,8 +88,9 @@ func testInterleavings(t *testing.T, b backend, cache string) {
 			t.Fatal(err)
 		}
 		x := layerDigest(t, img, 1)
+		// a window long enough for a slow push on a loaded machine
 		for _, o := range []Object{{Blob: x}, {Blob: x, Repo: "r", Kind: LinkLayer}} {
-			if _, err := a.env.Tracker.Fence(ctx, o, testWindow, time.Minute); !errors.Is(err, ErrRecentlyAccessed) {
+			if _, err := a.env.Tracker.Fence(ctx, o, 10*time.Second, time.Minute); !errors.Is(err, ErrRecentlyAccessed) {
 				t.Fatalf("fence %v right after the push: %v", o, err)
 			}
 		}

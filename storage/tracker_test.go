@@ -28,7 +28,7 @@ func TestTouchAndFence(t *testing.T) {
 		if fenced, _ := tr.Fenced(ctx, Object{Blob: dA}); fenced {
 			t.Fatal("a refused fence was left behind")
 		}
-		const w = 100 * time.Millisecond
+		const w = 400 * time.Millisecond // > any scheduling delay on a loaded CI box
 		time.Sleep(w)
 
 		layer := Object{Blob: dA, Repo: "r", Kind: LinkLayer}
@@ -136,11 +136,11 @@ func TestLockRepository(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		tr := newTestTracker(t, b)
-		unlock, err := tr.LockRepository(ctx, "a/b", 90*time.Millisecond)
+		unlock, err := tr.LockRepository(ctx, "a/b", 600*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(150 * time.Millisecond) // renewed past its first lease
+		time.Sleep(900 * time.Millisecond) // renewed past its first lease
 		if _, err := tr.LockRepository(ctx, "a/b", time.Second); !errors.Is(err, ErrRepositoryBusy) {
 			t.Fatalf("second lock: %v", err)
 		}
