@@ -105,6 +105,7 @@ func pinnedImage(t *testing.T, w *workload, r *registrytest.Registry) {
 // and afterwards verify must be clean or show only leaks, which a re-run
 // reclaims.
 func TestSoakRedisAndCrashFaults(t *testing.T) {
+	t.Parallel() // mostly waiting out windows: the three soaks overlap
 	if testing.Short() {
 		t.Skip("soak skipped in -short mode")
 	}
@@ -276,6 +277,7 @@ func (d *faultyDriver) Delete(ctx context.Context, path string) error {
 // be clean or show only leaks; with the faults off, a re-run reclaims what
 // the failed deletes left.
 func TestSoakStorageFaults(t *testing.T) {
+	t.Parallel() // mostly waiting out windows: the three soaks overlap
 	if testing.Short() {
 		t.Skip("soak skipped in -short mode")
 	}
@@ -301,13 +303,13 @@ func TestSoakStorageFaults(t *testing.T) {
 	}
 	ctx := context.Background()
 	faultRate.Store(50)
-	w.run(ctx, 15*time.Second, 3)
+	w.run(ctx, 10*time.Second, 3)
 	faultRate.Store(0)
 	t.Logf("injected faults:\n%s", faultCounts.String())
 
 	images := verifyAll(ctx, t, c.regs[0], soakRepos)
 	rep := linkdbVerify(ctx, t, raw)
-	t.Logf("after 15s with 5%% failing writes and deletes: %d images verified; linkdb verify: %s", images, summarize(rep))
+	t.Logf("after 10s with 5%% failing writes and deletes: %d images verified; linkdb verify: %s", images, summarize(rep))
 	if n := rep.Counts[linkdb.MissingReferrer]; n > 0 {
 		// Known: when the referrers-index write fails after the referrer's
 		// revision link was written, the PUT fails but the referrer stays

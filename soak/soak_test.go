@@ -16,6 +16,7 @@ import (
 // database is verified, and after a final collect and reclaimer pass no
 // unreferenced blob is left.
 func TestSoak(t *testing.T) {
+	t.Parallel() // mostly waiting out windows: the three soaks overlap
 	addr := os.Getenv("RECLAIM_TEST_REDIS_ADDR")
 	if addr == "" {
 		t.Skip("TestSoak needs a real Redis: set RECLAIM_TEST_REDIS_ADDR=host:port (it uses a key prefix of its own)")
@@ -23,7 +24,7 @@ func TestSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak skipped in -short mode")
 	}
-	d := workloadDuration(t, 25*time.Second)
+	d := workloadDuration(t, 20*time.Second)
 	prefix := randomPrefix()
 	t.Cleanup(func() { cleanupRedis(addr, prefix) })
 	root, raw := prepareStorage(t)

@@ -24,7 +24,7 @@ func TestReclaimerThroughput(t *testing.T) {
 	if testing.Short() {
 		t.Skip("throughput measurement skipped in -short mode")
 	}
-	n := 1000
+	n := 500
 	if v := os.Getenv("RECLAIM_SOAK_BLOBS"); v != "" {
 		n, _ = strconv.Atoi(v)
 	}
