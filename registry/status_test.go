@@ -120,3 +120,23 @@ func TestReclaimerFreesDeletedManifestAndReportsStatus(t *testing.T) {
 		t.Fatalf("status after reclaim: %+v", st)
 	}
 }
+
+// With the GC API disabled the reclaimer's status is still served, behind
+// the same authentication.
+func TestStatusWithGCAPIDisabled(t *testing.T) {
+	m := miniredis.RunT(t)
+	r := registrytest.Start(t,
+		registrytest.WithHtpasswd("ops", "secret"),
+		registrytest.WithStorageMiddleware("reclaim", map[string]any{
+			"window": "1s", "dedup": "10ms",
+			"redis":     map[string]any{"addrs": []any{m.Addr()}},
+			"reclaimer": map[string]any{"enabled": false},
+		}))
+	if code, _, _ := getStatus(t, r, false); code != http.StatusUnauthorized {
+		t.Fatalf("status without credentials: %d, want 401", code)
+	}
+	code, out, st := getStatus(t, r, true)
+	if code != http.StatusOK || string(out["enabled"]) != "false" || out["gc_api"] == nil || st.Enabled {
+		t.Fatalf("status: %d %s %+v", code, out, st)
+	}
+}
