@@ -158,8 +158,16 @@ func (w *workload) pull(ctx context.Context, kind, repo, reference string, rng *
 		// it referenced may go, by design
 		w.ops.add(kind+" raced a manifest delete: "+class, 1)
 	case lossClass(class) && time.Since(start) < window:
-		w.fails.add(fmt.Sprintf("%s: %s (%v) [%s after %v; %s]", kind, class, err, time.Now().Format("15:04:05.000"),
-			time.Since(start).Round(time.Millisecond), w.c.diagnose(repo, top, err)), 1)
+		took, diag := time.Since(start).Round(time.Millisecond), w.c.diagnose(repo, top, err)
+		// Tell a transient refusal (the object was fenced by a GC step
+		// that then kept it) from a loss: pull the same manifest again.
+		verdict := "LOST"
+		time.Sleep(time.Second)
+		if _, again := pullVerify(ctx, r, repo, "@"+top.String()); again == nil {
+			verdict = "transient: refused while fenced, pullable again"
+		}
+		w.fails.add(fmt.Sprintf("%s: %s, %s (%v) [%s after %v; %s]", kind, class, verdict, err,
+			time.Now().Format("15:04:05.000"), took, diag), 1)
 	case lossClass(class):
 		w.ops.add(kind+" slower than W: "+class, 1)
 	default:
