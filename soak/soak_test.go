@@ -100,6 +100,11 @@ func TestSoak(t *testing.T) {
 	if n := w.fails.sum(""); n > 0 {
 		t.Errorf("%d operations lost data or broke an image:\n%s", n, w.fails.String())
 	}
+	serverErrors := w.serverErrors.sum("")
+	t.Logf("pushes failed with server errors (%d):\n%s", serverErrors, w.serverErrors.String())
+	if serverErrors*100 > pushes {
+		t.Errorf("more than 1%% of pushes failed with server errors: %d of %d", serverErrors, pushes)
+	}
 	if pushes > 0 && refusals*10 > pushes {
 		t.Errorf("retryable refusals are not rare: %d for %d pushes", refusals, pushes)
 	}

@@ -34,6 +34,8 @@ type workload struct {
 	ops     counters   // operations by kind and outcome
 	fails   counters   // failures that lose data: the test fails on any
 	refused counters   // retryable refusals, by error class
+	// serverErrors are pushes that failed with a 5xx other than 503
+	serverErrors counters
 	gcStats counters   // collect results by status, bytes freed
 	pushes  atomic.Int64
 	// userDeleted holds "repo@digest" of manifests a client deleted by
@@ -125,6 +127,15 @@ func (w *workload) push(ctx context.Context, kind string, f func(r *registrytest
 		if strings.Contains(class, "BLOB_UNKNOWN") && time.Since(start) > window {
 			// W must cover a push; one slower than W is not protected
 			w.ops.add(kind+" slower than W: "+class, 1)
+			return
+		}
+		if strings.HasPrefix(class, "5") {
+			// A server error: with the filesystem driver, upstream's tag
+			// write (temp file + rename) races a concurrent delete of the
+			// same tag. Counted and bounded, not data loss: nothing was
+			// tagged.
+			w.serverErrors.add(fmt.Sprintf("%s %s", kind, class), 1)
+			w.ops.add(kind+" failed", 1)
 			return
 		}
 		// Anything else is a failed push: a broken image or a lost blob.
