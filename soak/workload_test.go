@@ -36,8 +36,8 @@ type workload struct {
 	refused counters   // retryable refusals, by error class
 	// serverErrors are pushes that failed with a 5xx other than 503
 	serverErrors counters
-	gcStats counters   // collect results by status, bytes freed
-	pushes  atomic.Int64
+	gcStats      counters // collect results by status, bytes freed
+	pushes       atomic.Int64
 	// userDeleted holds "repo@digest" of manifests a client deleted by
 	// digest; a pull that raced such a delete may fail legitimately.
 	userDeleted sync.Map
