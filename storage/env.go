@@ -304,6 +304,7 @@ func (e *Env) Close() error {
 // link or blob it sees deleted; GC deleting through Env.Driver needs nothing
 // else.
 func (e *Env) Evict(ctx context.Context, o Object) error {
+	e.dedup.forget(o)
 	err := e.Tracker.MarkGone(ctx, o)
 	if e.distCache != nil {
 		keys := []string{"blobs::" + o.Blob.String()}

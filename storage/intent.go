@@ -97,6 +97,9 @@ func requestOf(ctx context.Context) requestInfo {
 type scope struct {
 	mu      sync.Mutex
 	guarded map[Object]time.Time
+	// linked: blobs this request reached through a repository link (the
+	// references a manifest PUT verifies, as opposed to the manifest itself)
+	linked  map[digest.Digest]bool
 	refused atomic.Bool
 }
 
@@ -137,6 +140,33 @@ func (s *scope) record(objs []Object, at time.Time) {
 	for _, o := range objs {
 		s.guarded[o] = at
 	}
+}
+
+// noteLinks remembers the blobs of link objects among objs.
+func (s *scope) noteLinks(objs []Object) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, o := range objs {
+		if o.Repo != "" {
+			if s.linked == nil {
+				s.linked = map[digest.Digest]bool{}
+			}
+			s.linked[o.Blob] = true
+		}
+	}
+}
+
+// reachedByLink reports whether this request reached blob through a link.
+func (s *scope) reachedByLink(blob digest.Digest) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.linked[blob]
 }
 
 func (s *scope) refuse() {

@@ -65,6 +65,7 @@ func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []Obje
 	}
 	objs := append([]Object{{Blob: blob}}, links...)
 	s := scopeOf(ctx)
+	s.noteLinks(links)
 	// Covered: this request, or this process (a pull, or the upload commit
 	// just before a manifest PUT), recorded these objects with a fence check
 	// less than Dedup ago. That touch found no fence and set the access
@@ -148,6 +149,13 @@ func (d *driver) before(ctx context.Context, path string, p Path) (readAfter boo
 	}
 	switch info.intent {
 	case intentReference:
+		if p.Kind == KindBlobData && validRepo(info.repo) && !scopeOf(ctx).reachedByLink(p.Digest) {
+			// Blob data a manifest PUT did not reach through a link is the
+			// manifest itself (Distribution stats it before writing it and
+			// its revision link): check the revision link now too, so the
+			// link write that follows needs no round trip of its own.
+			links = append(links, Object{Blob: p.Digest, Repo: info.repo, Kind: LinkManifest})
+		}
 		_, err := d.guard(ctx, p.Digest, links, false)
 		return false, err
 	case intentCommit:
@@ -412,6 +420,14 @@ func (d *dedup) recent(objs []Object) bool {
 		}
 	}
 	return true
+}
+
+// forget drops o, so the next access of it goes to Redis (and sees the
+// tombstone just written).
+func (d *dedup) forget(o Object) {
+	d.mu.Lock()
+	delete(d.seen, o)
+	d.mu.Unlock()
 }
 
 func (d *dedup) record(objs []Object, at time.Time) {

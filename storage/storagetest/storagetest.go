@@ -268,16 +268,44 @@ func (g *Gate) Wait(ctx context.Context, method, path string) error {
 func (g *Gate) Release() { close(g.release) }
 
 // RedisCounter is a go-redis hook counting round trips: one per command,
-// one per pipeline.
+// one per pipeline. Commands also counts them by command name, so that
+// connection setup (hello, client) can be told from steady-state work.
 type RedisCounter struct {
-	n atomic.Int64
+	n     atomic.Int64
+	mu    sync.Mutex
+	names map[string]int64
 }
 
 var _ redis.Hook = (*RedisCounter)(nil)
 
-// Count returns the round trips so far; Reset zeroes it.
+// Count returns the round trips so far.
 func (c *RedisCounter) Count() int64 { return c.n.Load() }
-func (c *RedisCounter) Reset()       { c.n.Store(0) }
+
+// Commands returns the commands so far by lower-case name ("pipeline" for
+// pipelines).
+func (c *RedisCounter) Commands() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.names)
+}
+
+// Reset zeroes the counts.
+func (c *RedisCounter) Reset() {
+	c.n.Store(0)
+	c.mu.Lock()
+	c.names = nil
+	c.mu.Unlock()
+}
+
+func (c *RedisCounter) add(name string) {
+	c.n.Add(1)
+	c.mu.Lock()
+	if c.names == nil {
+		c.names = map[string]int64{}
+	}
+	c.names[strings.ToLower(name)]++
+	c.mu.Unlock()
+}
 
 func (c *RedisCounter) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
@@ -285,14 +313,14 @@ func (c *RedisCounter) DialHook(next redis.DialHook) redis.DialHook {
 
 func (c *RedisCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
+		c.add(cmd.Name())
 		return next(ctx, cmd)
 	}
 }
 
 func (c *RedisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(1)
+		c.add("pipeline")
 		return next(ctx, cmds)
 	}
 }
