@@ -418,6 +418,9 @@ func (r *Reclaimer) record(rep TickReport) {
 	st := &r.st
 	st.Ticks++
 	st.LastTick, st.LastTickMS = rep.Started, rep.Duration.Milliseconds()
+	// An abort that persists (a young epoch lasts a whole window) is
+	// logged when it starts, not on every tick.
+	quiet := rep.Abort != "" && !rep.Failed && string(rep.Abort) == st.LastAbort
 	st.LastAbort = string(rep.Abort)
 	r.busy += rep.Duration
 	if rep.Failed {
@@ -425,7 +428,9 @@ func (r *Reclaimer) record(rep TickReport) {
 	}
 	if rep.Err != nil {
 		st.LastError, st.LastErrorAt = rep.Err.Error(), time.Now()
-		r.cfg.Logf("reclaimer: tick: %v", rep.Err)
+		if !quiet {
+			r.cfg.Logf("reclaimer: tick: %v", rep.Err)
+		}
 	}
 	for _, d := range rep.Decisions {
 		st.Reviewed++
