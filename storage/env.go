@@ -262,6 +262,11 @@ func NewEnv(ctx context.Context, below storagedriver.StorageDriver, opts Options
 		dopts := distributionRedis(config)
 		e.distCache = redis.NewUniversalClient(&dopts)
 	}
+	if marked, err := MarkCompleteIfEmpty(ctx, below); err != nil {
+		logger(ctx).WithError(err).Warn("reclaim: could not check whether the storage is empty; GC deletes no blob until `registry linkdb rebuild` has run")
+	} else if marked {
+		logger(ctx).Info("reclaim: storage holds no repository yet: link database marked complete")
+	}
 	if err := t.StartRecording(ctx); err != nil {
 		logger(ctx).WithError(err).Warn("reclaim: could not set the recording epoch; pushes will fail until redis answers")
 	}

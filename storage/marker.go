@@ -43,3 +43,31 @@ func MarkLinkDBComplete(ctx context.Context, d storagedriver.StorageDriver, sinc
 	}
 	return nil
 }
+
+// MarkCompleteIfEmpty records the link database as complete, since now, when
+// the storage holds no repository yet: from the first push on, the
+// middleware writes every reverse link before its forward link, so there is
+// no past for a rebuild to cover. A storage that already holds repositories
+// is left alone (it needs `registry linkdb rebuild`), and so is an unreadable
+// or corrupt marker: fail closed, never overwrite what we cannot read.
+//
+// This is only true if every writer of the storage runs the middleware; an
+// upstream registry still serving the same storage would write links without
+// reverse links (docs/operations.md).
+func MarkCompleteIfEmpty(ctx context.Context, d storagedriver.StorageDriver) (marked bool, err error) {
+	if _, ok, err := LinkDBComplete(ctx, d); err != nil || ok {
+		return false, err
+	}
+	repos, err := d.List(ctx, reposRoot)
+	switch {
+	case errors.As(err, new(storagedriver.PathNotFoundError)):
+	case err != nil:
+		return false, fmt.Errorf("list %s: %w", reposRoot, err)
+	case len(repos) > 0:
+		return false, nil
+	}
+	if err := MarkLinkDBComplete(ctx, d, time.Now()); err != nil {
+		return false, err
+	}
+	return true, nil
+}
