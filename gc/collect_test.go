@@ -486,3 +486,38 @@ func TestReferrerKeptWhenItsSubjectSurvivesTheSweep(t *testing.T) {
 	}
 	checkOneDecisionEach(t, rep)
 }
+
+// A fence that expires between being taken and the delete it guards (a
+// slow storage, a paused process) may have let a writer through: nothing it
+// guarded is deleted, and the report says why.
+func TestExpiredFenceDeletesNothing(t *testing.T) {
+	f := newFixture(t)
+	img := f.image("r", nil, "only-here") // untagged
+	stray := f.layer("r", "stray")        // a layer link no manifest references
+	before := f.tree()
+	if _, err := f.c.Collect(context.Background(), "r", RunOptions{DryRun: true}); err != nil {
+		t.Fatal(err)
+	}
+	if f.tree() != before {
+		t.Fatal("dry run changed storage")
+	}
+	f.tr.expire = func(Object) bool { return true }
+	rep, err := f.c.Collect(context.Background(), "r", RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := reasonOf(rep, KindManifest, img.Digest); got != FenceLost {
+		t.Fatalf("manifest reason %v, want %v\n%s", got, FenceLost, summary(rep))
+	}
+	// The manifest survives, so its layers are still referenced; the stray
+	// link goes through its own fence, which expires too.
+	if got := reasonOf(rep, KindLayerLink, digest.FromString("only-here")); got != Referenced {
+		t.Fatalf("layer link reason %v, want %v\n%s", got, Referenced, summary(rep))
+	}
+	if got := reasonOf(rep, KindLayerLink, stray.Digest); got != FenceLost {
+		t.Fatalf("layer link reason %v, want %v\n%s", got, FenceLost, summary(rep))
+	}
+	if f.tree() != before {
+		t.Fatalf("storage changed under expired fences\n%s", summary(rep))
+	}
+}

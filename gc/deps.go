@@ -42,10 +42,20 @@ type Tracker interface {
 	LastAccess(ctx context.Context, o Object) (t time.Time, ok bool, err error)
 	// Fence o for lease unless it was accessed within window. While the
 	// fence holds, every operation that would make o referenced fails or
-	// waits. release must be called after the delete.
-	Fence(ctx context.Context, o Object, window, lease time.Duration) (release func(context.Context) error, err error)
+	// waits.
+	Fence(ctx context.Context, o Object, window, lease time.Duration) (Hold, error)
 	// LockRepository allows one run per repository across all instances.
 	LockRepository(ctx context.Context, repo string, lease time.Duration) (unlock func(), err error)
+}
+
+// A Hold is a fence the collector holds on one object.
+type Hold interface {
+	// Confirm renews the fence right before the delete it guards and fails
+	// (wrapping ErrFenceLost) if it expired meanwhile: an expired fence may
+	// have let a writer through, so the delete must not happen.
+	Confirm(ctx context.Context) error
+	// Release gives the fence back after the delete.
+	Release(ctx context.Context) error
 }
 
 // LinkIndex lists a blob's reverse links: the repositories that link it.

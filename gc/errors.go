@@ -35,6 +35,8 @@ var (
 	ErrFenced = errors.New("gc: object is fenced")
 	// ErrRecentlyAccessed: the object was accessed within the window.
 	ErrRecentlyAccessed = errors.New("gc: object accessed within the window")
+	// ErrFenceLost: a fence expired before the delete it guards.
+	ErrFenceLost = errors.New("gc: fence expired before the delete")
 	// ErrNotRecording: the tracker has no recording epoch (Redis lost its data
 	// or never started recording).
 	ErrNotRecording = errors.New("gc: access tracker is not recording")

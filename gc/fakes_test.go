@@ -28,7 +28,8 @@ type fakeTracker struct {
 	access   map[Object]time.Time
 	fences   map[Object]bool
 	locks    map[string]bool
-	onFence  func(o Object) // runs before the fence is decided: a racing client
+	onFence  func(o Object)      // runs before the fence is decided: a racing client
+	expire   func(o Object) bool // true: o's fence has expired by the time of its delete
 	fenceErr error
 }
 
@@ -61,7 +62,7 @@ func (f *fakeTracker) LastAccess(ctx context.Context, o Object) (time.Time, bool
 	return t, ok, nil
 }
 
-func (f *fakeTracker) Fence(ctx context.Context, o Object, window, lease time.Duration) (func(context.Context) error, error) {
+func (f *fakeTracker) Fence(ctx context.Context, o Object, window, lease time.Duration) (Hold, error) {
 	if f.onFence != nil {
 		f.onFence(o)
 	}
@@ -77,12 +78,33 @@ func (f *fakeTracker) Fence(ctx context.Context, o Object, window, lease time.Du
 		return nil, ErrRecentlyAccessed
 	}
 	f.fences[o] = true
-	return func(context.Context) error {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		delete(f.fences, o)
-		return nil
-	}, nil
+	return fakeHold{f: f, o: o}, nil
+}
+
+// fakeHold is a fence of the fake tracker. A test expires it by deleting
+// the object from f.fences (or by setting f.expire).
+type fakeHold struct {
+	f *fakeTracker
+	o Object
+}
+
+func (h fakeHold) Confirm(context.Context) error {
+	h.f.mu.Lock()
+	defer h.f.mu.Unlock()
+	if h.f.expire != nil && h.f.expire(h.o) {
+		delete(h.f.fences, h.o)
+	}
+	if !h.f.fences[h.o] {
+		return ErrFenceLost
+	}
+	return nil
+}
+
+func (h fakeHold) Release(context.Context) error {
+	h.f.mu.Lock()
+	defer h.f.mu.Unlock()
+	delete(h.f.fences, h.o)
+	return nil
 }
 
 func (f *fakeTracker) LockRepository(ctx context.Context, repo string, lease time.Duration) (func(), error) {

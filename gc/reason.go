@@ -44,6 +44,9 @@ const (
 	Capped
 	// NotInPlan: applying a plan, and the plan did not list the object.
 	NotInPlan
+	// FenceLost: the fence expired before the delete it guards (a slow
+	// storage or a paused process); a writer may have passed, so kept.
+	FenceLost
 	// CheckFailed: a read needed to decide failed (Redis, storage); kept,
 	// because a failed check never means "deletable".
 	CheckFailed
@@ -78,6 +81,7 @@ var reasonText = [reasonCount]struct{ name, msg string }{
 	LinkDBIncomplete:    {"linkdb_incomplete", "the reverse-link database is not known to be complete; no blob is deleted"},
 	Capped:              {"capped", "the run reached its deletion cap"},
 	NotInPlan:           {"not_in_plan", "the applied plan did not list this object"},
+	FenceLost:           {"fence_lost", "the fence expired before the delete; kept"},
 	CheckFailed:         {"check_failed", "a read needed to decide failed; kept"},
 	DeleteFailed:        {"delete_failed", "the delete failed; kept"},
 	Unreferenced:        {"unreferenced", "nothing references this object"},

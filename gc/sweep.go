@@ -15,11 +15,11 @@ import (
 const sweepBatch = 64
 
 // fence takes the GC fence on o. A zero Reason means it is held.
-func (rs *runState) fence(ctx context.Context, o Object) (func(context.Context) error, Reason, string) {
-	release, err := rs.c.tracker.Fence(ctx, o, rs.window, rs.c.cfg.FenceLease)
+func (rs *runState) fence(ctx context.Context, o Object) (Hold, Reason, string) {
+	h, err := rs.c.tracker.Fence(ctx, o, rs.window, rs.c.cfg.FenceLease)
 	switch {
 	case err == nil:
-		return release, reasonInvalid, ""
+		return h, reasonInvalid, ""
 	case errors.Is(err, ErrRecentlyAccessed):
 		return nil, RecentlyAccessed, "accessed since the plan"
 	case errors.Is(err, ErrFenced):
@@ -29,10 +29,10 @@ func (rs *runState) fence(ctx context.Context, o Object) (func(context.Context) 
 	}
 }
 
-func (rs *runState) release(ctx context.Context, rep *Report, kind ObjectKind, d digest.Digest, release func(context.Context) error) {
+func (rs *runState) release(ctx context.Context, rep *Report, kind ObjectKind, d digest.Digest, h Hold) {
 	// The fence also expires by its lease; a failed release only delays
 	// writers of this object until then.
-	if err := release(context.WithoutCancel(ctx)); err != nil {
+	if err := h.Release(context.WithoutCancel(ctx)); err != nil {
 		rep.Errors = append(rep.Errors, Decision{Kind: kind, Digest: d, Reason: CheckFailed, Detail: fmt.Sprintf("release fence: %v", err)})
 	}
 }
@@ -55,7 +55,7 @@ func (rs *runState) sweep(ctx context.Context, p *planned, rep *Report) {
 
 	for start := 0; start < len(p.manifests); start += sweepBatch {
 		batch := p.manifests[start:min(start+sweepBatch, len(p.manifests))]
-		held := map[digest.Digest]func(context.Context) error{}
+		held := map[digest.Digest]Hold{}
 		for _, m := range batch {
 			rel, r, detail := rs.fence(ctx, Object{Blob: m, Repo: rs.repo, Kind: LinkManifest})
 			if r != reasonInvalid {
@@ -73,7 +73,7 @@ func (rs *runState) sweep(ctx context.Context, p *planned, rep *Report) {
 			if !ok {
 				continue
 			}
-			dec := rs.deleteManifest(ctx, s, m, tags, tagErr, parentsOf, deleted, rep)
+			dec := rs.deleteManifest(ctx, s, m, rel, tags, tagErr, parentsOf, deleted, rep)
 			rs.release(ctx, rep, KindManifest, m, rel)
 			if dec.Deleted() {
 				deleted[m] = true
@@ -103,7 +103,7 @@ func (rs *runState) sweep(ctx context.Context, p *planned, rep *Report) {
 				rep.add(Decision{Kind: KindLayerLink, Digest: l, Reason: r, Detail: detail})
 				continue
 			}
-			dec := rs.deleteDir(ctx, KindLayerLink, l, layerLinkDir(rs.repo, l))
+			dec := rs.deleteDir(ctx, KindLayerLink, l, layerLinkDir(rs.repo, l), rel)
 			rs.release(ctx, rep, KindLayerLink, l, rel)
 			if dec.Deleted() {
 				removed[l] = true
@@ -117,7 +117,7 @@ func (rs *runState) sweep(ctx context.Context, p *planned, rep *Report) {
 	}
 }
 
-func (rs *runState) deleteManifest(ctx context.Context, s *snapshot, m digest.Digest, tags map[digest.Digest][]string, tagErr error,
+func (rs *runState) deleteManifest(ctx context.Context, s *snapshot, m digest.Digest, h Hold, tags map[digest.Digest][]string, tagErr error,
 	parentsOf map[digest.Digest][]digest.Digest, deleted map[digest.Digest]bool, rep *Report) Decision {
 	dec := Decision{Kind: KindManifest, Digest: m, Size: s.revisions[m].size}
 	if tagErr != nil {
@@ -137,7 +137,7 @@ func (rs *runState) deleteManifest(ctx context.Context, s *snapshot, m digest.Di
 			return dec
 		}
 	}
-	dec = rs.deleteDir(ctx, KindManifest, m, revisionDir(rs.repo, m))
+	dec = rs.deleteDir(ctx, KindManifest, m, revisionDir(rs.repo, m), h)
 	dec.Size = s.revisions[m].size
 	if !dec.Deleted() {
 		return dec
@@ -159,8 +159,9 @@ func (rs *runState) deleteManifest(ctx context.Context, s *snapshot, m digest.Di
 }
 
 // deleteDir re-checks that the link is there and deletes its directory
-// through the wrapped driver (which removes the reverse link after).
-func (rs *runState) deleteDir(ctx context.Context, kind ObjectKind, d digest.Digest, dir string) Decision {
+// through the wrapped driver (which removes the reverse link after), while h
+// still fences it.
+func (rs *runState) deleteDir(ctx context.Context, kind ObjectKind, d digest.Digest, dir string, h Hold) Decision {
 	dec := Decision{Kind: kind, Digest: d}
 	_, err := rs.c.driver.Stat(ctx, dir+"/link")
 	switch {
@@ -169,6 +170,10 @@ func (rs *runState) deleteDir(ctx context.Context, kind ObjectKind, d digest.Dig
 		return dec
 	case err != nil:
 		dec.Reason, dec.Detail = CheckFailed, fmt.Sprintf("re-check: %v", err)
+		return dec
+	}
+	if r, detail := confirm(ctx, h); r != reasonInvalid {
+		dec.Reason, dec.Detail = r, detail
 		return dec
 	}
 	if err := rs.c.driver.Delete(ctx, dir); err != nil {
@@ -210,6 +215,10 @@ func (rs *runState) deleteBlob(ctx context.Context, b digest.Digest, rep *Report
 		}
 		return dec
 	}
+	if r, detail := confirm(ctx, rel); r != reasonInvalid {
+		dec.Reason, dec.Detail = r, detail
+		return dec
+	}
 	if err := rs.c.driver.Delete(ctx, blobDir(b)); err != nil {
 		if !isNotFound(err) {
 			dec.Reason, dec.Detail = DeleteFailed, err.Error()
@@ -223,4 +232,17 @@ func (rs *runState) deleteBlob(ctx context.Context, b digest.Digest, rep *Report
 		}
 	}
 	return dec
+}
+
+// confirm renews h right before the delete it guards. A zero Reason means
+// the delete may go ahead.
+func confirm(ctx context.Context, h Hold) (Reason, string) {
+	switch err := h.Confirm(ctx); {
+	case err == nil:
+		return reasonInvalid, ""
+	case errors.Is(err, ErrFenceLost):
+		return FenceLost, err.Error()
+	default:
+		return CheckFailed, fmt.Sprintf("confirm fence: %v", err)
+	}
 }

@@ -124,7 +124,7 @@ func (notRecording) RecordingSince(context.Context) (t0 time.Time, err error) {
 func (notRecording) LastAccess(context.Context, gc.Object) (time.Time, bool, error) {
 	return time.Time{}, false, nil
 }
-func (notRecording) Fence(context.Context, gc.Object, time.Duration, time.Duration) (func(context.Context) error, error) {
+func (notRecording) Fence(context.Context, gc.Object, time.Duration, time.Duration) (gc.Hold, error) {
 	return nil, gc.ErrFenced
 }
 func (notRecording) LockRepository(context.Context, string, time.Duration) (func(), error) {

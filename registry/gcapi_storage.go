@@ -95,6 +95,7 @@ func trackerErr(err error) error {
 	for _, m := range []struct{ from, to error }{
 		{storage.ErrFenced, gc.ErrFenced},
 		{storage.ErrRecentlyAccessed, gc.ErrRecentlyAccessed},
+		{storage.ErrFenceLost, gc.ErrFenceLost},
 		{storage.ErrNotRecording, gc.ErrNotRecording},
 		{storage.ErrRepositoryBusy, gc.ErrRepositoryBusy},
 		{storage.ErrRedisUnavailable, gc.ErrTrackerUnavailable},
@@ -116,13 +117,26 @@ func (a gcTracker) LastAccess(ctx context.Context, o gc.Object) (time.Time, bool
 	return t, ok, trackerErr(err)
 }
 
-func (a gcTracker) Fence(ctx context.Context, o gc.Object, window, lease time.Duration) (func(context.Context) error, error) {
+func (a gcTracker) Fence(ctx context.Context, o gc.Object, window, lease time.Duration) (gc.Hold, error) {
 	f, err := a.t.Fence(ctx, toStorage(o), window, lease)
 	if err != nil {
 		return nil, trackerErr(err)
 	}
-	return func(ctx context.Context) error { return trackerErr(a.t.Release(ctx, f)) }, nil
+	return gcHold{t: a.t, f: f, lease: lease}, nil
 }
+
+// gcHold is a storage fence as the collector holds it.
+type gcHold struct {
+	t     *storage.Tracker
+	f     *storage.Fence
+	lease time.Duration
+}
+
+func (h gcHold) Confirm(ctx context.Context) error {
+	return trackerErr(h.t.Confirm(ctx, h.f, h.lease))
+}
+
+func (h gcHold) Release(ctx context.Context) error { return trackerErr(h.t.Release(ctx, h.f)) }
 
 func (a gcTracker) LockRepository(ctx context.Context, repo string, lease time.Duration) (func(), error) {
 	unlock, err := a.t.LockRepository(ctx, repo, lease)

@@ -37,15 +37,32 @@ func TestTrackerAdapterSentinels(t *testing.T) {
 	}
 	m.SetTime(time.Now().Add(time.Hour)) // the epoch is now an hour old
 	o := gc.Object{Blob: digest.FromString("b"), Repo: "r", Kind: gc.LinkLayer}
-	release, err := tr.Fence(ctx, o, w, time.Minute)
+	hold, err := tr.Fence(ctx, o, w, time.Minute)
 	if err != nil {
 		t.Fatalf("fence: %v", err)
 	}
 	if _, err := tr.Fence(ctx, o, w, time.Minute); !errors.Is(err, gc.ErrFenced) {
 		t.Fatalf("second fence: %v", err)
 	}
-	if err := release(ctx); err != nil {
+	if err := hold.Confirm(ctx); err != nil {
+		t.Fatalf("confirm a held fence: %v", err)
+	}
+	if err := hold.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if err := hold.Confirm(ctx); !errors.Is(err, gc.ErrFenceLost) {
+		t.Fatalf("confirm a released fence: %v", err)
+	}
+	// A fence whose lease ran out must not be confirmed: a writer may have
+	// passed meanwhile.
+	other := gc.Object{Blob: digest.FromString("c")}
+	expiring, err := tr.Fence(ctx, other, w, time.Minute)
+	if err != nil {
+		t.Fatalf("fence: %v", err)
+	}
+	m.FastForward(2 * time.Minute)
+	if err := expiring.Confirm(ctx); !errors.Is(err, gc.ErrFenceLost) {
+		t.Fatalf("confirm an expired fence: %v", err)
 	}
 	if err := st.Touch(ctx, storage.Object{Blob: o.Blob, Repo: o.Repo, Kind: storage.LinkLayer}); err != nil {
 		t.Fatal(err)

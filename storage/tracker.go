@@ -42,6 +42,8 @@ var (
 	// ErrNotRecording: the recording epoch is missing (Redis lost its data or
 	// never recorded); access records cannot prove anything.
 	ErrNotRecording = errors.New("storage: access tracker is not recording (epoch missing)")
+	// ErrFenceLost: GC side, a fence expired before the delete it guards.
+	ErrFenceLost = errors.New("storage: fence expired before the delete")
 	// ErrRepositoryBusy: another GC run holds the repository.
 	ErrRepositoryBusy = errors.New("storage: a collection is already running for this repository")
 	// ErrRedisUnavailable wraps any Redis failure.
@@ -361,6 +363,22 @@ func (t *Tracker) Release(ctx context.Context, f *Fence) error {
 	}
 	if err := releaseScript.Run(ctx, t.c, []string{f.key}, f.Token).Err(); err != nil {
 		return fmt.Errorf("%w: release fence on %s: %v", ErrRedisUnavailable, f.Object, err)
+	}
+	return nil
+}
+
+// Confirm renews f for lease if it is still held, right before the delete it
+// guards. A fence that expired (a slow storage, a paused process) may have
+// let a writer through, so the delete must not happen: the error then wraps
+// ErrFenceLost.
+func (t *Tracker) Confirm(ctx context.Context, f *Fence, lease time.Duration) error {
+	n, err := renewScript.Run(ctx, t.c, []string{f.key}, f.Token, lease.Milliseconds()).Int64()
+	if err != nil {
+		return fmt.Errorf("%w: confirm fence on %s: %v", ErrRedisUnavailable, f.Object, err)
+	}
+	if n != 1 {
+		metricFences.WithLabelValues("lost").Inc()
+		return fmt.Errorf("%w: %s", ErrFenceLost, f.Object)
 	}
 	return nil
 }
