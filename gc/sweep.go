@@ -49,14 +49,33 @@ func (rs *runState) sweep(ctx context.Context, p *planned, rep *Report) {
 		}
 	}
 
-	parentsOf := keepers(s)
+	// keptBy: the indexes that reference a manifest and the subject of a
+	// referrer. p.manifests lists parents first.
+	keptBy := keepers(s)
 	deleted := map[digest.Digest]bool{}
 	removed := map[digest.Digest]bool{} // blobs whose link this run removed
 
-	for start := 0; start < len(p.manifests); start += sweepBatch {
-		batch := p.manifests[start:min(start+sweepBatch, len(p.manifests))]
+	for start := 0; start < len(p.manifests); {
+		// A batch never holds a manifest together with one of its parents:
+		// a child is fenced only once its parents are gone, so a client
+		// pulling a parent that survives the sweep (pulled at the last
+		// moment) never meets a fenced child, which would read as unknown.
+		inBatch := map[digest.Digest]bool{}
+		end := start
+		for end < len(p.manifests) && end-start < sweepBatch && !anyOf(keptBy[p.manifests[end]], inBatch) {
+			inBatch[p.manifests[end]] = true
+			end++
+		}
+		batch := p.manifests[start:end]
+		start = end
+
 		held := map[digest.Digest]Hold{}
 		for _, m := range batch {
+			if parent, ok := survivingParent(keptBy[m], deleted); ok {
+				// kept with its parent, decided without taking a fence
+				rep.add(keptByParent(s, m, parent))
+				continue
+			}
 			rel, r, detail := rs.fence(ctx, Object{Blob: m, Repo: rs.repo, Kind: LinkManifest})
 			if r != reasonInvalid {
 				rep.add(Decision{Kind: KindManifest, Digest: m, Reason: r, Detail: detail, Size: s.revisions[m].size})
@@ -73,7 +92,7 @@ func (rs *runState) sweep(ctx context.Context, p *planned, rep *Report) {
 			if !ok {
 				continue
 			}
-			dec := rs.deleteManifest(ctx, s, m, rel, tags, tagErr, parentsOf, deleted, rep)
+			dec := rs.deleteManifest(ctx, s, m, rel, tags, tagErr, rep)
 			rs.release(ctx, rep, KindManifest, m, rel)
 			if dec.Deleted() {
 				deleted[m] = true
@@ -117,8 +136,7 @@ func (rs *runState) sweep(ctx context.Context, p *planned, rep *Report) {
 	}
 }
 
-func (rs *runState) deleteManifest(ctx context.Context, s *snapshot, m digest.Digest, h Hold, tags map[digest.Digest][]string, tagErr error,
-	parentsOf map[digest.Digest][]digest.Digest, deleted map[digest.Digest]bool, rep *Report) Decision {
+func (rs *runState) deleteManifest(ctx context.Context, s *snapshot, m digest.Digest, h Hold, tags map[digest.Digest][]string, tagErr error, rep *Report) Decision {
 	dec := Decision{Kind: KindManifest, Digest: m, Size: s.revisions[m].size}
 	if tagErr != nil {
 		dec.Reason, dec.Detail = CheckFailed, fmt.Sprintf("re-read tags: %v", tagErr)
@@ -127,15 +145,6 @@ func (rs *runState) deleteManifest(ctx context.Context, s *snapshot, m digest.Di
 	if t := tags[m]; len(t) > 0 {
 		dec.Reason, dec.Detail = Tagged, "tagged since the plan: "+t[0]
 		return dec
-	}
-	for _, parent := range parentsOf[m] {
-		if !deleted[parent] {
-			dec.Reason, dec.Detail = IndexChild, "kept by "+parent.String()
-			if parent == s.revisions[m].subject {
-				dec.Reason = Referrer
-			}
-			return dec
-		}
 	}
 	dec = rs.deleteDir(ctx, KindManifest, m, revisionDir(rs.repo, m), h)
 	dec.Size = s.revisions[m].size
@@ -245,4 +254,32 @@ func confirm(ctx context.Context, h Hold) (Reason, string) {
 	default:
 		return CheckFailed, fmt.Sprintf("confirm fence: %v", err)
 	}
+}
+
+func anyOf(ds []digest.Digest, set map[digest.Digest]bool) bool {
+	for _, d := range ds {
+		if set[d] {
+			return true
+		}
+	}
+	return false
+}
+
+// survivingParent returns a parent (an index, or the subject of a referrer)
+// that the sweep did not delete: the manifest is then kept with it.
+func survivingParent(parents []digest.Digest, deleted map[digest.Digest]bool) (digest.Digest, bool) {
+	for _, p := range parents {
+		if !deleted[p] {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+func keptByParent(s *snapshot, m, parent digest.Digest) Decision {
+	dec := Decision{Kind: KindManifest, Digest: m, Reason: IndexChild, Detail: "kept by " + parent.String(), Size: s.revisions[m].size}
+	if parent == s.revisions[m].subject {
+		dec.Reason = Referrer
+	}
+	return dec
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	mrand "math/rand/v2"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -44,22 +43,16 @@ func init() {
 	})
 }
 
-// TestKeptIndexChildPullableDuringSweep reproduces, deterministically, the
-// index-child failure the soak saw twice ("child_missing"): an untagged
-// index nobody pulled for W is planned for deletion with its children; a
-// client pulls the index after the plan and before the sweep, so the
-// index's fence is refused and it is kept, and with it its children. But
-// the sweep fences the whole batch (index and children) before it decides
-// the children, and a fenced manifest reads as "unknown": a pull of a child
-// of a kept index fails while the collector holds the child's fence.
-//
-// It documents a bug in gc's sweep (or in the middleware's fenced reads),
-// not in the reclaimer; it runs only with RECLAIM_SOAK_KNOWN_BUGS=1 until
-// that is fixed, so CI stays meaningful.
+// TestKeptIndexChildPullableDuringSweep is the index-child failure the soak
+// saw twice ("child_missing"): an untagged index nobody pulled for W is
+// planned for deletion with its children; a client pulls the index after the
+// plan and before the sweep, so the index's fence is refused and it is kept,
+// and with it its children. The sweep once fenced the whole batch (index and
+// children) before deciding the children, and a fenced manifest reads as
+// "unknown": a pull of a child of a kept index failed while the collector
+// held the child's fence. Now a child is fenced only after its parents are
+// deleted. The test pulls the child whenever the collector holds its fence.
 func TestKeptIndexChildPullableDuringSweep(t *testing.T) {
-	if os.Getenv("RECLAIM_SOAK_KNOWN_BUGS") == "" {
-		t.Skip("known bug (gc sweep fences index children before deciding them); set RECLAIM_SOAK_KNOWN_BUGS=1 to run")
-	}
 	const w = time.Second
 	m := miniredis.RunT(t)
 	root, _ := prepareStorage(t)
@@ -109,37 +102,49 @@ func TestKeptIndexChildPullableDuringSweep(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
+	childFence := "reclaim:{" + ad.String() + "}:f:m:fw/app"
 	var (
-		mu                   sync.Mutex
-		phase                int
-		indexCode, childCode int
+		mu         sync.Mutex
+		phase      int
+		pulling    bool
+		indexCode  int
+		childPulls int
+		childBad   []int
 	)
 	hookMu.Lock()
 	hookBefore = func(_ context.Context, method, p string) {
 		mu.Lock()
-		next := 0
 		switch {
+		case pulling:
+			// the hook's own pull: no recursion
+			mu.Unlock()
+			return
 		case phase == 0 && method == "Stat" && strings.HasSuffix(p, "/data"):
 			// the plan stats the blobs it would delete: the manifest
 			// decisions are made; a client pulls the index now
-			phase, next = 1, 1
-		case phase == 1 && strings.Contains(p, "/_manifests/tags/other/current"):
-			// the sweep re-reads tags with its batch fenced: pull a child
-			phase, next = 2, 2
-		}
-		mu.Unlock()
-		switch next {
-		case 1:
+			phase, pulling = 1, true
+			mu.Unlock()
 			code := get(id)
 			mu.Lock()
-			indexCode = code
+			indexCode, pulling = code, false
 			mu.Unlock()
-		case 2:
+			return
+		case phase == 1 && childPulls < 50 && m.Exists(childFence):
+			// the collector holds a fence on the child of the kept
+			// index: a client pulls the child now
+			pulling = true
+			childPulls++
+			mu.Unlock()
 			code := get(ad)
 			mu.Lock()
-			childCode = code
+			if code != http.StatusOK {
+				childBad = append(childBad, code)
+			}
+			pulling = false
 			mu.Unlock()
+			return
 		}
+		mu.Unlock()
 	}
 	hookMu.Unlock()
 	t.Cleanup(func() { hookMu.Lock(); hookBefore = nil; hookMu.Unlock() })
@@ -151,16 +156,23 @@ func TestKeptIndexChildPullableDuringSweep(t *testing.T) {
 		ManifestsDeleted []string `json:"manifests_deleted"`
 	}
 	_ = json.Unmarshal(body, &rep)
+	hookMu.Lock()
+	hookBefore = nil
+	hookMu.Unlock()
+	after := get(ad)
 	mu.Lock()
 	defer mu.Unlock()
-	if phase != 2 || indexCode != http.StatusOK {
+	if phase != 1 || indexCode != http.StatusOK {
 		t.Fatalf("interleaving not reached: phase %d, index pull %d; collect %d %s", phase, indexCode, resp.StatusCode, body)
 	}
 	if len(rep.ManifestsDeleted) != 0 {
 		t.Fatalf("the index was pulled before its fence, yet manifests were deleted: %s", body)
 	}
-	if childCode != http.StatusOK {
-		t.Errorf("pull of child %s of a kept index answered %d while the collector held its fence", ad, childCode)
+	if len(childBad) > 0 {
+		t.Errorf("pulls of child %s of a kept index answered %v while the collector fenced it (%d pulls)", ad, childBad, childPulls)
+	}
+	if after != http.StatusOK {
+		t.Errorf("child %s of the kept index answers %d after the collect", ad, after)
 	}
 }
 
