@@ -54,6 +54,7 @@ type Env struct {
 	// "redis"), for Evict.
 	distCache redis.UniversalClient
 	mini      *miniredis.Miniredis
+	bg        context.Context // lives until Close: deferred re-checks
 	stop      context.CancelFunc
 	closeOnce sync.Once
 }
@@ -84,6 +85,10 @@ type Options struct {
 	// EpochInterval is how often the recording epoch is re-asserted
 	// (default 5 s).
 	EpochInterval time.Duration
+	// WriteGrace bounds how long a link writer may take from its fence
+	// check to its forward-link write (default 1 min). A delete that meets
+	// a writer within it keeps the reverse link and looks again after it.
+	WriteGrace time.Duration
 }
 
 func (o *Options) defaults() error {
@@ -111,8 +116,11 @@ func (o *Options) defaults() error {
 	if o.EpochInterval == 0 {
 		o.EpochInterval = 5 * time.Second
 	}
+	if o.WriteGrace == 0 {
+		o.WriteGrace = time.Minute
+	}
 	switch {
-	case o.Window <= 0, o.Dedup < 0, o.FenceWait < 0, o.FencePoll <= 0, o.Timeout <= 0, o.EpochInterval <= 0:
+	case o.Window <= 0, o.Dedup < 0, o.FenceWait < 0, o.FencePoll <= 0, o.Timeout <= 0, o.EpochInterval <= 0, o.WriteGrace <= 0:
 		return fmt.Errorf("%w: durations must be positive", ErrBadOptions)
 	case o.AccessTTL < 2*o.Window:
 		return fmt.Errorf("%w: accessttl %v must be at least twice the window %v", ErrBadOptions, o.AccessTTL, o.Window)
@@ -250,7 +258,7 @@ func NewEnv(ctx context.Context, below storagedriver.StorageDriver, opts Options
 	}
 	ropts.ContextTimeoutEnabled = true
 	client := redis.NewUniversalClient(&ropts)
-	t, err := NewTracker(client, TrackerOptions{Prefix: opts.Prefix, AccessTTL: opts.AccessTTL, Timeout: opts.Timeout})
+	t, err := NewTracker(client, TrackerOptions{Prefix: opts.Prefix, AccessTTL: opts.AccessTTL, Timeout: opts.Timeout, WriteGrace: opts.WriteGrace})
 	if err != nil {
 		client.Close()
 		return nil, err
@@ -271,7 +279,7 @@ func NewEnv(ctx context.Context, below storagedriver.StorageDriver, opts Options
 		logger(ctx).WithError(err).Warn("reclaim: could not set the recording epoch; pushes will fail until redis answers")
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	e.stop = cancel
+	e.bg, e.stop = bg, cancel
 	go t.KeepRecording(bg, opts.EpochInterval)
 	return e, nil
 }
@@ -394,6 +402,8 @@ func ParseOptions(m map[string]any) (Options, error) {
 			o.Timeout, err = dur(v)
 		case "epochinterval":
 			o.EpochInterval, err = dur(v)
+		case "writegrace":
+			o.WriteGrace, err = dur(v)
 		case "gc", "reclaimer":
 			// GC API and reclaimer settings; registry.ParseGCConfig and
 			// registry.ParseReclaimerConfig read them.

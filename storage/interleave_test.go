@@ -424,3 +424,53 @@ func TestRefusalHasRetryAfter(t *testing.T) {
 		t.Fatalf("status %d Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 }
+
+// A pusher that wrote its reverse link before the deleter removed it, and
+// writes its forward link only after the deleter's re-check: the re-check
+// cannot see the forward link yet, so the deleter must learn of the
+// in-flight write from the access record the pusher's fence check left.
+func TestUnlinkRaceWriterStraddles(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		a := newTestApp(t, appOptions{redisAddr: b.addr, prefix: b.prefix})
+		ctx := context.Background()
+		d := a.env.Driver
+		fwd := LayerLinkPath("r", dA)
+		if err := d.PutContent(ctx, fwd, []byte(dA)); err != nil {
+			t.Fatal(err)
+		}
+		var (
+			started      bool
+			writerAtFwd  = make(chan struct{})
+			releaseWrite = make(chan struct{})
+			writerDone   = make(chan error, 1)
+		)
+		setHook(t, func(ctx context.Context, m, p string) error {
+			switch {
+			case m == "Delete" && strings.Contains(p, "/_repositories/") && !started:
+				started = true
+				// The pusher runs its fence check and writes its reverse
+				// link now, then stalls before its forward link.
+				go func() { writerDone <- d.PutContent(context.Background(), fwd, []byte(dA)) }()
+				<-writerAtFwd
+			case m == "PutContent" && p == fwd && started:
+				close(writerAtFwd)
+				<-releaseWrite
+			}
+			return nil
+		})
+		if err := d.Delete(ctx, fwd); err != nil {
+			t.Fatal(err)
+		}
+		if !started {
+			t.Fatal("hook never ran")
+		}
+		close(releaseWrite) // the forward link lands after the deleter is done
+		if err := <-writerDone; err != nil {
+			t.Fatal(err)
+		}
+		if has, _ := a.env.Links.Has(ctx, dA, RepoLink{Repo: "r", Kind: LinkLayer}); !has {
+			t.Fatal("forward link exists but its reverse link was lost")
+		}
+		checkLinkDB(t, a.env.Raw)
+	})
+}

@@ -71,7 +71,11 @@ func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []Obje
 	// less than Dedup ago. That touch found no fence and set the access
 	// time, so GC cannot have fenced them since: fence refuses anything
 	// accessed within its window, and windows are far above Dedup.
-	if s.covered(objs, d.env.opts.Dedup) || d.env.dedup.recent(objs) {
+	//
+	// A link write (clear with links) reuses only its own request's check
+	// (the upload commit's, which marked the link as being written), never a
+	// pull's: its touch must leave the mark driver.unlink looks for.
+	if s.covered(objs, d.env.opts.Dedup) || (!(clear && len(links) > 0) && d.env.dedup.recent(objs)) {
 		return false, nil
 	}
 	deadline := time.Now().Add(wait)
@@ -366,9 +370,15 @@ func (d *driver) forwardLinksUnder(ctx context.Context, dir string) ([]Path, err
 }
 
 // unlink removes the reverse link of a deleted forward link. A writer may
-// have re-created the forward link meanwhile (it writes the reverse link
-// first, so deleting it now could orphan it): re-check the forward link after
-// the delete and restore the reverse link if the forward link is back.
+// be re-creating the forward link meanwhile: it writes the reverse link
+// first, so deleting it now could orphan the forward link. Two re-checks
+// after the delete close that: the forward link is back (restore), or a
+// writer fence-checked the link within WriteGrace and may still be between
+// its reverse and forward write. Then the reverse link is restored too, and
+// looked at again once the grace is over (unlinkLater): by then the writer
+// has written its forward link or given up. Pulls do not mark links as being
+// written. GC's own deletes never take the second branch: GC holds the
+// link's fence, so no writer can be in flight.
 func (d *driver) unlink(ctx context.Context, p Path) {
 	l := linkObject(p)
 	rl := RepoLink{Repo: l.Repo, Kind: l.Kind}
@@ -378,16 +388,53 @@ func (d *driver) unlink(ctx context.Context, p Path) {
 	} else {
 		metricReverseLinks.WithLabelValues("delete", "ok").Inc()
 	}
-	if _, err := d.StorageDriver.Stat(ctx, p.String()); err == nil {
+	_, err := d.StorageDriver.Stat(ctx, p.String())
+	back := err == nil
+	if back || d.writerMayBeInFlight(ctx, l) {
 		if err := d.links.Put(ctx, p.Digest, rl); err != nil {
 			logger(ctx).WithError(err).Error("reclaim: could not restore reverse link of a re-created forward link")
 		}
 		metricReverseLinks.WithLabelValues("restore", "ok").Inc()
+		if !back {
+			d.unlinkLater(ctx, p)
+		}
 		return
 	}
 	d.markGone(ctx, Object{Blob: p.Digest, Repo: p.Repo, Kind: l.Kind})
 	// Maybe the blob's last link: the reclaimer checks when it is due (queue.go).
 	d.env.enqueue(ctx, "unlink", p.Digest)
+}
+
+// unlinkLater repeats unlink for a forward link that is still gone once the
+// write grace is over. A process that dies first leaves a stale reverse link:
+// a leak that linkdb verify reports and rebuild removes, never a loss.
+func (d *driver) unlinkLater(ctx context.Context, p Path) {
+	bg := d.env.bg
+	if bg == nil {
+		return
+	}
+	// keep the request's logger and access-record marks, not its deadline
+	ctx = context.WithoutCancel(ctx)
+	time.AfterFunc(d.env.opts.WriteGrace, func() {
+		if bg.Err() != nil {
+			return
+		}
+		if _, err := d.StorageDriver.Stat(ctx, p.String()); err == nil {
+			return // the writer finished: the reverse link is right
+		}
+		d.unlink(ctx, p)
+	})
+}
+
+// writerMayBeInFlight reports whether a writer fence-checked link o within
+// WriteGrace: it may have written the reverse link and not yet the forward
+// link. Fail safe: when Redis cannot tell, assume it did.
+func (d *driver) writerMayBeInFlight(ctx context.Context, o Object) bool {
+	if accessRecordsOff(ctx) {
+		return false // GC, rebuild: they hold the link's fence
+	}
+	w, err := d.env.Tracker.Writing(ctx, o)
+	return w || err != nil
 }
 
 func (d *driver) markGone(ctx context.Context, o Object) {
