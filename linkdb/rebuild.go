@@ -49,6 +49,11 @@ type RebuildOptions struct {
 	// referrers entries while registries serve. Without it they are only
 	// reported, unless Offline.
 	Fencer Fencer
+	// Review, when set, is told each blob whose stale reverse link the
+	// rebuild removed: it may have lost its last link, so the reclaimer
+	// should look at it (the middleware queues blobs whose links it removes;
+	// a rebuild removes links behind its back).
+	Review func(ctx context.Context, blob digest.Digest)
 	// Offline asserts that no registry serves this storage during the
 	// rebuild, so stale entries may be removed without a fence.
 	Offline bool
@@ -634,6 +639,9 @@ func (r *rebuild) removeStale(ctx context.Context, s stale) {
 		return
 	}
 	r.removed.Add(1)
+	if s.kind == StaleReverse && r.opts.Review != nil {
+		r.opts.Review(ctx, s.blob)
+	}
 	if content != nil {
 		if _, err := r.d.Stat(ctx, s.forward); err == nil || !isNotFound(err) {
 			if err := r.d.PutContent(ctx, s.victim, content); err == nil {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -205,9 +206,17 @@ func TestVerifyFindsEachBreakage(t *testing.T) {
 				return
 			}
 			// Stale entries are old enough only in the future.
-			res, err := Rebuild(ctx, d, RebuildOptions{Offline: true, now: func() time.Time { return time.Now().Add(time.Hour) }})
+			var mu sync.Mutex
+			var reviewed []digest.Digest
+			res, err := Rebuild(ctx, d, RebuildOptions{Offline: true, now: func() time.Time { return time.Now().Add(time.Hour) },
+				Review: func(_ context.Context, b digest.Digest) { mu.Lock(); reviewed = append(reviewed, b); mu.Unlock() }})
 			if err != nil {
 				t.Fatalf("rebuild: %v", err)
+			}
+			// A blob whose stale reverse link went may have lost its last
+			// link: the reclaimer must hear of it.
+			if tc.kind == StaleReverse && int64(len(reviewed)) != rep.Counts[StaleReverse] {
+				t.Errorf("removed %d stale reverse links, sent %v for review", rep.Counts[StaleReverse], reviewed)
 			}
 			if rep := verify(t, d); rep.ExitCode != ExitClean || rep.Counts[tc.kind] != 0 {
 				t.Errorf("after rebuild: exit %d %+v (rebuild %+v)", rep.ExitCode, rep.Counts, res)

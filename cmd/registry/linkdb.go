@@ -86,13 +86,13 @@ func runRebuild(cmd *cobra.Command, args []string, opts linkdb.RebuildOptions, c
 		fmt.Fprintln(stderr, "linkdb rebuild: warning: this config does not enable the reclaim storage middleware. "+
 			"A rebuild while serving is complete only if every registry instance writing to this storage runs with it.")
 	}
-	fencer, closeFencer, err := openFencer(ctx, config)
+	fencer, review, closeFencer, err := openFencer(ctx, config)
 	if err != nil {
 		fmt.Fprintf(stderr, "linkdb rebuild: %v\n", err)
 		return rebuildExitFailed
 	}
 	defer closeFencer()
-	opts.Fencer = fencer
+	opts.Fencer, opts.Review = fencer, review
 	if fencer == nil && !opts.Offline && !opts.DryRun {
 		fmt.Fprintln(stderr, "linkdb rebuild: no shared Redis configured for the reclaim middleware: stale entries are reported, not removed (use --offline when no registry serves this storage)")
 	}

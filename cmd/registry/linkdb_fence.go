@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/distribution/distribution/v3/configuration"
+	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/linkdb"
@@ -23,7 +24,9 @@ const fenceLease = time.Minute
 // It builds a bare Tracker rather than storage.Open: Open would also assert
 // the recording epoch, and a rebuild records no accesses, so it must not
 // vouch for them.
-func openFencer(_ context.Context, config *configuration.Configuration) (linkdb.Fencer, func(), error) {
+//
+// review queues a blob for the reclaimer (nil without a shared Redis).
+func openFencer(_ context.Context, config *configuration.Configuration) (f linkdb.Fencer, review func(context.Context, digest.Digest), closeFn func(), err error) {
 	var raw map[string]any
 	found := false
 	for _, m := range config.Middleware["storage"] {
@@ -32,11 +35,11 @@ func openFencer(_ context.Context, config *configuration.Configuration) (linkdb.
 		}
 	}
 	if !found {
-		return nil, func() {}, nil
+		return nil, nil, func() {}, nil
 	}
 	opts, err := storage.ParseOptions(raw)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	ropts := opts.Redis
 	if len(ropts.Addrs) == 0 {
@@ -46,7 +49,7 @@ func openFencer(_ context.Context, config *configuration.Configuration) (linkdb.
 			SentinelUsername: d.SentinelUsername, SentinelPassword: d.SentinelPassword}
 	}
 	if len(ropts.Addrs) == 0 {
-		return nil, func() {}, nil
+		return nil, nil, func() {}, nil
 	}
 	if ropts.ReadTimeout == 0 {
 		ropts.ReadTimeout, ropts.WriteTimeout, ropts.DialTimeout = opts.Timeout, opts.Timeout, opts.Timeout
@@ -55,7 +58,12 @@ func openFencer(_ context.Context, config *configuration.Configuration) (linkdb.
 	t, err := storage.NewTracker(c, storage.TrackerOptions{Prefix: opts.Prefix, AccessTTL: opts.AccessTTL, Timeout: opts.Timeout})
 	if err != nil {
 		c.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return linkdb.TrackerFencer(t, opts.Window, fenceLease), func() { c.Close() }, nil
+	q := storage.NewQueue(c, opts.Prefix, opts.Timeout)
+	review = func(ctx context.Context, blob digest.Digest) {
+		// best effort: `registry gc sweep --enqueue` finds what this misses
+		_ = q.Enqueue(ctx, opts.Window, blob)
+	}
+	return linkdb.TrackerFencer(t, opts.Window, fenceLease), review, func() { c.Close() }, nil
 }
