@@ -235,7 +235,10 @@ func NewEnv(ctx context.Context, below storagedriver.StorageDriver, opts Options
 	e := &Env{Raw: below, Window: opts.Window, opts: opts, dedup: &dedup{interval: opts.Dedup}}
 	ropts := opts.Redis
 	if len(ropts.Addrs) == 0 && config != nil && len(config.Redis.Options.Addrs) > 0 {
-		ropts = distributionRedis(config)
+		var err error
+		if ropts, err = DistributionRedis(config); err != nil {
+			return nil, err
+		}
 	}
 	if len(ropts.Addrs) == 0 {
 		m := miniredis.NewMiniRedis()
@@ -267,7 +270,11 @@ func NewEnv(ctx context.Context, below storagedriver.StorageDriver, opts Options
 	e.Links = NewReverseLinks(below)
 	e.Driver = Wrap(below, e)
 	if config != nil && blobDescriptorCache(config) == "redis" && len(config.Redis.Options.Addrs) > 0 {
-		dopts := distributionRedis(config)
+		dopts, err := DistributionRedis(config)
+		if err != nil {
+			client.Close()
+			return nil, err
+		}
 		e.distCache = redis.NewUniversalClient(&dopts)
 	}
 	if marked, err := MarkCompleteIfEmpty(ctx, below); err != nil {
@@ -356,9 +363,11 @@ func blobDescriptorCache(config *configuration.Configuration) string {
 	return s
 }
 
-func distributionRedis(config *configuration.Configuration) redis.UniversalOptions {
+// DistributionRedis is the client config of Distribution's own `redis:` section,
+// TLS included; the middleware falls back to it.
+func DistributionRedis(config *configuration.Configuration) (redis.UniversalOptions, error) {
 	o := config.Redis.Options
-	return redis.UniversalOptions{
+	ro := redis.UniversalOptions{
 		Addrs: o.Addrs, ClientName: o.ClientName, DB: o.DB, Protocol: o.Protocol,
 		Username: o.Username, Password: o.Password,
 		SentinelUsername: o.SentinelUsername, SentinelPassword: o.SentinelPassword,
@@ -366,6 +375,14 @@ func distributionRedis(config *configuration.Configuration) redis.UniversalOptio
 		PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns, MaxIdleConns: o.MaxIdleConns,
 		MasterName: o.MasterName,
 	}
+	if t := config.Redis.TLS; t.Certificate != "" || t.Key != "" || len(t.RootCAs) > 0 {
+		c, err := redisTLS(t.Certificate, t.Key, t.RootCAs)
+		if err != nil {
+			return ro, fmt.Errorf("storage: Distribution's redis section: %w", err)
+		}
+		ro.TLSConfig = c
+	}
+	return ro, nil
 }
 
 // ParseOptions reads the middleware options map from config.yml:
@@ -460,6 +477,12 @@ func parseRedis(v any, r *redis.UniversalOptions) error {
 			r.MasterName, err = str(x)
 		case "clientname":
 			r.ClientName, err = str(x)
+		case "sentinelusername":
+			r.SentinelUsername, err = str(x)
+		case "sentinelpassword":
+			r.SentinelPassword, err = str(x)
+		case "tls":
+			r.TLSConfig, err = parseRedisTLS(x)
 		case "db":
 			n, ok := x.(int)
 			if !ok {

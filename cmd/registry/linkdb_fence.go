@@ -43,10 +43,9 @@ func openFencer(_ context.Context, config *configuration.Configuration) (f linkd
 	}
 	ropts := opts.Redis
 	if len(ropts.Addrs) == 0 {
-		d := config.Redis.Options
-		ropts = redis.UniversalOptions{Addrs: d.Addrs, ClientName: d.ClientName, DB: d.DB,
-			Username: d.Username, Password: d.Password, MasterName: d.MasterName,
-			SentinelUsername: d.SentinelUsername, SentinelPassword: d.SentinelPassword}
+		if ropts, err = storage.DistributionRedis(config); err != nil {
+			return nil, nil, nil, err
+		}
 	}
 	if len(ropts.Addrs) == 0 {
 		return nil, nil, func() {}, nil
