@@ -101,6 +101,40 @@ type scope struct {
 	// references a manifest PUT verifies, as opposed to the manifest itself)
 	linked  map[digest.Digest]bool
 	refused atomic.Bool
+	// unlinked: blobs this request wrote into the blob store and has not
+	// linked (yet); queued for review when the request ends.
+	unlinked map[digest.Digest]*Env
+}
+
+func (s *scope) commit(e *Env, blob digest.Digest) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unlinked == nil {
+		s.unlinked = map[digest.Digest]*Env{}
+	}
+	s.unlinked[blob] = e
+}
+
+// wroteLink notes a forward link this request wrote to blob.
+func (s *scope) wroteLink(blob digest.Digest) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.unlinked, blob)
+}
+
+// done queues what the request committed and never linked (a failed link
+// write, a manifest PUT that failed after storing its payload).
+func (s *scope) done(ctx context.Context) {
+	s.mu.Lock()
+	left := s.unlinked
+	s.unlinked = nil
+	s.mu.Unlock()
+	for blob, e := range left {
+		e.enqueue(ctx, "commit", blob)
+	}
 }
 
 func scopeOf(ctx context.Context) *scope {
@@ -188,7 +222,9 @@ func Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s := &scope{}
 		rw := &refusalWriter{ResponseWriter: w, s: s}
-		next.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), keyScope, s)))
+		ctx := context.WithValue(r.Context(), keyScope, s)
+		defer s.done(ctx)
+		next.ServeHTTP(rw, r.WithContext(ctx))
 	})
 }
 

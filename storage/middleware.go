@@ -279,6 +279,11 @@ func (d *driver) PutContent(ctx context.Context, path string, content []byte) er
 			return err // invariant: no forward link without its reverse link
 		}
 		metricReverseLinks.WithLabelValues("put", "ok").Inc()
+		if err := d.StorageDriver.PutContent(ctx, path, content); err != nil {
+			return err
+		}
+		scopeOf(ctx).wroteLink(p.Digest)
+		return nil
 	case KindBlobData:
 		if _, err := d.guard(ctx, p.Digest, extra(requestOf(ctx), p.Digest), true); err != nil {
 			return err
@@ -287,7 +292,7 @@ func (d *driver) PutContent(ctx context.Context, path string, content []byte) er
 			return err
 		}
 		// a manifest blob whose revision link never comes is reviewed (queue.go)
-		d.env.enqueue(ctx, "commit", p.Digest)
+		d.committed(ctx, p.Digest)
 		return nil
 	}
 	return d.StorageDriver.PutContent(ctx, path, content)
@@ -302,8 +307,8 @@ func (d *driver) Move(ctx context.Context, src, dst string) error {
 		if err := d.StorageDriver.Move(ctx, src, dst); err != nil {
 			return err
 		}
-		// an upload whose manifest never comes is reviewed after W (queue.go)
-		d.env.enqueue(ctx, "commit", p.Digest)
+		// an upload whose link never comes is reviewed after W (queue.go)
+		d.committed(ctx, p.Digest)
 		return nil
 	}
 	return d.StorageDriver.Move(ctx, src, dst)
@@ -435,6 +440,20 @@ func (d *driver) writerMayBeInFlight(ctx context.Context, o Object) bool {
 	}
 	w, err := d.env.Tracker.Writing(ctx, o)
 	return w || err != nil
+}
+
+// committed queues a blob just written into the blob store for review,
+// unless the same request links it: an upload commit writes its layer link
+// and a manifest PUT its revision link right after the data, and a linked
+// blob needs no review until a link goes (unlink queues it then). Inside a
+// request the decision waits for the request's end (Handler), which saves
+// a Redis round trip per pushed blob; outside one it is made now.
+func (d *driver) committed(ctx context.Context, blob digest.Digest) {
+	if s := scopeOf(ctx); s != nil {
+		s.commit(d.env, blob)
+		return
+	}
+	d.env.enqueue(ctx, "commit", blob)
 }
 
 func (d *driver) markGone(ctx context.Context, o Object) {

@@ -4,12 +4,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
 )
@@ -197,4 +201,55 @@ func TestQueueConcurrentClaimsAreDisjoint(t *testing.T) {
 			}
 		}
 	})
+}
+
+// An upload commit whose layer link is never written (here: the reverse
+// link write fails, so the forward write fails) leaves a blob nobody links:
+// the request queues it for review when it ends. A push that links every
+// blob it commits queues nothing: the review costs no Redis round trip on
+// the push path.
+func TestCommitWithoutLinkIsQueued(t *testing.T) {
+	a := newTestApp(t, appOptions{})
+	ctx := context.Background()
+	q := a.env.Queue()
+
+	ok, err := random.Image(512, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.push("fine:v1", ok); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := q.Len(ctx); err != nil || n != 0 {
+		t.Fatalf("a linked push queued %d blobs (%v)", n, err)
+	}
+
+	setHook(t, func(ctx context.Context, m, p string) error {
+		if m == "PutContent" && strings.Contains(p, "/_repositories/broken/_layers/") {
+			return errors.New("injected")
+		}
+		return nil
+	})
+	img, err := random.Image(512, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.push("broken:v1", img, remote.WithRetryBackoff(remote.Backoff{Steps: 1})); err == nil {
+		t.Fatal("push succeeded although no layer link could be written")
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := layers[0].Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.env.Raw.Stat(ctx, BlobDataPath(digest.Digest(h.String()))); err != nil {
+		t.Fatalf("the layer was not committed, nothing to test: %v", err)
+	}
+	queued, err := q.Contains(ctx, digest.Digest(h.String()))
+	if err != nil || !queued {
+		t.Fatalf("committed, unlinked layer not queued for review (%v)", err)
+	}
 }
