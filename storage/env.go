@@ -435,19 +435,11 @@ func ParseOptions(m map[string]any) (Options, error) {
 }
 
 func parseRedis(v any, r *redis.UniversalOptions) error {
-	m, ok := v.(map[any]any)
+	m, ok := toMap(v)
 	if !ok {
-		if ms, ok2 := v.(map[string]any); ok2 {
-			m = map[any]any{}
-			for k, x := range ms {
-				m[k] = x
-			}
-		} else {
-			return fmt.Errorf("must be a map, got %T", v)
-		}
+		return fmt.Errorf("must be a map, got %T", v)
 	}
-	for k, x := range m {
-		ks, _ := k.(string)
+	for ks, x := range m {
 		var err error
 		switch strings.ToLower(ks) {
 		case "addrs":

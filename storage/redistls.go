@@ -88,6 +88,7 @@ func parseRedisTLS(v any) (*tls.Config, error) {
 	return redisTLS(cert, key, cas)
 }
 
+// toMap accepts both map shapes YAML decoders produce.
 func toMap(v any) (map[string]any, bool) {
 	switch m := v.(type) {
 	case map[string]any:
