@@ -7,6 +7,8 @@ import (
 	"github.com/distribution/distribution/v3/configuration"
 
 	"github.com/reclaim-registry/reclaim/gc"
+
+	"github.com/reclaim-registry/reclaim/storage"
 )
 
 // middlewareName is the storage middleware entry whose options hold
@@ -61,7 +63,7 @@ func ParseGCConfig(config *configuration.Configuration) (GCConfig, error) {
 	if !ok || raw == nil {
 		return c, nil
 	}
-	g, ok := stringMap(raw)
+	g, ok := storage.OptionMap(raw)
 	if !ok {
 		return c, fmt.Errorf("reclaim: middleware option gc: want a map, got %T", raw)
 	}
@@ -105,23 +107,4 @@ func parseDuration(v any) (time.Duration, error) {
 		return x, nil
 	}
 	return 0, fmt.Errorf("not a duration: %v", v)
-}
-
-// stringMap accepts both map shapes YAML decoders produce.
-func stringMap(v any) (map[string]any, bool) {
-	switch m := v.(type) {
-	case map[string]any:
-		return m, true
-	case map[any]any:
-		out := make(map[string]any, len(m))
-		for k, x := range m {
-			ks, ok := k.(string)
-			if !ok {
-				return nil, false
-			}
-			out[ks] = x
-		}
-		return out, true
-	}
-	return nil, false
 }

@@ -319,28 +319,28 @@ func (h *gcAPI) plan(w http.ResponseWriter, r *http.Request, repo string) error 
 }
 
 func (h *gcAPI) getRun(w http.ResponseWriter, r *http.Request, id string) error {
-	if r.Method != http.MethodGet {
-		return fmt.Errorf("%w: %s; use GET", errMethod, r.Method)
-	}
-	if err := h.authorize(r, "", ""); err != nil {
-		return err
-	}
-	b, err := h.collector(r.Context())
-	if err != nil {
-		return err
-	}
-	rep, ok := b.Collector.Run(id)
-	if !ok {
-		return fmt.Errorf("%w: %q", errRunNotFound, id)
-	}
-	if err := h.authorize(r, rep.Repository, "pull"); err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, rep)
-	return nil
+	return h.getRecord(w, r, func(b *gcBackend) (string, any, error) {
+		rep, ok := b.Collector.Run(id)
+		if !ok {
+			return "", nil, fmt.Errorf("%w: %q", errRunNotFound, id)
+		}
+		return rep.Repository, rep, nil
+	})
 }
 
 func (h *gcAPI) getPlan(w http.ResponseWriter, r *http.Request, id string) error {
+	return h.getRecord(w, r, func(b *gcBackend) (string, any, error) {
+		p, ok := b.Collector.Plan(id)
+		if !ok {
+			return "", nil, fmt.Errorf("%w: %q", gc.ErrPlanNotFound, id)
+		}
+		return p.Repository, p, nil
+	})
+}
+
+// getRecord serves a run or a plan found by find: readable by whoever may
+// pull its repository.
+func (h *gcAPI) getRecord(w http.ResponseWriter, r *http.Request, find func(*gcBackend) (repo string, v any, err error)) error {
 	if r.Method != http.MethodGet {
 		return fmt.Errorf("%w: %s; use GET", errMethod, r.Method)
 	}
@@ -351,14 +351,14 @@ func (h *gcAPI) getPlan(w http.ResponseWriter, r *http.Request, id string) error
 	if err != nil {
 		return err
 	}
-	p, ok := b.Collector.Plan(id)
-	if !ok {
-		return fmt.Errorf("%w: %q", gc.ErrPlanNotFound, id)
-	}
-	if err := h.authorize(r, p.Repository, "pull"); err != nil {
+	repo, v, err := find(b)
+	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, p)
+	if err := h.authorize(r, repo, "pull"); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, v)
 	return nil
 }
 

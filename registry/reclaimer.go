@@ -62,7 +62,7 @@ func ParseReclaimerConfig(config *configuration.Configuration) (ReclaimerConfig,
 	if !ok || raw == nil {
 		return c, nil
 	}
-	g, ok := stringMap(raw)
+	g, ok := storage.OptionMap(raw)
 	if !ok {
 		return c, fmt.Errorf("reclaim: middleware option reclaimer: want a map, got %T", raw)
 	}

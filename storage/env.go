@@ -435,7 +435,7 @@ func ParseOptions(m map[string]any) (Options, error) {
 }
 
 func parseRedis(v any, r *redis.UniversalOptions) error {
-	m, ok := toMap(v)
+	m, ok := OptionMap(v)
 	if !ok {
 		return fmt.Errorf("must be a map, got %T", v)
 	}

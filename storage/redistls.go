@@ -51,7 +51,7 @@ func redisTLS(cert, key string, rootCAs []string) (*tls.Config, error) {
 //
 // Any of certificate, key or rootcas implies enabled.
 func parseRedisTLS(v any) (*tls.Config, error) {
-	m, ok := toMap(v)
+	m, ok := OptionMap(v)
 	if !ok {
 		return nil, fmt.Errorf("must be a map, got %T", v)
 	}
@@ -88,8 +88,9 @@ func parseRedisTLS(v any) (*tls.Config, error) {
 	return redisTLS(cert, key, cas)
 }
 
-// toMap accepts both map shapes YAML decoders produce.
-func toMap(v any) (map[string]any, bool) {
+// OptionMap accepts both map shapes YAML decoders produce for a middleware
+// option block (map[string]any, map[any]any with string keys).
+func OptionMap(v any) (map[string]any, bool) {
 	switch m := v.(type) {
 	case map[string]any:
 		return m, true
