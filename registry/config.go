@@ -7,7 +7,6 @@ import (
 	"github.com/distribution/distribution/v3/configuration"
 
 	"github.com/reclaim-registry/reclaim/gc"
-
 	"github.com/reclaim-registry/reclaim/storage"
 )
 
