@@ -115,14 +115,15 @@ func (s *scope) commit(e *Env, blob digest.Digest) {
 	s.unlinked[blob] = e
 }
 
-// wroteLink notes a forward link this request wrote to blob.
-func (s *scope) wroteLink(blob digest.Digest) {
-	if s == nil {
-		return
-	}
+// settle ends the wait for a link to a blob this request committed: the
+// link write succeeded (nothing to review) or failed. It reports whether
+// the blob was waiting and its link failed: the caller queues it.
+func (s *scope) settle(blob digest.Digest, linked bool) (queue bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	_, waiting := s.unlinked[blob]
 	delete(s.unlinked, blob)
+	return waiting && !linked
 }
 
 // done queues what the request committed and never linked (a failed link

@@ -270,20 +270,16 @@ func (d *driver) PutContent(ctx context.Context, path string, content []byte) er
 	p := Classify(path)
 	switch p.Kind {
 	case KindLayerLink, KindRevisionLink:
-		l := linkObject(p)
-		if _, err := d.guard(ctx, p.Digest, []Object{l}, true); err != nil {
-			return err
+		err := d.putLink(ctx, path, p, content)
+		if s := scopeOf(ctx); s != nil {
+			// A blob this request committed is now linked, or it never
+			// will be by this request: queue it now rather than at the
+			// request's end, before the client hears of the failure.
+			if s.settle(p.Digest, err == nil) {
+				d.env.enqueue(ctx, "commit", p.Digest)
+			}
 		}
-		if err := d.links.Put(ctx, p.Digest, RepoLink{Repo: l.Repo, Kind: l.Kind}); err != nil {
-			metricReverseLinks.WithLabelValues("put", "error").Inc()
-			return err // invariant: no forward link without its reverse link
-		}
-		metricReverseLinks.WithLabelValues("put", "ok").Inc()
-		if err := d.StorageDriver.PutContent(ctx, path, content); err != nil {
-			return err
-		}
-		scopeOf(ctx).wroteLink(p.Digest)
-		return nil
+		return err
 	case KindBlobData:
 		if _, err := d.guard(ctx, p.Digest, extra(requestOf(ctx), p.Digest), true); err != nil {
 			return err
@@ -440,6 +436,20 @@ func (d *driver) writerMayBeInFlight(ctx context.Context, o Object) bool {
 	}
 	w, err := d.env.Tracker.Writing(ctx, o)
 	return w || err != nil
+}
+
+// putLink writes a forward link: fence check, reverse link, forward link.
+func (d *driver) putLink(ctx context.Context, path string, p Path, content []byte) error {
+	l := linkObject(p)
+	if _, err := d.guard(ctx, p.Digest, []Object{l}, true); err != nil {
+		return err
+	}
+	if err := d.links.Put(ctx, p.Digest, RepoLink{Repo: l.Repo, Kind: l.Kind}); err != nil {
+		metricReverseLinks.WithLabelValues("put", "error").Inc()
+		return err // invariant: no forward link without its reverse link
+	}
+	metricReverseLinks.WithLabelValues("put", "ok").Inc()
+	return d.StorageDriver.PutContent(ctx, path, content)
 }
 
 // committed queues a blob just written into the blob store for review,
