@@ -85,9 +85,8 @@ type Options struct {
 	// EpochInterval is how often the recording epoch is re-asserted
 	// (default 5 s).
 	EpochInterval time.Duration
-	// WriteGrace bounds how long a link writer may take from its fence
-	// check to its forward-link write (default 1 min). A delete that meets
-	// a writer within it keeps the reverse link and looks again after it.
+	// WriteGrace is accepted for old configs and ignored: a link writer
+	// and a concurrent delete no longer rely on a time bound (see unlink).
 	WriteGrace time.Duration
 }
 
@@ -261,7 +260,7 @@ func NewEnv(ctx context.Context, below storagedriver.StorageDriver, opts Options
 	}
 	ropts.ContextTimeoutEnabled = true
 	client := redis.NewUniversalClient(&ropts)
-	t, err := NewTracker(client, TrackerOptions{Prefix: opts.Prefix, AccessTTL: opts.AccessTTL, Timeout: opts.Timeout, WriteGrace: opts.WriteGrace})
+	t, err := NewTracker(client, TrackerOptions{Prefix: opts.Prefix, AccessTTL: opts.AccessTTL, Timeout: opts.Timeout})
 	if err != nil {
 		client.Close()
 		return nil, err
