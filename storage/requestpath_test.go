@@ -215,6 +215,31 @@ func TestRaceStaleCacheCheckVsReupload(t *testing.T) {
 	})
 }
 
+// Race 2 through a mount: the mount's check of the source repository's
+// stale entry must not delete the source's link that a re-push wrote.
+func TestRaceStaleCacheMountVsReupload(t *testing.T) {
+	forEachCache(t, []string{"inmemory", "redis"}, func(t *testing.T, a *testApp) {
+		img, _ := random.Image(256, 2)
+		x := orphanLayer(t, a, "src", img, 1)
+		g := storagetest.NewGate("Stat", RevisionLinkPath("src", x))
+		gated(t, g)
+		mount := async(func() int { return a.mount("dst", "src", x) })
+		reach(t, g)
+		if err := a.push("src:v1", img); err != nil {
+			t.Fatalf("re-push while a mount checks the stale entry: %v", err)
+		}
+		g.Release()
+		if code := mount(); code != http.StatusAccepted {
+			t.Errorf("mount of a blob seen gone = %d, want 202 (fall back to an upload)", code)
+		}
+		if _, err := a.env.Raw.Stat(context.Background(), LayerLinkPath("src", x)); err != nil {
+			t.Fatalf("the re-pushed source link is gone: %v", err)
+		}
+		requireReverseLinks(t, a)
+		a.pullAll("src:v1")
+	})
+}
+
 // Race 3. While one HEAD checks the storage behind a tombstone, a second
 // HEAD of the same blob must not answer "exists" from the stale cache
 // because the first one's touch is in the process's read dedup. A client
