@@ -86,3 +86,12 @@ func TestIsLoopbackAddr(t *testing.T) {
 		}
 	}
 }
+
+// What `serve` checks before it starts, every shipped config passes.
+func TestShippedConfigsPassTheReclaimCheck(t *testing.T) {
+	for name, config := range shippedConfigs(t) {
+		if err := checkReclaimConfig(config); err != nil {
+			t.Errorf("configs/%s: %v", name, err)
+		}
+	}
+}
