@@ -2,12 +2,9 @@ package registry
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -29,8 +26,9 @@ import (
 //
 // Repository endpoints require the "delete" action on the repository from
 // the registry's configured access controller; the GET endpoints require an
-// authenticated caller ("pull" on the repository for runs and plans).
-// docs/api.md is the reference.
+// authenticated caller ("pull" on the repository for runs and plans). A
+// collect (or apply) that does not say dry_run=false is a dry run;
+// gcapi_request.go parses the options. docs/api.md is the reference.
 const gcPrefix = "/gc/v1/"
 
 // maxBody bounds request bodies; the options fit in a few hundred bytes.
@@ -161,97 +159,6 @@ func (h *gcAPI) collector(ctx context.Context) (*gcBackend, error) {
 	return b, nil
 }
 
-// collectRequest is the optional JSON body; query parameters override it.
-type collectRequest struct {
-	DryRun   *bool  `json:"dry_run,omitempty"`
-	Untagged string `json:"untagged,omitempty"`
-	Cap      int    `json:"cap,omitempty"`
-	Plan     string `json:"plan_id,omitempty"`
-	Async    bool   `json:"async,omitempty"`
-}
-
-func readRequest(r *http.Request) (collectRequest, error) {
-	var req collectRequest
-	if r.ContentLength > maxBody {
-		return req, fmt.Errorf("%w: limit %d bytes", errTooLarge, maxBody)
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-	if err != nil {
-		return req, fmt.Errorf("%w: read body: %v", errBadRequest, err)
-	}
-	if len(body) > maxBody {
-		return req, fmt.Errorf("%w: limit %d bytes", errTooLarge, maxBody)
-	}
-	if len(strings.TrimSpace(string(body))) > 0 {
-		dec := json.NewDecoder(strings.NewReader(string(body)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			return req, fmt.Errorf("%w: body: %v", errBadRequest, err)
-		}
-	}
-	q := r.URL.Query()
-	for k, vs := range q {
-		switch k {
-		case "dry_run", "untagged", "cap", "plan", "async":
-		default:
-			return req, fmt.Errorf("%w: unknown parameter %q", errBadRequest, k)
-		}
-		// "dry_run=" must not quietly mean a real run.
-		if len(vs) != 1 || vs[0] == "" {
-			return req, fmt.Errorf("%w: parameter %q needs exactly one value", errBadRequest, k)
-		}
-	}
-	if v := q.Get("dry_run"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return req, fmt.Errorf("%w: dry_run=%q: want true or false", errBadRequest, v)
-		}
-		req.DryRun = &b
-	}
-	if v := q.Get("untagged"); v != "" {
-		req.Untagged = v
-	}
-	if req.Untagged != "" && req.Untagged != "keep" && req.Untagged != "delete" {
-		return req, fmt.Errorf("%w: untagged=%q: want keep or delete", errBadRequest, req.Untagged)
-	}
-	if v := q.Get("cap"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return req, fmt.Errorf("%w: cap=%q: want a non-negative integer", errBadRequest, v)
-		}
-		req.Cap = n
-	}
-	if req.Cap < 0 {
-		return req, fmt.Errorf("%w: cap must not be negative", errBadRequest)
-	}
-	if v := q.Get("plan"); v != "" {
-		req.Plan = v
-	}
-	if req.Plan != "" && !planIDRe.MatchString(req.Plan) {
-		return req, fmt.Errorf("%w: plan id %q", errBadRequest, req.Plan)
-	}
-	if v := q.Get("async"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return req, fmt.Errorf("%w: async=%q: want true or false", errBadRequest, v)
-		}
-		req.Async = b
-	}
-	return req, nil
-}
-
-func (req collectRequest) options() gc.RunOptions {
-	o := gc.RunOptions{Cap: req.Cap, PlanID: req.Plan}
-	if req.DryRun != nil {
-		o.DryRun = *req.DryRun
-	}
-	if req.Untagged != "" {
-		keep := req.Untagged == "keep"
-		o.KeepUntagged = &keep
-	}
-	return o
-}
-
 // repoRequest validates the name, authorizes, parses and opens the backend,
 // in that order: a bad name is a 400 whoever asks.
 func (h *gcAPI) repoRequest(r *http.Request, repo string) (collectRequest, *gcBackend, error) {
@@ -263,7 +170,7 @@ func (h *gcAPI) repoRequest(r *http.Request, repo string) (collectRequest, *gcBa
 	}
 	req, err := readRequest(r)
 	if err != nil {
-		return req, nil, err
+		return collectRequest{}, nil, err
 	}
 	b, err := h.collector(r.Context())
 	return req, b, err
@@ -277,6 +184,9 @@ func (h *gcAPI) collect(w http.ResponseWriter, r *http.Request, repo, planID str
 	if planID != "" {
 		if !planIDRe.MatchString(planID) {
 			return fmt.Errorf("%w: plan id %q", errBadRequest, planID)
+		}
+		if req.Plan != "" {
+			return fmt.Errorf("%w: the plan id is in the path; give no plan option", errBadRequest)
 		}
 		req.Plan = planID
 	}

@@ -1,0 +1,233 @@
+package registry_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/reclaim-registry/reclaim/storage"
+)
+
+// Regression tests for issue 16 (fail closed on every malformed request),
+// through the real app on filesystem storage.
+
+// send makes one GC API request with an optional body, as g's user (or as
+// user:password when given).
+func (g *gcRegistry) send(t *testing.T, method, path, body string, user ...string) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, g.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	switch {
+	case len(user) == 2:
+		req.SetBasicAuth(user[0], user[1])
+	case g.Username != "":
+		req.SetBasicAuth(g.Username, g.Password)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, b
+}
+
+// deletable pushes two images to repo, deletes the first one's tag and
+// waits out the window: a real collection of repo deletes that manifest.
+func deletable(t *testing.T, g *gcRegistry, repo string) digest.Digest {
+	t.Helper()
+	old := push(t, g, repo+":old", image(t, layer(t)))
+	push(t, g, repo+":keep", image(t, layer(t)))
+	untag(t, g, repo, "old")
+	g.settle()
+	return digest.Digest(old.String())
+}
+
+// stored reports whether manifest d of repo is still in storage: its
+// revision link and its blob. It reads the raw driver, so it records no
+// access (an HTTP GET would protect the manifest for a window).
+func stored(t *testing.T, g *gcRegistry, repo string, d digest.Digest) bool {
+	t.Helper()
+	n := 0
+	for _, p := range []string{storage.RevisionLinkPath(repo, d), storage.BlobDataPath(d)} {
+		if _, err := g.raw.Stat(t.Context(), p); err == nil {
+			n++
+		}
+	}
+	return n == 2
+}
+
+// rejected sends each request and checks it is a 400 code that changed
+// nothing in storage.
+func rejected(t *testing.T, g *gcRegistry, code, method, path, body string) {
+	t.Helper()
+	before := g.tree(t)
+	status, hdr, b := g.send(t, method, path, body)
+	if status != http.StatusBadRequest {
+		t.Errorf("%s %s %q: %d %s, want 400", method, path, body, status, b)
+	} else if c, _ := decodeErr(t, b); c != code {
+		t.Errorf("%s %s %q: code %s, want %s", method, path, body, c, code)
+	}
+	if hdr.Get("Retry-After") != "" {
+		t.Errorf("%s %s: Retry-After on a request that can never succeed", method, path)
+	}
+	if after := g.tree(t); after != before {
+		t.Fatalf("%s %s %q changed storage:\n%s", method, path, body, diffLines(before, after))
+	}
+}
+
+// realRunStillDeletes is the control of the tests below: the manifest was
+// deletable all along, so had a rejected request run, it would be gone.
+// Without dry_run the request is a dry run; with dry_run=false it deletes.
+func realRunStillDeletes(t *testing.T, g *gcRegistry, repo string, old digest.Digest) {
+	t.Helper()
+	before := g.tree(t)
+	code, _, body := g.send(t, http.MethodPost, "/gc/v1/repositories/"+repo+"/collect", "")
+	if code != http.StatusOK {
+		t.Fatalf("collect without dry_run: %d %s", code, body)
+	}
+	if rep := decodeReport(t, body); !rep.DryRun || !containsDigest(rep.ManifestsDeleted, old) {
+		t.Fatalf("collect without dry_run: dry_run=%v, would delete %v (want a dry run listing %s)", rep.DryRun, rep.ManifestsDeleted, old)
+	}
+	if after := g.tree(t); after != before {
+		t.Fatalf("collect without dry_run changed storage:\n%s", diffLines(before, after))
+	}
+	code, _, body = g.send(t, http.MethodPost, "/gc/v1/repositories/"+repo+"/collect?dry_run=false", "")
+	if code != http.StatusOK {
+		t.Fatalf("collect?dry_run=false: %d %s", code, body)
+	}
+	if rep := decodeReport(t, body); rep.DryRun || !containsDigest(rep.ManifestsDeleted, old) || stored(t, g, repo, old) {
+		t.Fatalf("collect?dry_run=false did not delete %s: %+v", old, rep.ManifestsDeleted)
+	}
+	g.checkLinks(t)
+}
+
+func containsDigest(ds []digest.Digest, d digest.Digest) bool {
+	for _, x := range ds {
+		if x == d {
+			return true
+		}
+	}
+	return false
+}
+
+// makePlan stores a plan for repo and returns its id.
+func makePlan(t *testing.T, g *gcRegistry, repo string, user ...string) string {
+	t.Helper()
+	code, _, body := g.send(t, http.MethodPost, "/gc/v1/repositories/"+repo+"/plan", "", user...)
+	if code != http.StatusOK {
+		t.Fatalf("plan %s: %d %s", repo, code, body)
+	}
+	var resp struct {
+		Plan struct {
+			ID string `json:"plan_id"`
+		} `json:"plan"`
+	}
+	if err := json.Unmarshal(body, &resp); err != nil || resp.Plan.ID == "" {
+		t.Fatalf("plan %s: %v %s", repo, err, body)
+	}
+	return resp.Plan.ID
+}
+
+// Finding 1: a query the parser cannot read used to be dropped pair by pair
+// (r.URL.Query()), and no dry_run meant a real run: these deleted data.
+func TestE2EMalformedQueryDeletesNothing(t *testing.T) {
+	g := startGC(t)
+	const repo = "semi/app"
+	old := deletable(t, g, repo)
+	plan := makePlan(t, g, repo)
+	for _, q := range []string{
+		"dry_run=tru%e",
+		"dry_run=true;",
+		"dry_run=false;",
+		"dry_run=true;dry_run=false",
+		"cap=%zz&dry_run=true",
+		"dry_run=1",
+		"dry_run=TRUE",
+		"dry_run=",
+		"dry_run",
+		"dry_run=true&dry_run=false",
+		"dry_run=true&force=1",
+		"DRY_RUN=true",
+		"async=true&dry_run=tru%e",
+	} {
+		t.Run(q, func(t *testing.T) {
+			rejected(t, g, "PARAM_INVALID", http.MethodPost, "/gc/v1/repositories/"+repo+"/collect?"+q, "")
+			rejected(t, g, "PARAM_INVALID", http.MethodPost, "/gc/v1/repositories/"+repo+"/plans/"+plan+"/apply?"+q, "")
+			if !stored(t, g, repo, old) {
+				t.Fatalf("the untagged manifest %s was deleted", old)
+			}
+		})
+	}
+	realRunStillDeletes(t, g, repo, old)
+}
+
+// Finding 2: the body was decoded leniently: any case, last duplicate
+// wins, trailing data ignored.
+func TestE2EMalformedBodyDeletesNothing(t *testing.T) {
+	g := startGC(t)
+	const repo = "semi/body"
+	old := deletable(t, g, repo)
+	for _, tc := range []struct{ name, query, body string }{
+		{"case variant", "", `{"dry_run":true,"DRY_RUN":false}`},
+		{"duplicate", "", `{"dry_run":true,"dry_run":false}`},
+		{"trailing garbage", "", `{"dry_run":true} garbage`},
+		{"trailing object", "", `{"dry_run":true}{"dry_run":false}`},
+		{"unknown field", "", `{"dry_run":true,"force":true}`},
+		{"string value", "", `{"dry_run":"true"}`},
+		{"null value", "", `{"dry_run":null}`},
+		{"not an object", "", `[{"dry_run":true}]`},
+		{"query and body disagree", "dry_run=true", `{"dry_run":false}`},
+		{"query and body both say it", "dry_run=false", `{"dry_run":false}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := "/gc/v1/repositories/" + repo + "/collect"
+			if tc.query != "" {
+				path += "?" + tc.query
+			}
+			rejected(t, g, "PARAM_INVALID", http.MethodPost, path, tc.body)
+			if !stored(t, g, repo, old) {
+				t.Fatalf("the untagged manifest %s was deleted", old)
+			}
+		})
+	}
+	// The body alone can ask for a real run, when it says so once.
+	code, _, body := g.send(t, http.MethodPost, "/gc/v1/repositories/"+repo+"/collect", `{"dry_run":false}`)
+	if rep := decodeReport(t, body); code != http.StatusOK || rep.DryRun || !containsDigest(rep.ManifestsDeleted, old) {
+		t.Fatalf("body dry_run false: %d %s", code, body)
+	}
+}
+
+// A collect or apply that does not say dry_run is a dry run.
+func TestE2ECollectDefaultsToDryRun(t *testing.T) {
+	g := startGC(t)
+	const repo = "semi/default"
+	old := deletable(t, g, repo)
+	plan := makePlan(t, g, repo)
+	before := g.tree(t)
+	for _, path := range []string{"/collect", "/collect?async=false", "/collect?untagged=delete", "/plans/" + plan + "/apply"} {
+		code, _, body := g.send(t, http.MethodPost, "/gc/v1/repositories/"+repo+path, "")
+		if code != http.StatusOK {
+			t.Fatalf("%s: %d %s", path, code, body)
+		}
+		if rep := decodeReport(t, body); !rep.DryRun {
+			t.Fatalf("%s: a real run", path)
+		}
+	}
+	if after := g.tree(t); after != before || !stored(t, g, repo, old) {
+		t.Fatalf("requests without dry_run changed storage:\n%s", diffLines(before, after))
+	}
+	code, _, body := g.send(t, http.MethodPost, "/gc/v1/repositories/"+repo+"/plans/"+plan+"/apply?dry_run=false", "")
+	if rep := decodeReport(t, body); code != http.StatusOK || rep.DryRun || !containsDigest(rep.ManifestsDeleted, old) {
+		t.Fatalf("apply?dry_run=false: %d %s", code, body)
+	}
+}
