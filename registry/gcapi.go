@@ -10,6 +10,7 @@ import (
 
 	"github.com/distribution/distribution/v3/configuration"
 	"github.com/distribution/distribution/v3/registry/auth"
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/sirupsen/logrus"
 
 	"github.com/reclaim-registry/reclaim/gc"
@@ -41,6 +42,9 @@ type gcBackend struct {
 	Collector *gc.Collector
 	// Status reports the health of the tracker and link database.
 	Status func(ctx context.Context) map[string]any
+	// Exists reports whether storage holds the repository (manifests or
+	// layer links). Optional: without it the collector finds out.
+	Exists func(ctx context.Context, repo string) (bool, error)
 }
 
 // openGC builds the backend for a config; gcapi_storage.go sets it, tests
@@ -159,10 +163,29 @@ func (h *gcAPI) collector(ctx context.Context) (*gcBackend, error) {
 	return b, nil
 }
 
-// repoRequest validates the name, authorizes, parses and opens the backend,
-// in that order: a bad name is a 400 whoever asks.
-func (h *gcAPI) repoRequest(r *http.Request, repo string) (collectRequest, *gcBackend, error) {
+// validateRepository accepts exactly the names Distribution serves under
+// /v2/<name>/ and can store: the reference grammar whose storage path the
+// drivers accept. The grammar allows a host with a port or an IPv6 literal
+// ("localhost:5000/a"), but no driver stores ':', '[' or ']', so no
+// repository can have such a name: that is a 400, not a 503 that says
+// retry.
+func validateRepository(repo string) error {
 	if err := gc.ValidateName(repo); err != nil {
+		return err
+	}
+	if !storagedriver.PathRegexp.MatchString("/" + repo) {
+		return fmt.Errorf("%w: %q: not a storage path (a host with a port or an IPv6 address?)", gc.ErrInvalidName, repo)
+	}
+	return nil
+}
+
+// repoRequest validates the name, authorizes, parses, opens the backend and
+// checks the repository exists, in that order: a bad name is a 400 whoever
+// asks, and only a caller with access learns whether the repository exists.
+// All of it comes before the collector's preconditions, so a request that
+// can never succeed is never answered with a 503 that says retry.
+func (h *gcAPI) repoRequest(r *http.Request, repo string) (collectRequest, *gcBackend, error) {
+	if err := validateRepository(repo); err != nil {
 		return collectRequest{}, nil, err
 	}
 	if err := h.authorize(r, repo, "delete"); err != nil {
@@ -173,7 +196,17 @@ func (h *gcAPI) repoRequest(r *http.Request, repo string) (collectRequest, *gcBa
 		return collectRequest{}, nil, err
 	}
 	b, err := h.collector(r.Context())
-	return req, b, err
+	if err != nil {
+		return collectRequest{}, nil, err
+	}
+	if b.Exists != nil {
+		// An error is not "absent": the run reads storage again and aborts
+		// if it cannot.
+		if ok, err := b.Exists(r.Context(), repo); err == nil && !ok {
+			return collectRequest{}, nil, fmt.Errorf("%w: %s", gc.ErrRepositoryNotFound, repo)
+		}
+	}
+	return req, b, nil
 }
 
 func (h *gcAPI) collect(w http.ResponseWriter, r *http.Request, repo, planID string) error {

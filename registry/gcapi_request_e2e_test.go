@@ -6,9 +6,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage"
 )
 
@@ -229,5 +231,50 @@ func TestE2ECollectDefaultsToDryRun(t *testing.T) {
 	code, _, body := g.send(t, http.MethodPost, "/gc/v1/repositories/"+repo+"/plans/"+plan+"/apply?dry_run=false", "")
 	if rep := decodeReport(t, body); code != http.StatusOK || rep.DryRun || !containsDigest(rep.ManifestsDeleted, old) {
 		t.Fatalf("apply?dry_run=false: %d %s", code, body)
+	}
+}
+
+// Finding 3: "localhost:5000/a" is a valid reference, but no driver stores
+// ':' in a path, so no repository has that name; it answered 503
+// storage_unreadable with Retry-After, a retry that can never succeed.
+// Every route that takes a name answers 400 NAME_INVALID.
+func TestE2EUnstorableNameIsInvalid(t *testing.T) {
+	g := startGC(t)
+	push(t, g, "a:v1", image(t, layer(t)))
+	for _, name := range []string{"localhost:5000/a", "localhost:5000/a/b", "127.0.0.1:5000/a", "[::1]/a", "[::1]:5000/a"} {
+		t.Run(name, func(t *testing.T) {
+			for _, route := range []string{"/collect?dry_run=true", "/collect?dry_run=false", "/plan",
+				"/plans/0123456789abcdef01234567/apply?dry_run=false"} {
+				rejected(t, g, "NAME_INVALID", http.MethodPost, "/gc/v1/repositories/"+name+route, "")
+			}
+		})
+	}
+	// The same names without the port are repositories like any other.
+	for _, name := range []string{"localhost/a", "example.com/a"} {
+		code, _, body := g.send(t, http.MethodPost, "/gc/v1/repositories/"+name+"/collect?dry_run=true", "")
+		if code != http.StatusNotFound {
+			t.Fatalf("%s: %d %s, want 404 NAME_UNKNOWN", name, code, body)
+		}
+	}
+}
+
+// Finding 3, second half: a valid name with no repository is a 404 before
+// any precondition, here a recording epoch younger than the window (which
+// would be a 503 that says retry).
+func TestE2EUnknownRepositoryBeforePreconditions(t *testing.T) {
+	r := registrytest.Start(t, registrytest.WithStorageMiddleware("reclaim", reclaimOptions(t, time.Hour, "")))
+	g := &gcRegistry{Registry: r, raw: rawDriver(t, r)}
+	push(t, g, "young/app:v1", image(t, layer(t)))
+	for _, route := range []string{"/collect?dry_run=true", "/collect?dry_run=false", "/plan",
+		"/plans/0123456789abcdef01234567/apply?dry_run=false"} {
+		code, hdr, body := g.send(t, http.MethodPost, "/gc/v1/repositories/no/such/app"+route, "")
+		if c, _ := decodeErr(t, body); code != http.StatusNotFound || c != "NAME_UNKNOWN" || hdr.Get("Retry-After") != "" {
+			t.Errorf("%s: %d %s (Retry-After %q), want 404 NAME_UNKNOWN", route, code, body, hdr.Get("Retry-After"))
+		}
+	}
+	// Control: the repository that exists gets the precondition's answer.
+	code, _, body := g.send(t, http.MethodPost, "/gc/v1/repositories/young/app/collect?dry_run=true", "")
+	if _, reason := decodeErr(t, body); code != http.StatusServiceUnavailable || reason != "redis_recording_too_short" {
+		t.Fatalf("existing repository: %d %s", code, body)
 	}
 }

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io"
 	"net/url"
+	"os"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -315,4 +317,61 @@ func dryRunMentions(t *testing.T, query string, body []byte) []string {
 		t.Fatalf("accepted body %q with trailing data", body)
 	}
 	return out
+}
+
+// TestValidateRepository: a name is valid when Distribution would serve it
+// under /v2/<name>/ and storage can hold it, and docs/openapi.yaml says the
+// same.
+func TestValidateRepository(t *testing.T) {
+	doc, err := os.ReadFile("../docs/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s+pattern: "(\^\(\([^"]+)"$`).FindSubmatch(doc)
+	if m == nil {
+		t.Fatal("no repository name pattern in docs/openapi.yaml")
+	}
+	documented := regexp.MustCompile(strings.ReplaceAll(string(m[1]), `\\`, `\`))
+	for _, tc := range []struct {
+		name  string
+		valid bool
+	}{
+		{"a", true},
+		{"team/app", true},
+		{"team/backend/api", true},
+		{"a-b.c/d__e/f---g", true},
+		{"localhost/a", true},
+		{"example.com/a", true},
+		{"Example.com/a", true}, // a host part may have capitals, as in /v2/
+		{"localhost:5000/a", false},
+		{"127.0.0.1:5000/a", false},
+		{"[::1]/a", false},
+		{"[::1]:5000/a", false},
+		{"", false},
+		{"Team", false},
+		{"team/App", false},
+		{"a//b", false},
+		{"a/", false},
+		{"/a", false},
+		{"a/_layers", false},
+		{"a/../b", false},
+		{"a b", false},
+		{strings.Repeat("a", 255), true},
+		{strings.Repeat("a", 256), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := validateRepository(tc.name)
+			if (err == nil) != tc.valid {
+				t.Fatalf("valid=%v, want %v (%v)", err == nil, tc.valid, err)
+			}
+			if err != nil {
+				if code, body := statusOf(err); code != 400 || body.Code != "NAME_INVALID" {
+					t.Fatalf("%d %s", code, body.Code)
+				}
+			}
+			if documented.MatchString(tc.name) != tc.valid && len(tc.name) <= 255 {
+				t.Fatalf("docs/openapi.yaml pattern says valid=%v", !tc.valid)
+			}
+		})
+	}
 }

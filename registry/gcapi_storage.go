@@ -8,6 +8,7 @@ import (
 
 	"github.com/distribution/distribution/v3/configuration"
 	registrymiddleware "github.com/distribution/distribution/v3/registry/middleware/registry"
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc"
@@ -56,7 +57,7 @@ func openStorageGC(ctx context.Context, config *configuration.Configuration, c G
 	if err != nil {
 		return nil, err
 	}
-	return &gcBackend{Collector: col, Status: func(ctx context.Context) map[string]any {
+	return &gcBackend{Collector: col, Exists: repositoryExists(env.Raw), Status: func(ctx context.Context) map[string]any {
 		out := map[string]any{"window_seconds": int64(window.Seconds()), "embedded_redis": env.Embedded}
 		if since, err := env.Tracker.RecordingSince(ctx); err != nil {
 			out["redis"] = err.Error()
@@ -75,6 +76,25 @@ func openStorageGC(ctx context.Context, config *configuration.Configuration, c G
 		}
 		return out
 	}}, nil
+}
+
+// repositoryExists is gcBackend.Exists on d: a repository exists when it
+// has a _manifests or a _layers directory (the collector's own definition).
+// Any error other than "not found" is returned, never taken for absent.
+func repositoryExists(d storagedriver.StorageDriver) func(ctx context.Context, repo string) (bool, error) {
+	return func(ctx context.Context, repo string) (bool, error) {
+		for _, sub := range []string{"/_manifests", "/_layers"} {
+			_, err := d.Stat(ctx, storage.RepositoryPath(repo)+sub)
+			var nf storagedriver.PathNotFoundError
+			switch {
+			case err == nil:
+				return true, nil
+			case !errors.As(err, &nf):
+				return false, err
+			}
+		}
+		return false, nil
+	}
 }
 
 // gcTracker adapts *storage.Tracker to gc.Tracker (and gc.Clock).
