@@ -61,7 +61,7 @@ func TestStatusOfMapsEveryError(t *testing.T) {
 		gc.ErrRepositoryNotFound: 404,
 		gc.ErrPlanNotFound:       404,
 		gc.ErrRepositoryBusy:     409,
-		gc.ErrPlanRepository:     409,
+		gc.ErrPlanRepository:     404, // never says whose plan it is
 		errTooLarge:              413,
 		gc.ErrDisabled:           405,
 		&gc.AbortError{Reason: gc.AbortRedisUntrusted}: 503,

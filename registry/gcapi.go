@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -27,9 +28,11 @@ import (
 //
 // Repository endpoints require the "delete" action on the repository from
 // the registry's configured access controller; the GET endpoints require an
-// authenticated caller ("pull" on the repository for runs and plans). A
-// collect (or apply) that does not say dry_run=false is a dry run;
-// gcapi_request.go parses the options. docs/api.md is the reference.
+// authenticated caller ("pull" on the repository for runs and plans). A run
+// or plan of a repository the caller may not see answers exactly as an
+// unknown id does, so ids cannot be probed. A collect (or apply) that does
+// not say dry_run=false is a dry run; gcapi_request.go parses the options.
+// docs/api.md is the reference.
 const gcPrefix = "/gc/v1/"
 
 // maxBody bounds request bodies; the options fit in a few hundred bytes.
@@ -209,6 +212,23 @@ func (h *gcAPI) repoRequest(r *http.Request, repo string) (collectRequest, *gcBa
 	return req, b, nil
 }
 
+// planUnknown is the one answer for a plan id the caller cannot use: not
+// found, expired, or made for another repository. Saying which would let a
+// caller probe other repositories' ids (and name them).
+func planUnknown(id string) error { return fmt.Errorf("%w: %q", gc.ErrPlanNotFound, id) }
+
+// runUnknown is planUnknown for runs.
+func runUnknown(id string) error { return fmt.Errorf("%w: %q", errRunNotFound, id) }
+
+// hidePlan turns every "this plan is not yours to use" error into
+// planUnknown.
+func hidePlan(err error, id string) error {
+	if errors.Is(err, gc.ErrPlanNotFound) || errors.Is(err, gc.ErrPlanRepository) {
+		return planUnknown(id)
+	}
+	return err
+}
+
 func (h *gcAPI) collect(w http.ResponseWriter, r *http.Request, repo, planID string) error {
 	req, b, err := h.repoRequest(r, repo)
 	if err != nil {
@@ -228,7 +248,7 @@ func (h *gcAPI) collect(w http.ResponseWriter, r *http.Request, repo, planID str
 		id, err := b.Collector.Start(r.Context(), repo, o)
 		if err != nil {
 			observeAbort(err)
-			return err
+			return hidePlan(err, o.PlanID)
 		}
 		go observeWhenDone(b.Collector, id)
 		writeJSON(w, http.StatusAccepted, map[string]any{"run_id": id, "repository": repo, "status": "running",
@@ -238,7 +258,7 @@ func (h *gcAPI) collect(w http.ResponseWriter, r *http.Request, repo, planID str
 	rep, err := b.Collector.Collect(r.Context(), repo, o)
 	observe(rep, err)
 	if err != nil {
-		return err
+		return hidePlan(err, o.PlanID)
 	}
 	writeJSON(w, http.StatusOK, rep)
 	return nil
@@ -265,25 +285,26 @@ func (h *gcAPI) getRun(w http.ResponseWriter, r *http.Request, id string) error 
 	return h.getRecord(w, r, func(b *gcBackend) (string, any, error) {
 		rep, ok := b.Collector.Run(id)
 		if !ok {
-			return "", nil, fmt.Errorf("%w: %q", errRunNotFound, id)
+			return "", nil, runUnknown(id)
 		}
 		return rep.Repository, rep, nil
-	})
+	}, runUnknown(id))
 }
 
 func (h *gcAPI) getPlan(w http.ResponseWriter, r *http.Request, id string) error {
 	return h.getRecord(w, r, func(b *gcBackend) (string, any, error) {
 		p, ok := b.Collector.Plan(id)
 		if !ok {
-			return "", nil, fmt.Errorf("%w: %q", gc.ErrPlanNotFound, id)
+			return "", nil, planUnknown(id)
 		}
 		return p.Repository, p, nil
-	})
+	}, planUnknown(id))
 }
 
 // getRecord serves a run or a plan found by find: readable by whoever may
-// pull its repository.
-func (h *gcAPI) getRecord(w http.ResponseWriter, r *http.Request, find func(*gcBackend) (repo string, v any, err error)) error {
+// pull its repository. To anyone else it answers unknown, exactly as find
+// does for an id that does not exist.
+func (h *gcAPI) getRecord(w http.ResponseWriter, r *http.Request, find func(*gcBackend) (repo string, v any, err error), unknown error) error {
 	if r.Method != http.MethodGet {
 		return fmt.Errorf("%w: %s; use GET", errMethod, r.Method)
 	}
@@ -299,7 +320,9 @@ func (h *gcAPI) getRecord(w http.ResponseWriter, r *http.Request, find func(*gcB
 		return err
 	}
 	if err := h.authorize(r, repo, "pull"); err != nil {
-		return err
+		// The caller is authenticated (checked above); a 401 here would
+		// tell them the id exists and belongs to a repository they lack.
+		return unknown
 	}
 	writeJSON(w, http.StatusOK, v)
 	return nil

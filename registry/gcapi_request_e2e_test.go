@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distribution/distribution/v3/configuration"
+	"github.com/distribution/distribution/v3/registry/auth"
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
@@ -276,5 +280,113 @@ func TestE2EUnknownRepositoryBeforePreconditions(t *testing.T) {
 	code, _, body := g.send(t, http.MethodPost, "/gc/v1/repositories/young/app/collect?dry_run=true", "")
 	if _, reason := decodeErr(t, body); code != http.StatusServiceUnavailable || reason != "redis_recording_too_short" {
 		t.Fatalf("existing repository: %d %s", code, body)
+	}
+}
+
+// repoACL is an access controller for the tests below: basic auth, any
+// password "pw"; user "admin" may do anything, any other user only acts on
+// repositories under "<user>/".
+type repoACL struct{}
+
+type basicChallenge struct{}
+
+func (basicChallenge) Error() string { return "access denied" }
+func (basicChallenge) SetHeaders(_ *http.Request, w http.ResponseWriter) {
+	w.Header().Set("WWW-Authenticate", `Basic realm="gctest"`)
+}
+
+func (repoACL) Authorized(r *http.Request, access ...auth.Access) (*auth.Grant, error) {
+	user, pw, ok := r.BasicAuth()
+	if !ok || pw != "pw" {
+		return nil, basicChallenge{}
+	}
+	for _, a := range access {
+		if user != "admin" && !strings.HasPrefix(a.Name, user+"/") {
+			return nil, basicChallenge{}
+		}
+	}
+	return &auth.Grant{User: auth.UserInfo{Name: user}}, nil
+}
+
+func init() {
+	_ = auth.Register("gcrepoacl", func(map[string]any) (auth.AccessController, error) { return repoACL{}, nil })
+}
+
+// Finding 4: a plan or run id of a repository the caller may not use
+// answers exactly as an unknown id does: 404, the same body, no name.
+// Before, applying bob's plan to alice's repository answered 409 naming
+// bob/app, and reading bob's plan or run answered 401 where an unknown id
+// answered 404.
+func TestE2EForeignIDsLookUnknown(t *testing.T) {
+	g := startGC(t, registrytest.WithConfig(func(c *configuration.Configuration) {
+		c.Auth = configuration.Auth{"gcrepoacl": configuration.Parameters{}}
+	}))
+	admin := []string{"admin", "pw"}
+	alice := []string{"alice", "pw"}
+	adminRemote := []remote.Option{remote.WithAuth(&authn.Basic{Username: "admin", Password: "pw"}), remote.WithContext(t.Context())}
+	for _, repo := range []string{"alice/app", "bob/app"} {
+		for _, tag := range []string{"old", "keep"} {
+			if err := remote.Write(g.Ref(t, repo+":"+tag), image(t, layer(t)), adminRemote...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		code, _, body := g.send(t, http.MethodDelete, "/v2/"+repo+"/manifests/old", "", admin...)
+		if code != http.StatusAccepted {
+			t.Fatalf("untag %s: %d %s", repo, code, body)
+		}
+	}
+	g.settle()
+	bobPlan := makePlan(t, g, "bob/app", admin...)
+	alicePlan := makePlan(t, g, "alice/app", alice...)
+	code, _, body := g.send(t, http.MethodPost, "/gc/v1/repositories/bob/app/collect?dry_run=true", "", admin...)
+	if code != http.StatusOK {
+		t.Fatalf("bob's run: %d %s", code, body)
+	}
+	bobRun := decodeReport(t, body).RunID
+	const unknown = "ffffffffffffffffffffffff"
+
+	// What alice gets for an id, with the id itself masked out (the answer
+	// may echo what she sent, nothing else).
+	as := func(user []string, method, path, id string) (int, string) {
+		code, hdr, body := g.send(t, method, strings.ReplaceAll(path, "ID", id), "", user...)
+		if hdr.Get("WWW-Authenticate") != "" {
+			t.Errorf("%s %s: a challenge for an authenticated caller", method, path)
+		}
+		return code, strings.ReplaceAll(string(body), id, "ID")
+	}
+	before := g.tree(t)
+	for _, tc := range []struct{ method, path, foreign string }{
+		{http.MethodPost, "/gc/v1/repositories/alice/app/plans/ID/apply?dry_run=false", bobPlan},
+		{http.MethodPost, "/gc/v1/repositories/alice/app/collect?dry_run=false&plan=ID", bobPlan},
+		{http.MethodPost, "/gc/v1/repositories/alice/app/collect?async=true&dry_run=false&plan=ID", bobPlan},
+		{http.MethodGet, "/gc/v1/plans/ID", bobPlan},
+		{http.MethodGet, "/gc/v1/runs/ID", bobRun},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			fc, fb := as(alice, tc.method, tc.path, tc.foreign)
+			uc, ub := as(alice, tc.method, tc.path, unknown)
+			if fc != http.StatusNotFound || fc != uc || fb != ub {
+				t.Fatalf("foreign id: %d %s\nunknown id: %d %s", fc, fb, uc, ub)
+			}
+			if strings.Contains(fb, "bob") {
+				t.Fatalf("the answer names the other repository: %s", fb)
+			}
+		})
+	}
+	if after := g.tree(t); after != before {
+		t.Fatalf("storage changed:\n%s", diffLines(before, after))
+	}
+	// Controls: the ids exist, and their owners can use them.
+	if c, b := as(admin, http.MethodGet, "/gc/v1/plans/ID", bobPlan); c != http.StatusOK {
+		t.Fatalf("admin reads bob's plan: %d %s", c, b)
+	}
+	if c, b := as(admin, http.MethodGet, "/gc/v1/runs/ID", bobRun); c != http.StatusOK {
+		t.Fatalf("admin reads bob's run: %d %s", c, b)
+	}
+	if c, b := as(alice, http.MethodGet, "/gc/v1/plans/ID", alicePlan); c != http.StatusOK {
+		t.Fatalf("alice reads her plan: %d %s", c, b)
+	}
+	if c, b := as(alice, http.MethodPost, "/gc/v1/repositories/alice/app/plans/ID/apply?dry_run=false", alicePlan); c != http.StatusOK {
+		t.Fatalf("alice applies her plan: %d %s", c, b)
 	}
 }
