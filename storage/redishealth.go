@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Silent loss. Redis can drop access records, fences and write marks
+// Silent loss. Redis can drop access records, fences and tombstones
 // without a single call failing: a restart that go-redis' retries hide, a
 // failover to a replica that had not received the last writes, a restart
 // from an RDB snapshot minutes old, or eviction (`maxmemory-policy` other
@@ -585,7 +585,7 @@ func (t *Tracker) noteNodes(ctx context.Context, nodes map[string]redisNode) {
 	case evictNode != "":
 		metricRedisEvicts.Set(1)
 		if !wasEvicting {
-			logger(ctx).WithField("node", evictNode).Errorf("reclaim: redis maxmemory-policy is %s: it may evict access records, fences and write marks. "+
+			logger(ctx).WithField("node", evictNode).Errorf("reclaim: redis maxmemory-policy is %s: it may evict access records, fences and tombstones. "+
 				"GC refuses to delete (redis_evicts) until it is noeviction", policy)
 		}
 	default:

@@ -96,7 +96,7 @@ func TestRedisServerRestartMovesEpoch(t *testing.T) {
 }
 
 // (2) Evictions under volatile-lru take keys with a TTL (access records,
-// fences, write marks) and leave the epoch, which has none. evicted_keys
+// fences, tombstones) and leave the epoch, which has none. evicted_keys
 // grows; the tick must move the epoch, even once the policy is back to
 // noeviction.
 func TestRedisServerEvictionsMoveEpoch(t *testing.T) {
