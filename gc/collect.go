@@ -294,6 +294,8 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 	// Preconditions: fail closed, nothing deleted.
 	since, err := c.tracker.RecordingSince(ctx)
 	switch {
+	case errors.Is(err, ErrRedisEvicts):
+		return rep, r.abort(abort(AbortRedisEvicts, err))
 	case errors.Is(err, ErrNotRecording):
 		return rep, r.abort(abort(AbortRedisUntrusted, err))
 	case err != nil:

@@ -31,12 +31,14 @@ type RepoLink struct {
 }
 
 // Tracker is the part of the access tracker (Redis) a run needs. Errors wrap
-// ErrFenced, ErrRecentlyAccessed, ErrNotRecording, ErrTrackerUnavailable
-// where they apply, and ErrRepositoryBusy from LockRepository.
+// ErrFenced, ErrRecentlyAccessed, ErrNotRecording, ErrRedisEvicts,
+// ErrTrackerUnavailable where they apply, and ErrRepositoryBusy from
+// LockRepository.
 type Tracker interface {
 	// RecordingSince is when the tracker started recording access. Only
 	// an object whose link is older than that plus the window can be judged
-	// "not accessed within the window".
+	// "not accessed within the window". ErrRedisEvicts while records may
+	// be evicted: then no run may trust their absence.
 	RecordingSince(ctx context.Context) (time.Time, error)
 	// LastAccess of o; ok is false when there is no record.
 	LastAccess(ctx context.Context, o Object) (t time.Time, ok bool, err error)

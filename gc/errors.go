@@ -40,6 +40,9 @@ var (
 	// ErrNotRecording: the tracker has no recording epoch (Redis lost its data
 	// or never started recording).
 	ErrNotRecording = errors.New("gc: access tracker is not recording")
+	// ErrRedisEvicts: the tracker's Redis may evict access records (its
+	// maxmemory-policy is not noeviction), so their absence proves nothing.
+	ErrRedisEvicts = errors.New("gc: the access tracker's redis may evict records")
 	// ErrTrackerUnavailable: the tracker (Redis) cannot be reached.
 	ErrTrackerUnavailable = errors.New("gc: access tracker unavailable")
 )

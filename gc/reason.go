@@ -145,6 +145,7 @@ const (
 	AbortRedisUnavailable       AbortReason = "redis_unavailable"
 	AbortRedisUntrusted         AbortReason = "redis_untrusted"
 	AbortRedisRecordingTooShort AbortReason = "redis_recording_too_short"
+	AbortRedisEvicts            AbortReason = "redis_evicts"
 	AbortManifestUnreadable     AbortReason = "manifest_unreadable"
 	AbortStorageUnreadable      AbortReason = "storage_unreadable"
 )

@@ -117,6 +117,7 @@ func trackerErr(err error) error {
 		{storage.ErrRecentlyAccessed, gc.ErrRecentlyAccessed},
 		{storage.ErrFenceLost, gc.ErrFenceLost},
 		{storage.ErrNotRecording, gc.ErrNotRecording},
+		{storage.ErrRedisEvicts, gc.ErrRedisEvicts},
 		{storage.ErrRepositoryBusy, gc.ErrRepositoryBusy},
 		{storage.ErrRedisUnavailable, gc.ErrTrackerUnavailable},
 	} {

@@ -301,7 +301,7 @@ func NewEnv(ctx context.Context, below storagedriver.StorageDriver, opts Options
 	}
 	ropts.ContextTimeoutEnabled = true
 	client := redis.NewUniversalClient(&ropts)
-	t, err := NewTracker(client, TrackerOptions{Prefix: opts.Prefix, AccessTTL: opts.AccessTTL, Timeout: opts.Timeout})
+	t, err := NewTracker(client, TrackerOptions{Prefix: opts.Prefix, AccessTTL: opts.AccessTTL, Timeout: opts.Timeout, Embedded: e.Embedded})
 	if err != nil {
 		client.Close()
 		return nil, err

@@ -20,6 +20,7 @@ import (
 // script can read and write all of them atomically in Redis Cluster.
 //
 //	reclaim:since                    unix ms: recording since (the epoch). Missing = GC must not trust.
+//	{reclaim:since}:nodes            hash: each Redis master's last run_id, replid, evicted_keys (redishealth.go)
 //	reclaim:{sha256:<hex>}:a         unix ms of the blob's last access          (PX AccessTTL)
 //	reclaim:{sha256:<hex>}:a:l:<r>   unix ms of the last access of r's layer link to the blob
 //	reclaim:{sha256:<hex>}:a:m:<r>   unix ms of the last access of r's manifest revision link
@@ -78,6 +79,9 @@ type TrackerOptions struct {
 	// Timeout bounds each registry-side Redis call (default 1 s), so a dead
 	// Redis slows a pull by at most this much.
 	Timeout time.Duration
+	// Embedded: Redis is the in-process miniredis, which has no usable
+	// INFO, never evicts and restarts only with the process.
+	Embedded bool
 }
 
 // Tracker records accesses and takes fences in Redis.
@@ -89,6 +93,8 @@ type Tracker struct {
 	// epoch forward (the gap is untrusted).
 	failing atomic.Bool
 	gapMu   sync.Mutex
+	// watch is what the last recording tick read from INFO (redishealth.go).
+	watch redisWatch
 }
 
 // NewTracker returns a tracker on c. It does not contact Redis.
@@ -406,8 +412,12 @@ func (t *Tracker) LastAccess(ctx context.Context, o Object) (time.Time, bool, er
 }
 
 // RecordingSince returns the epoch since which access records are complete.
-// ErrNotRecording when it is missing.
+// ErrNotRecording when it is missing; ErrRedisEvicts while the last
+// recording tick saw a maxmemory-policy that may evict records.
 func (t *Tracker) RecordingSince(ctx context.Context) (time.Time, error) {
+	if policy, evicts := t.watch.evicting(); evicts {
+		return time.Time{}, fmt.Errorf("%w: %s", ErrRedisEvicts, policy)
+	}
 	v, err := t.c.Get(ctx, t.sinceKey()).Result()
 	if errors.Is(err, redis.Nil) {
 		return time.Time{}, ErrNotRecording
@@ -431,21 +441,28 @@ func (t *Tracker) Now(ctx context.Context) (time.Time, error) {
 	return n, nil
 }
 
-// StartRecording sets the epoch if it is missing. The registry calls it at
-// start and then periodically (KeepRecording), so a Redis that lost its data
-// gets a fresh epoch, which GC will not trust for a full window.
+// StartRecording is one recording tick. It sets the epoch if it is missing,
+// then reads INFO and moves the epoch forward when Redis may have lost
+// records silently since the last tick (restart, failover, eviction; see
+// redishealth.go). The registry calls it at start and then periodically
+// (KeepRecording), so a Redis that lost its data gets a fresh epoch, which
+// GC will not trust for a full window.
 func (t *Tracker) StartRecording(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return ctx.Err() // shutting down: no failure to record
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opts.Timeout)
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opts.Timeout)
 	defer cancel()
-	if err := epochScript.Run(ctx, t.c, []string{t.sinceKey()}, "0").Err(); err != nil {
-		t.failed(ctx, "epoch", err)
+	epoch, err := epochScript.Run(ectx, t.c, []string{t.sinceKey()}, "0").Int64()
+	if err != nil {
+		t.failed(ectx, "epoch", err)
 		return fmt.Errorf("%w: set epoch: %v", ErrRedisUnavailable, err)
 	}
-	t.succeeded(ctx)
-	return nil
+	t.watch.noteEpoch(time.UnixMilli(epoch))
+	t.succeeded(ectx)
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opts.Timeout)
+	defer cancel()
+	return t.checkRedis(ictx)
 }
 
 // KeepRecording calls StartRecording every interval until ctx is done.
@@ -482,11 +499,14 @@ func (t *Tracker) succeeded(ctx context.Context) {
 	if !t.failing.Load() {
 		return
 	}
-	if err := epochScript.Run(context.WithoutCancel(ctx), t.c, []string{t.sinceKey()}, "1").Err(); err != nil {
+	epoch, err := epochScript.Run(context.WithoutCancel(ctx), t.c, []string{t.sinceKey()}, "1").Int64()
+	if err != nil {
 		return
 	}
 	t.failing.Store(false)
 	metricRedisGaps.Inc()
+	metricEpochMoves.WithLabelValues(string(LossGap)).Inc()
+	t.watch.noteLoss(RedisLoss{At: time.Now().UTC(), Reason: LossGap, Detail: "redis calls failed, then succeeded", Epoch: time.UnixMilli(epoch).UTC()})
 	logger(ctx).Warn("reclaim: redis is back; recording epoch moved forward over the gap")
 }
 
