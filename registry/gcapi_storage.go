@@ -34,6 +34,9 @@ func init() {
 // driver wrapped by the reclaim middleware (deletes through it remove
 // reverse links and evict descriptor caches), its tracker and link index.
 func openStorageGC(ctx context.Context, config *configuration.Configuration, c GCConfig) (*gcBackend, error) {
+	if config != nil && config.Proxy.RemoteURL != "" {
+		return nil, storage.ErrProxyGC // manifests are stored unverified
+	}
 	env, err := storage.Open(ctx, config)
 	if err != nil {
 		return nil, err

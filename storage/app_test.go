@@ -69,6 +69,10 @@ type appOptions struct {
 	redisAddr string
 	prefix    string
 	root      string // storage root; default a new temporary directory
+	// validation replaces Distribution's `validation:` section (default:
+	// enabled, every index child verified)
+	validation *configuration.Validation
+	auth       bool // "silly" auth: any Authorization header passes
 }
 
 type testApp struct {
@@ -99,6 +103,12 @@ func newTestApp(t testing.TB, o appOptions) *testApp {
 		"filesystem":  configuration.Parameters{"rootdirectory": root},
 		"delete":      configuration.Parameters{"enabled": true},
 		"maintenance": configuration.Parameters{"uploadpurging": map[any]any{"enabled": false}},
+	}
+	if o.validation != nil {
+		cfg.Validation = *o.validation
+	}
+	if o.auth {
+		cfg.Auth = configuration.Auth{"silly": configuration.Parameters{"realm": "test", "service": "test"}}
 	}
 	if o.cache != "" {
 		cfg.Storage["cache"] = configuration.Parameters{"blobdescriptor": o.cache}

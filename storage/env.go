@@ -218,6 +218,9 @@ func openEnv(ctx context.Context, config *configuration.Configuration, below sto
 	if err != nil {
 		return nil, err
 	}
+	if err := CheckProxyGC(config); err != nil {
+		return nil, err
+	}
 	if below == nil {
 		params := config.Storage.Parameters()
 		if params == nil {

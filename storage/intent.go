@@ -239,7 +239,7 @@ func Handler(next http.Handler) http.Handler {
 		rw := &refusalWriter{ResponseWriter: w, s: s}
 		ctx := context.WithValue(r.Context(), keyScope, s)
 		defer s.done(ctx)
-		next.ServeHTTP(rw, r.WithContext(ctx))
+		next.ServeHTTP(rw, watchManifestPut(r.WithContext(ctx))) // index children: indexguard.go
 	})
 }
 

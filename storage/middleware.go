@@ -70,6 +70,9 @@ func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []Obje
 	if accessRecordsOff(ctx) {
 		return false, nil
 	}
+	if err := d.indexChildren(ctx); err != nil { // a manifest PUT checks its index children first
+		return false, err
+	}
 	objs := append([]Object{{Blob: blob}}, links...)
 	s := scopeOf(ctx)
 	s.noteLinks(links)
