@@ -45,7 +45,10 @@ type Tracker interface {
 	// waits.
 	Fence(ctx context.Context, o Object, window, lease time.Duration) (Hold, error)
 	// LockRepository allows one run per repository across all instances.
-	LockRepository(ctx context.Context, repo string, lease time.Duration) (unlock func(), err error)
+	// The lock is renewed until unlock; held is ctx, cancelled as soon as
+	// the lock is known lost (expired, taken away, not renewable), and the
+	// run works under it.
+	LockRepository(ctx context.Context, repo string, lease time.Duration) (held context.Context, unlock func(), err error)
 }
 
 // A Hold is a fence the collector holds on one object.
