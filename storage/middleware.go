@@ -328,11 +328,12 @@ func (d *driver) Delete(ctx context.Context, path string) error {
 			return err
 		}
 	case KindBlobData, KindBlobDir:
-		err := d.StorageDriver.Delete(ctx, path)
-		if err == nil {
-			d.markGone(ctx, Object{Blob: p.Digest})
-		}
-		return err
+		// Tombstone first: a delete cut short (cancelled, timed out) may
+		// have removed the data all the same, and no descriptor cache may
+		// then vouch for it. A tombstone on data that survived only costs
+		// the descriptor wrapper a storage check.
+		d.markGone(ctx, Object{Blob: p.Digest})
+		return d.StorageDriver.Delete(ctx, path)
 	default:
 		return d.StorageDriver.Delete(ctx, path)
 	}
@@ -383,6 +384,15 @@ func (d *driver) forwardLinksUnder(ctx context.Context, dir string) ([]Path, err
 func (d *driver) unlink(ctx context.Context, p Path) {
 	l := linkObject(p)
 	rl := RepoLink{Repo: l.Repo, Kind: l.Kind}
+	if ctx.Err() != nil {
+		// The delete was called off (GC lost its fence or passed its
+		// deadline) and the forward delete finished anyway: a writer may be
+		// re-creating the link, so its reverse link stays. A leak that
+		// linkdb rebuild removes, never a forward link without its reverse.
+		metricReverseLinks.WithLabelValues("delete", "kept").Inc()
+		d.markGone(ctx, Object{Blob: p.Digest, Repo: p.Repo, Kind: l.Kind})
+		return
+	}
 	if err := d.links.Delete(ctx, p.Digest, rl); err != nil {
 		metricReverseLinks.WithLabelValues("delete", "error").Inc()
 		logger(ctx).WithError(err).Warn("reclaim: stale reverse link left behind (a safe leak; linkdb verify removes it)")
@@ -467,7 +477,9 @@ func (d *driver) committed(ctx context.Context, blob digest.Digest) {
 }
 
 func (d *driver) markGone(ctx context.Context, o Object) {
-	if err := d.env.Evict(ctx, o); err != nil {
+	// A tombstone only protects: it is left even when the delete was
+	// called off.
+	if err := d.env.Evict(context.WithoutCancel(ctx), o); err != nil {
 		logger(ctx).WithError(err).Warn("reclaim: could not record deletion for the blob descriptor cache")
 	}
 }
