@@ -57,6 +57,7 @@ type Config struct {
 // repository lock, on every instance.
 type Collector struct {
 	cfg     Config
+	clock   leaseClock // times fence renewals during deletes
 	driver  storagedriver.StorageDriver
 	tracker Tracker
 	links   LinkIndex
@@ -103,7 +104,7 @@ func New(cfg Config) (*Collector, error) {
 		cfg.Now = time.Now
 	}
 	return &Collector{
-		cfg: cfg, driver: cfg.Driver, tracker: cfg.Tracker, links: cfg.Links,
+		cfg: cfg, clock: realClock{}, driver: cfg.Driver, tracker: cfg.Tracker, links: cfg.Links,
 		pinner: cfg.Pinner, evictor: cfg.Evictor,
 		plans: map[string]*Plan{}, runs: map[string]*storedRun{},
 	}, nil

@@ -53,9 +53,11 @@ type Tracker interface {
 
 // A Hold is a fence the collector holds on one object.
 type Hold interface {
-	// Confirm renews the fence right before the delete it guards and fails
-	// (wrapping ErrFenceLost) if it expired meanwhile: an expired fence may
-	// have let a writer through, so the delete must not happen.
+	// Confirm renews the fence for its lease and fails (wrapping
+	// ErrFenceLost) if it expired or was taken away meanwhile: an expired
+	// fence may have let a writer through, so the delete must not happen
+	// or go on. It is called right before the delete, then every lease/3
+	// while the delete runs, possibly from another goroutine.
 	Confirm(ctx context.Context) error
 	// Release gives the fence back after the delete.
 	Release(ctx context.Context) error
