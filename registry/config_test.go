@@ -57,6 +57,7 @@ func TestStatusOfMapsEveryError(t *testing.T) {
 	for err, want := range map[error]int{
 		gc.ErrInvalidName:        400,
 		errBadRequest:            400,
+		errDigestAlgorithm:       400,
 		gc.ErrRepositoryNotFound: 404,
 		gc.ErrPlanNotFound:       404,
 		gc.ErrRepositoryBusy:     409,

@@ -44,6 +44,8 @@ func statusOf(err error) (int, apiError) {
 		return http.StatusBadRequest, apiError{"NAME_INVALID", err.Error(), nil}
 	case errors.Is(err, errBadRequest):
 		return http.StatusBadRequest, apiError{"PARAM_INVALID", err.Error(), nil}
+	case errors.Is(err, errDigestAlgorithm):
+		return http.StatusBadRequest, apiError{"DIGEST_INVALID", err.Error(), nil}
 	case errors.Is(err, gc.ErrRepositoryNotFound):
 		return http.StatusNotFound, apiError{"NAME_UNKNOWN", err.Error(), nil}
 	case errors.Is(err, gc.ErrPlanNotFound):

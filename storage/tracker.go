@@ -27,7 +27,6 @@ import (
 //	reclaim:{sha256:<hex>}:f:l:<r>   fence on r's layer link   (":f:m:<r>": on r's revision link)
 //	reclaim:{sha256:<hex>}:gone      tombstone: the blob's data was deleted     (PX GoneTTL)
 //	reclaim:{sha256:<hex>}:gone:<r>  tombstone: a link of r to the blob was deleted
-//	reclaim:{sha256:<hex>}:w:l:<r>   a writer is (re)creating r's layer link  (PX writegrace; ":w:m:<r>" likewise)
 //	reclaim:run:<r>                  one GC run per repository (value: token, PX lease)
 //
 // Times are Redis server time (TIME inside the scripts), so registry and GC
@@ -82,9 +81,6 @@ type TrackerOptions struct {
 	// Timeout bounds each registry-side Redis call (default 1 s), so a dead
 	// Redis slows a pull by at most this much.
 	Timeout time.Duration
-	// WriteGrace is how long a link stays marked as being written after a
-	// writer's fence check (default 1 min).
-	WriteGrace time.Duration
 }
 
 // Tracker records accesses and takes fences in Redis.
@@ -114,9 +110,6 @@ func NewTracker(c redis.UniversalClient, opts TrackerOptions) (*Tracker, error) 
 	}
 	if opts.Timeout == 0 {
 		opts.Timeout = time.Second
-	}
-	if opts.WriteGrace == 0 {
-		opts.WriteGrace = time.Minute
 	}
 	if opts.AccessTTL < time.Minute || opts.GoneTTL < 0 || opts.Timeout < 0 {
 		return nil, fmt.Errorf("storage: invalid tracker options %+v", opts)
@@ -160,55 +153,24 @@ func (t *Tracker) goneKey(o Object) string {
 	return t.blobKey(o.Blob) + ":gone:" + o.Repo
 }
 
-func (t *Tracker) writingKey(o Object) string {
-	if o.Repo == "" {
-		return t.blobKey(o.Blob) + ":w"
-	}
-	return t.blobKey(o.Blob) + ":w:" + kindCode(o.Kind) + ":" + o.Repo
-}
-
-// KEYS[1]: writing mark; ARGV[1]: grace ms. 1 when the mark is younger than
-// the grace, by Redis time (the mark's TTL is only a cleanup).
-var writingScript = redis.NewScript(`
-local v = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
-if v == 0 then return 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if now - v < tonumber(ARGV[1]) then return 1 end
-return 0
-`)
-
-// Writing reports whether a writer checked link o within WriteGrace: it may
-// have written o's reverse link and not yet its forward link.
-func (t *Tracker) Writing(ctx context.Context, o Object) (bool, error) {
-	n, err := writingScript.Run(ctx, t.c, []string{t.writingKey(o)}, t.opts.WriteGrace.Milliseconds()).Int64()
-	if err != nil {
-		return false, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-	}
-	return n == 1, nil
-}
-
 func (t *Tracker) sinceKey() string { return t.opts.Prefix + "since" }
 
-// KEYS: groups of (access, fence, gone, writing), the blob's first, then
-// its links. ARGV[1]: access TTL ms; ARGV[2]: "1" when the caller is writing
-// (clear the tombstones: the objects exist again; and mark the links as
-// being written for ARGV[3] ms, so a concurrent delete keeps their reverse
-// links, see driver.unlink).
+// KEYS: groups of (access, fence, gone), the blob's first, then its links.
+// ARGV[1]: access TTL ms; ARGV[2]: "1" when the caller is writing (clear
+// the tombstones: the objects exist again).
 // Returns {0, gone} when recorded, {1, 0} when any fence exists.
 var touchScript = redis.NewScript(`
-for i = 2, #KEYS, 4 do
+for i = 2, #KEYS, 3 do
   if redis.call('EXISTS', KEYS[i]) == 1 then return {1, 0} end
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local gone = 0
-for i = 1, #KEYS, 4 do
+for i = 1, #KEYS, 3 do
   if redis.call('EXISTS', KEYS[i+2]) == 1 then
     gone = 1
     if ARGV[2] == '1' then redis.call('DEL', KEYS[i+2]) end
   end
-  if ARGV[2] == '1' and i > 1 then redis.call('SET', KEYS[i+3], now, 'PX', ARGV[3]) end
   local prev = tonumber(redis.call('GET', KEYS[i]) or '0') or 0
   if now > prev then
     redis.call('SET', KEYS[i], now, 'PX', ARGV[1])
@@ -261,11 +223,11 @@ return cur
 // blob is fenced. gone reports a deletion tombstone on any of them; clear
 // removes those tombstones (the caller is writing the objects again).
 func (t *Tracker) touch(ctx context.Context, blob digest.Digest, links []Object, clear bool) (gone bool, err error) {
-	keys := make([]string, 0, 4*(1+len(links)))
+	keys := make([]string, 0, 3*(1+len(links)))
 	b := Object{Blob: blob}
-	keys = append(keys, t.accessKey(b), t.fenceKey(b), t.goneKey(b), t.writingKey(b))
+	keys = append(keys, t.accessKey(b), t.fenceKey(b), t.goneKey(b))
 	for _, o := range links {
-		keys = append(keys, t.accessKey(o), t.fenceKey(o), t.goneKey(o), t.writingKey(o))
+		keys = append(keys, t.accessKey(o), t.fenceKey(o), t.goneKey(o))
 	}
 	cl := "0"
 	if clear {
@@ -276,7 +238,7 @@ func (t *Tracker) touch(ctx context.Context, blob digest.Digest, links []Object,
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opts.Timeout)
 	defer cancel()
 	start := time.Now()
-	res, err := touchScript.Run(ctx, t.c, keys, t.opts.AccessTTL.Milliseconds(), cl, t.opts.WriteGrace.Milliseconds()).Int64Slice()
+	res, err := touchScript.Run(ctx, t.c, keys, t.opts.AccessTTL.Milliseconds(), cl).Int64Slice()
 	metricRedisLatency.WithLabelValues("touch").Observe(time.Since(start).Seconds())
 	if err != nil {
 		t.failed(ctx, "touch", err)
