@@ -527,7 +527,7 @@ func TestDeleteThatLosesItsFenceIsCancelled(t *testing.T) {
 			t.Fatal("the test driver did not finish the delete")
 		}
 		if !f.exists(storage.ReverseLinkPath(d, repo, storage.LinkLayer)) {
-			t.Fatal("the reverse link was removed after the fence was lost: a writer re-creating the link would be left without one")
+			t.Fatal("the reverse link was removed after the delete was called off: nothing may be deleted after the fence was lost")
 		}
 		if !f.exists(storage.BlobDataPath(d)) {
 			t.Fatal("blob deleted")
