@@ -408,7 +408,7 @@ func TestRequestErrors(t *testing.T) {
 	if _, err := f.c.Collect(ctx, "nothing/here", RunOptions{}); !errors.Is(err, ErrRepositoryNotFound) {
 		t.Errorf("unknown repo: %v", err)
 	}
-	unlock, _ := f.tr.LockRepository(ctx, "busy", time.Minute)
+	_, unlock, _ := f.tr.LockRepository(ctx, "busy", time.Minute)
 	if _, err := f.c.Collect(ctx, "busy", RunOptions{}); !errors.Is(err, ErrRepositoryBusy) {
 		t.Errorf("busy: %v", err)
 	}

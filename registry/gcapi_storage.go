@@ -162,9 +162,9 @@ func (h gcHold) Confirm(ctx context.Context) error {
 
 func (h gcHold) Release(ctx context.Context) error { return trackerErr(h.t.Release(ctx, h.f)) }
 
-func (a gcTracker) LockRepository(ctx context.Context, repo string, lease time.Duration) (func(), error) {
-	unlock, err := a.t.LockRepository(ctx, repo, lease)
-	return unlock, trackerErr(err)
+func (a gcTracker) LockRepository(ctx context.Context, repo string, lease time.Duration) (context.Context, func(), error) {
+	held, unlock, err := a.t.LockRepository(ctx, repo, lease)
+	return held, unlock, trackerErr(err)
 }
 
 func (a gcTracker) Now(ctx context.Context) (time.Time, error) {

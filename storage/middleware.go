@@ -413,6 +413,15 @@ func (d *driver) forwardLinksUnder(ctx context.Context, dir string) ([]Path, err
 func (d *driver) unlink(ctx context.Context, p Path) {
 	l := linkObject(p)
 	rl := RepoLink{Repo: l.Repo, Kind: l.Kind}
+	if ctx.Err() != nil {
+		// The delete was called off (GC lost its fence or passed its
+		// deadline) and the forward delete finished anyway (a driver that
+		// ignores cancellation): nothing more is deleted after the call-off.
+		// The reverse link stays, a leak that linkdb rebuild removes; the
+		// tombstone was written before the delete.
+		metricReverseLinks.WithLabelValues("delete", "kept").Inc()
+		return
+	}
 	if err := d.links.Delete(ctx, p.Digest, rl); err != nil {
 		metricReverseLinks.WithLabelValues("delete", "error").Inc()
 		logger(ctx).WithError(err).Warn("reclaim: stale reverse link left behind (a safe leak; linkdb verify removes it)")

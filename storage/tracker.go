@@ -47,6 +47,9 @@ var (
 	ErrFenceLost = errors.New("storage: fence expired before the delete")
 	// ErrRepositoryBusy: another GC run holds the repository.
 	ErrRepositoryBusy = errors.New("storage: a collection is already running for this repository")
+	// ErrLockLost: a GC run's repository lock expired or was taken away
+	// while the run held it.
+	ErrLockLost = errors.New("storage: repository lock lost")
 	// ErrRedisUnavailable wraps any Redis failure.
 	ErrRedisUnavailable = errors.New("storage: redis unavailable")
 )
@@ -510,45 +513,70 @@ func (t *Tracker) succeeded(ctx context.Context) {
 	logger(ctx).Warn("reclaim: redis is back; recording epoch moved forward over the gap")
 }
 
-// LockRepository takes the per-repository GC lease, renewing it until unlock
-// is called. ErrRepositoryBusy when another run holds it.
-func (t *Tracker) LockRepository(ctx context.Context, repo string, lease time.Duration) (unlock func(), err error) {
+// LockRepository takes the per-repository GC lease and renews it every
+// lease/3 until unlock is called. ErrRepositoryBusy when another run holds
+// it.
+//
+// held is ctx, cancelled (its cause wraps ErrLockLost) as soon as the lock
+// is known lost: a renewal found it gone or taken by another token, or no
+// renewal succeeded for lease/2 (Redis unreachable: it may expire unseen).
+// The run does its work under held, so a run that lost its lock stops
+// instead of going on beside the next one. Renewals stop when held ends.
+func (t *Tracker) LockRepository(ctx context.Context, repo string, lease time.Duration) (held context.Context, unlock func(), err error) {
 	if !validRepo(repo) || lease < 3*time.Millisecond {
-		return nil, fmt.Errorf("storage: LockRepository(%q, %v): bad arguments", repo, lease)
+		return nil, nil, fmt.Errorf("storage: LockRepository(%q, %v): bad arguments", repo, lease)
 	}
 	key := t.opts.Prefix + "run:" + repo
 	tok, err := token()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ok, err := t.c.SetNX(ctx, key, tok, lease).Result()
 	if err != nil {
-		return nil, fmt.Errorf("%w: lock %s: %v", ErrRedisUnavailable, repo, err)
+		return nil, nil, fmt.Errorf("%w: lock %s: %v", ErrRedisUnavailable, repo, err)
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrRepositoryBusy, repo)
+		return nil, nil, fmt.Errorf("%w: %s", ErrRepositoryBusy, repo)
 	}
+	held, lost := context.WithCancelCause(ctx)
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(lease / 3)
 		defer tick.Stop()
+		lastOK := time.Now()
 		for {
 			select {
 			case <-stop:
 				return
+			case <-held.Done():
+				return
 			case <-tick.C:
-				_ = renewScript.Run(context.Background(), t.c, []string{key}, tok, lease.Milliseconds()).Err()
+			}
+			start := time.Now()
+			rctx, cancel := context.WithTimeout(held, lease/3)
+			n, err := renewScript.Run(rctx, t.c, []string{key}, tok, lease.Milliseconds()).Int64()
+			cancel()
+			switch {
+			case err == nil && n == 1:
+				lastOK = start
+			case err == nil:
+				lost(fmt.Errorf("%w: %s: taken away or expired", ErrLockLost, repo))
+				return
+			case time.Since(lastOK) >= lease/2:
+				lost(fmt.Errorf("%w: %s: not renewed for %v: %v", ErrLockLost, repo, time.Since(lastOK).Round(time.Millisecond), err))
+				return
 			}
 		}
 	}()
 	var once sync.Once
-	return func() {
+	return held, func() {
 		once.Do(func() {
 			close(stop)
 			<-done
-			_ = releaseScript.Run(context.Background(), t.c, []string{key}, tok).Err()
+			lost(nil)
+			_ = releaseScript.Run(context.WithoutCancel(ctx), t.c, []string{key}, tok).Err()
 		})
 	}, nil
 }
