@@ -2,12 +2,9 @@ package registry
 
 import (
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/distribution/distribution/v3/configuration"
-	distregistry "github.com/distribution/distribution/v3/registry"
-	"github.com/spf13/cobra"
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/storage"
@@ -109,48 +106,4 @@ func parseDuration(v any) (time.Duration, error) {
 		return x, nil
 	}
 	return 0, fmt.Errorf("not a duration: %v", v)
-}
-
-// A pull-through cache (proxy.remoteurl) stores manifests without verifying
-// their references, so GC is refused there (storage.CheckProxyGC). `serve`
-// checks before it starts, so the operator gets one error line instead of
-// the panic Distribution makes of a failing storage middleware.
-func init() { guardServe(distregistry.ServeCmd) }
-
-func guardServe(serve *cobra.Command) {
-	prev := serve.PreRunE
-	serve.PreRunE = func(cmd *cobra.Command, args []string) error {
-		if prev != nil {
-			if err := prev(cmd, args); err != nil {
-				return err
-			}
-		}
-		return checkServeConfig(args)
-	}
-}
-
-// checkServeConfig reads the configuration as `serve` will (the argument,
-// else REGISTRY_CONFIGURATION_PATH); one it cannot read is left to serve
-// to report.
-func checkServeConfig(args []string) error {
-	path := os.Getenv("REGISTRY_CONFIGURATION_PATH")
-	if len(args) > 0 {
-		path = args[0]
-	}
-	if path == "" {
-		return nil
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	config, err := configuration.Parse(f)
-	if err != nil {
-		return nil
-	}
-	if err := storage.CheckProxyGC(config); err != nil {
-		return fmt.Errorf("reclaim: %s: %w", path, err)
-	}
-	return nil
 }

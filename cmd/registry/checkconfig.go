@@ -82,6 +82,11 @@ func checkReclaimConfig(config *configuration.Configuration) error {
 			return fmt.Errorf("config: middleware %s: %s", storage.MiddlewareName, strings.TrimPrefix(oneLine(err), "reclaim: "))
 		}
 	}
+	// A pull-through cache stores manifests without verifying their
+	// references: GC is refused there (storage.CheckProxyGC).
+	if err := storage.CheckProxyGC(config); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
+	"github.com/reclaim-registry/reclaim/storage"
 )
 
 func TestMain(m *testing.M) { registrytest.Main(m) }
@@ -114,4 +115,37 @@ func withoutRegistryEnv() []string {
 		}
 	}
 	return env
+}
+
+// GC on a pull-through cache is refused at start-up in one line: the proxy
+// stores manifests without verifying their references.
+func TestServeRefusesProxyGC(t *testing.T) {
+	for _, tc := range []struct {
+		block string
+		want  bool
+	}{
+		{"gc:\n          enabled: true", true},
+		{"reclaimer:\n          enabled: true", true},
+		{"gc:\n          enabled: false", false},
+	} {
+		path := writeBadConfig(t, tc.block)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, append(b, "proxy:\n  remoteurl: http://127.0.0.1:1\n"...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		config, err := readConfig(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = checkReclaimConfig(config)
+		if got := errors.Is(err, storage.ErrProxyGC); got != tc.want {
+			t.Fatalf("%q on a proxy: %v, want refused=%v", tc.block, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "\n") {
+			t.Fatalf("not one line: %q", err)
+		}
+	}
 }
