@@ -102,7 +102,7 @@ func (s *descriptors) Stat(ctx context.Context, dgst digest.Digest) (v1.Descript
 		if info.intent == intentMount {
 			wait = 0 // the mount falls back to an upload at once
 		}
-		if gone, err = d.guardWait(ctx, dgst, links, false, wait); err != nil {
+		if gone, err = d.guardWait(ctx, dgst, links, wait); err != nil {
 			if info.intent == intentMount && errors.Is(err, ErrFenced) {
 				if sc := scopeOf(ctx); sc != nil {
 					sc.refused.Store(false)

@@ -169,7 +169,7 @@ func (d *driver) checkChildren(ctx context.Context, w *indexWatch) error {
 			_, err := d.guard(gctx, c, []Object{
 				{Blob: c, Repo: repo, Kind: LinkManifest},
 				{Blob: c, Repo: repo, Kind: LinkLayer},
-			}, false)
+			})
 			return err
 		})
 	}

@@ -53,8 +53,8 @@ var ErrRetryable = errors.New("storage: retry later")
 // proceeds.
 //
 // gone reports a deletion tombstone on one of the objects (descriptors.go).
-func (d *driver) guard(ctx context.Context, blob digest.Digest, links []Object, clear bool) (gone bool, err error) {
-	return d.guardWait(ctx, blob, links, clear, d.env.opts.FenceWait)
+func (d *driver) guard(ctx context.Context, blob digest.Digest, links []Object) (gone bool, err error) {
+	return d.guardWait(ctx, blob, links, d.env.opts.FenceWait)
 }
 
 // guardWait is guard with an explicit wait: a mount does not wait (it falls
@@ -66,7 +66,7 @@ func (d *driver) guard(ctx context.Context, blob digest.Digest, links []Object, 
 // Within a request, a check that found no fence and no tombstone set the
 // access time, and GC refuses to fence anything accessed within its window,
 // so the request's later steps need no second round trip.
-func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []Object, clear bool, wait time.Duration) (gone bool, err error) {
+func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []Object, wait time.Duration) (gone bool, err error) {
 	if accessRecordsOff(ctx) {
 		return false, nil
 	}
@@ -83,7 +83,7 @@ func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []Obje
 	waited := false
 	for {
 		start := time.Now()
-		gone, err := d.env.Tracker.touch(ctx, blob, links, clear)
+		gone, err := d.env.Tracker.touch(ctx, blob, links)
 		if err == nil {
 			if waited {
 				metricFenceWaits.WithLabelValues("cleared").Inc()
@@ -130,7 +130,7 @@ func (d *driver) read(ctx context.Context, blob digest.Digest, links []Object) (
 		return false, false
 	}
 	start := time.Now()
-	gone, err := d.env.Tracker.touch(ctx, blob, links, false)
+	gone, err := d.env.Tracker.touch(ctx, blob, links)
 	switch {
 	case errors.Is(err, ErrFenced):
 		return true, false
@@ -168,14 +168,13 @@ func (d *driver) before(ctx context.Context, path string, p Path) (readAfter boo
 			// link write that follows needs no round trip of its own.
 			links = append(links, Object{Blob: p.Digest, Repo: info.repo, Kind: LinkManifest})
 		}
-		_, err := d.guard(ctx, p.Digest, links, false)
+		_, err := d.guard(ctx, p.Digest, links)
 		return false, err
 	case intentCommit:
-		// the commit is about to write these objects: clear tombstones now
-		_, err := d.guard(ctx, p.Digest, append(links, extra(info, p.Digest)...), true)
+		_, err := d.guard(ctx, p.Digest, append(links, extra(info, p.Digest)...))
 		return false, err
 	case intentMount:
-		_, err := d.guardWait(ctx, p.Digest, append(links, extra(info, p.Digest)...), true, 0)
+		_, err := d.guardWait(ctx, p.Digest, append(links, extra(info, p.Digest)...), 0)
 		if errors.Is(err, ErrFenced) {
 			// the mount fails and the client uploads instead; that is no
 			// refusal of the request
@@ -289,7 +288,7 @@ func (d *driver) PutContent(ctx context.Context, path string, content []byte) er
 		}
 		return err
 	case KindBlobData:
-		if _, err := d.guard(ctx, p.Digest, extra(requestOf(ctx), p.Digest), true); err != nil {
+		if _, err := d.guard(ctx, p.Digest, extra(requestOf(ctx), p.Digest)); err != nil {
 			return err
 		}
 		if err := d.StorageDriver.PutContent(ctx, path, content); err != nil {
@@ -305,7 +304,7 @@ func (d *driver) PutContent(ctx context.Context, path string, content []byte) er
 // Move into blob data is an upload commit.
 func (d *driver) Move(ctx context.Context, src, dst string) error {
 	if p := Classify(dst); p.Kind == KindBlobData {
-		if _, err := d.guard(ctx, p.Digest, extra(requestOf(ctx), p.Digest), true); err != nil {
+		if _, err := d.guard(ctx, p.Digest, extra(requestOf(ctx), p.Digest)); err != nil {
 			return err
 		}
 		if err := d.StorageDriver.Move(ctx, src, dst); err != nil {
@@ -447,7 +446,7 @@ func (d *driver) unlink(ctx context.Context, p Path) {
 func (d *driver) putLink(ctx context.Context, path string, p Path, content []byte) error {
 	l := linkObject(p)
 	rl := RepoLink{Repo: l.Repo, Kind: l.Kind}
-	if _, err := d.guard(ctx, p.Digest, []Object{l}, true); err != nil {
+	if _, err := d.guard(ctx, p.Digest, []Object{l}); err != nil {
 		return err
 	}
 	if err := d.links.Put(ctx, p.Digest, rl); err != nil {

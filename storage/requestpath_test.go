@@ -112,6 +112,16 @@ func orphanLayer(t *testing.T, a *testApp, repo string, img v1.Image, i int) dig
 	x := blobs[i]
 	a.gcDelete(t, LayerLinkPath(repo, x))
 	a.gcDelete(t, BlobDir(x))
+	a.staleCacheEntry(t, repo, x)
+	return x
+}
+
+// staleCacheEntry puts repo's entry for x back into a redis blob descriptor
+// cache after GC's delete dropped it: what a HEAD that read the storage
+// before the delete and wrote the cache after it does. The inmemory cache
+// keeps its entry anyway.
+func (a *testApp) staleCacheEntry(t *testing.T, repo string, x digest.Digest) {
+	t.Helper()
 	if a.opts.cache == "redis" {
 		// GC's delete dropped Distribution's redis cache entries; a HEAD
 		// that read the storage before the delete and wrote the cache
@@ -129,7 +139,6 @@ func orphanLayer(t *testing.T, a *testApp, repo string, img v1.Image, i int) dig
 			t.Fatal(err)
 		}
 	}
-	return x
 }
 
 // Race 1. A manifest PUT re-writes a revision link while a DELETE of the
@@ -237,6 +246,34 @@ func TestRaceStaleCacheMountVsReupload(t *testing.T) {
 		}
 		requireReverseLinks(t, a)
 		a.pullAll("src:v1")
+	})
+}
+
+// A mount that falls back to an upload (the source does not link the blob)
+// writes nothing, so it must not clear the target's deletion tombstone:
+// the target's stale cache entry would then answer "exists" for a blob the
+// target no longer links, and a client that trusts it would push a
+// manifest whose layer its repository does not link.
+func TestFailedMountKeepsTombstones(t *testing.T) {
+	forEachCache(t, []string{"inmemory", "redis"}, func(t *testing.T, a *testApp) {
+		img, _ := random.Image(256, 2)
+		if err := a.push("dst:v1", img); err != nil {
+			t.Fatal(err)
+		}
+		other, _ := random.Image(256, 1)
+		if err := a.push("other:v1", other); err != nil {
+			t.Fatal(err)
+		}
+		_, blobs := imageDigests(t, img)
+		x := blobs[1]
+		a.gcDelete(t, LayerLinkPath("dst", x)) // the data stays: only the link goes
+		a.staleCacheEntry(t, "dst", x)
+		if code := a.mount("dst", "other", x); code != http.StatusAccepted {
+			t.Fatalf("mount from a repository that does not link the blob = %d, want 202", code)
+		}
+		if code := a.headBlob("dst", x); code != http.StatusNotFound {
+			t.Fatalf("HEAD of a blob dst no longer links, after a failed mount = %d, want 404", code)
+		}
 	})
 }
 

@@ -162,9 +162,12 @@ func (t *Tracker) goneKey(o Object) string {
 func (t *Tracker) sinceKey() string { return t.opts.Prefix + "since" }
 
 // KEYS: groups of (access, fence, gone), the blob's first, then its links.
-// ARGV[1]: access TTL ms; ARGV[2]: "1" when the caller is writing (clear
-// the tombstones: the objects exist again).
-// Returns {0, gone} when recorded, {1, 0} when any fence exists.
+// ARGV[1]: access TTL ms. Returns {0, gone} when recorded, {1, 0} when any
+// fence exists. A touch never clears a tombstone, not even a writer's: the
+// write may still fail (a mount that falls back to an upload, a failed
+// Move), and a tombstone cleared too early lets a stale cache entry answer
+// "exists". The descriptor check clears them once the storage shows the
+// object back (descriptors.verify).
 var touchScript = redis.NewScript(`
 for i = 2, #KEYS, 3 do
   if redis.call('EXISTS', KEYS[i]) == 1 then return {1, 0} end
@@ -173,10 +176,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local gone = 0
 for i = 1, #KEYS, 3 do
-  if redis.call('EXISTS', KEYS[i+2]) == 1 then
-    gone = 1
-    if ARGV[2] == '1' then redis.call('DEL', KEYS[i+2]) end
-  end
+  if redis.call('EXISTS', KEYS[i+2]) == 1 then gone = 1 end
   local prev = tonumber(redis.call('GET', KEYS[i]) or '0') or 0
   if now > prev then
     redis.call('SET', KEYS[i], now, 'PX', ARGV[1])
@@ -226,25 +226,20 @@ return cur
 `)
 
 // touch records access on objs, all of one blob, unless any of them or the
-// blob is fenced. gone reports a deletion tombstone on any of them; clear
-// removes those tombstones (the caller is writing the objects again).
-func (t *Tracker) touch(ctx context.Context, blob digest.Digest, links []Object, clear bool) (gone bool, err error) {
+// blob is fenced. gone reports a deletion tombstone on any of them.
+func (t *Tracker) touch(ctx context.Context, blob digest.Digest, links []Object) (gone bool, err error) {
 	keys := make([]string, 0, 3*(1+len(links)))
 	b := Object{Blob: blob}
 	keys = append(keys, t.accessKey(b), t.fenceKey(b), t.goneKey(b))
 	for _, o := range links {
 		keys = append(keys, t.accessKey(o), t.fenceKey(o), t.goneKey(o))
 	}
-	cl := "0"
-	if clear {
-		cl = "1"
-	}
 	// A client that hangs up must not look like a Redis failure (which
 	// would move the epoch): only our own timeout bounds the call.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opts.Timeout)
 	defer cancel()
 	start := time.Now()
-	res, err := touchScript.Run(ctx, t.c, keys, t.opts.AccessTTL.Milliseconds(), cl).Int64Slice()
+	res, err := touchScript.Run(ctx, t.c, keys, t.opts.AccessTTL.Milliseconds()).Int64Slice()
 	metricRedisLatency.WithLabelValues("touch").Observe(time.Since(start).Seconds())
 	if err != nil {
 		t.failed(ctx, "touch", err)
@@ -278,7 +273,7 @@ func (t *Tracker) Touch(ctx context.Context, objs ...Object) error {
 		}
 	}
 	for _, b := range order {
-		if _, err := t.touch(ctx, b, byBlob[b], false); err != nil {
+		if _, err := t.touch(ctx, b, byBlob[b]); err != nil {
 			return err
 		}
 	}

@@ -116,18 +116,21 @@ func TestTombstones(t *testing.T) {
 		if err := tr.MarkGone(ctx, l); err != nil {
 			t.Fatal(err)
 		}
-		gone, err := tr.touch(ctx, dA, []Object{l}, false)
+		gone, err := tr.touch(ctx, dA, []Object{l})
 		if err != nil || !gone {
 			t.Fatalf("touch = %v %v, want gone", gone, err)
 		}
-		if gone, _ := tr.touch(ctx, dA, []Object{{Blob: dA, Repo: "s", Kind: LinkLayer}}, false); gone {
+		if gone, _ := tr.touch(ctx, dA, []Object{{Blob: dA, Repo: "s", Kind: LinkLayer}}); gone {
 			t.Fatal("tombstone of r seen by s")
 		}
-		if _, err := tr.touch(ctx, dA, []Object{l}, true); err != nil {
+		if gone, _ := tr.touch(ctx, dA, []Object{l}); !gone {
+			t.Fatal("a touch cleared the tombstone")
+		}
+		if err := tr.ClearGone(ctx, l); err != nil {
 			t.Fatal(err)
 		}
-		if gone, _ := tr.touch(ctx, dA, []Object{l}, false); gone {
-			t.Fatal("a write did not clear the tombstone")
+		if gone, _ := tr.touch(ctx, dA, []Object{l}); gone {
+			t.Fatal("ClearGone left the tombstone")
 		}
 	})
 }
