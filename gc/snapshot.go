@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -65,7 +67,10 @@ func splitDigest(alg, hex string) (digest.Digest, bool) {
 
 // takeSnapshot reads tags, revisions, layer links and every revision's
 // manifest. Any read error aborts: an unreadable tag could be a root, an
-// unreadable manifest could reference anything.
+// unreadable manifest could reference anything. So does anything at a
+// revision link or a tag's current link path that is not a file (a
+// directory, a dangling symlink): skipping it would make a tagged manifest
+// look untagged, or a manifest and what it references look absent.
 func takeSnapshot(ctx context.Context, d storagedriver.StorageDriver, repo string) (*snapshot, error) {
 	s := &snapshot{
 		repo:      repo,
@@ -78,11 +83,33 @@ func takeSnapshot(ctx context.Context, d storagedriver.StorageDriver, repo strin
 	var tagNames []string
 	mroot := manifestsPath(repo) + "/"
 	foundManifests := true
+	// Directories that should hold a revision link or a tag's current link:
+	// one where the walk saw no link file is probed below, because Walk
+	// leaves out an entry it cannot stat (a dangling symlink).
+	revDirs := map[digest.Digest]string{}
+	currentDirs := map[string]string{}
+	tagSeen := map[string]bool{}
 	err := d.Walk(ctx, manifestsPath(repo), func(fi storagedriver.FileInfo) error {
-		if fi.IsDir() || !strings.HasSuffix(fi.Path(), "/link") {
+		c := strings.Split(strings.TrimPrefix(fi.Path(), mroot), "/")
+		if fi.IsDir() {
+			switch {
+			case len(c) == 3 && c[0] == "revisions":
+				if dg, ok := splitDigest(c[1], c[2]); ok {
+					revDirs[dg] = fi.Path() + "/link"
+				}
+			case len(c) == 3 && c[0] == "tags" && c[2] == "current":
+				currentDirs[c[1]] = fi.Path() + "/link"
+			case len(c) == 4 && c[0] == "revisions" && c[3] == "link",
+				len(c) == 4 && c[0] == "tags" && c[2] == "current" && c[3] == "link":
+				// Fail closed: this could be the tag or the revision that
+				// keeps everything else.
+				return fmt.Errorf("%s: %w: a directory", fi.Path(), errNotALink)
+			}
 			return nil
 		}
-		c := strings.Split(strings.TrimPrefix(fi.Path(), mroot), "/")
+		if !strings.HasSuffix(fi.Path(), "/link") {
+			return nil
+		}
 		switch {
 		case len(c) == 4 && c[0] == "revisions":
 			if dg, ok := splitDigest(c[1], c[2]); ok {
@@ -90,6 +117,7 @@ func takeSnapshot(ctx context.Context, d storagedriver.StorageDriver, repo strin
 			}
 		case len(c) == 4 && c[0] == "tags" && c[2] == "current":
 			tagNames = append(tagNames, c[1])
+			tagSeen[c[1]] = true
 		case len(c) == 6 && c[0] == "tags" && c[2] == "index":
 			if dg, ok := splitDigest(c[3], c[4]); ok {
 				s.tagIndex[dg] = append(s.tagIndex[dg], c[1])
@@ -108,6 +136,30 @@ func takeSnapshot(ctx context.Context, d storagedriver.StorageDriver, repo strin
 	}
 	if err != nil {
 		return nil, abort(AbortStorageUnreadable, fmt.Errorf("walk manifests of %s: %w", repo, err))
+	}
+	for _, dg := range sortedDigests(revDirs) {
+		if _, ok := s.revisions[dg]; ok {
+			continue
+		}
+		present, err := probeLink(ctx, d, revDirs[dg])
+		if err != nil {
+			return nil, abort(AbortStorageUnreadable, fmt.Errorf("revision %s of %s: %w", dg, repo, err))
+		}
+		if present { // written since the walk passed
+			s.revisions[dg] = &manifestInfo{digest: dg}
+		}
+	}
+	for tag, p := range currentDirs {
+		if tagSeen[tag] {
+			continue
+		}
+		present, err := probeLink(ctx, d, p)
+		if err != nil {
+			return nil, abort(AbortStorageUnreadable, fmt.Errorf("tag %s:%s: %w", repo, tag, err))
+		}
+		if present {
+			tagNames = append(tagNames, tag)
+		}
 	}
 	lroot := layersPath(repo) + "/"
 	err = d.Walk(ctx, layersPath(repo), func(fi storagedriver.FileInfo) error {
@@ -172,9 +224,21 @@ func readTags(ctx context.Context, d storagedriver.StorageDriver, repo string) (
 	out := map[digest.Digest][]string{}
 	for _, n := range names {
 		tag := n[strings.LastIndex(n, "/")+1:]
-		dg, err := readLink(ctx, d, tagCurrentPath(repo, tag))
+		p := tagCurrentPath(repo, tag)
+		dg, err := readLink(ctx, d, p)
 		if isNotFound(err) {
-			continue
+			// Deleted since the listing, unless the link entry is still
+			// there and cannot be read (a dangling symlink): not "untagged".
+			present, perr := probeLink(ctx, d, p)
+			if perr != nil {
+				return nil, fmt.Errorf("tag %s: %w", tag, perr)
+			}
+			if !present {
+				continue
+			}
+			if dg, err = readLink(ctx, d, p); err != nil {
+				return nil, err
+			}
 		}
 		if err != nil {
 			return nil, err
@@ -182,6 +246,38 @@ func readTags(ctx context.Context, d storagedriver.StorageDriver, repo string) (
 		out[dg] = append(out[dg], tag)
 	}
 	return out, nil
+}
+
+// errNotALink: something sits at a link path that is not a link file.
+var errNotALink = errors.New("not a link file")
+
+// probeLink looks at link path p by listing its directory, for when a walk or
+// a read did not find a file there. It is false when the listing has no such
+// entry (or no directory); true when a file is there now. An entry that is a
+// directory, or that the listing shows but Stat does not find (a dangling
+// symlink, which Walk leaves out), is an error wrapping errNotALink: never
+// "absent".
+func probeLink(ctx context.Context, d storagedriver.StorageDriver, p string) (bool, error) {
+	names, err := d.List(ctx, path.Dir(p))
+	if isNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if !slices.Contains(names, p) {
+		return false, nil
+	}
+	fi, err := d.Stat(ctx, p)
+	switch {
+	case isNotFound(err):
+		return false, fmt.Errorf("%s: %w: listed, but not found by stat (a dangling symlink?)", p, errNotALink)
+	case err != nil:
+		return false, err
+	case fi.IsDir():
+		return false, fmt.Errorf("%s: %w: a directory", p, errNotALink)
+	}
+	return true, nil
 }
 
 func readLink(ctx context.Context, d storagedriver.StorageDriver, p string) (digest.Digest, error) {
