@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -105,7 +106,7 @@ type blobEntry struct {
 }
 
 // blobVisitor receives the blob walk's results. onReverse is called for every
-// reverse link file, in walk order; onBlob once per blob directory after all
+// reverse link path that holds a file or a directory, in walk order; onBlob once per blob directory after all
 // of its reverse links. Both run on the walking goroutine.
 type blobVisitor struct {
 	onReverse func(b *blobEntry, fi storagedriver.FileInfo, bp blobPath)
@@ -147,7 +148,9 @@ func walkShard(ctx context.Context, d storagedriver.StorageDriver, shard string,
 		switch {
 		case bp.isData && !fi.IsDir():
 			cur.hasData, cur.dataSize = true, fi.Size()
-		case bp.reverse && !fi.IsDir():
+		case bp.reverse:
+			// A directory at a reverse link path counts too: it is
+			// never "no reverse link"; onReverse reports it.
 			cur.reverse++
 			if !delivered[fi.Path()] {
 				delivered[fi.Path()] = true
@@ -231,21 +234,108 @@ func tolerantWalk(ctx context.Context, d storagedriver.StorageDriver, from strin
 	}
 }
 
-// walkLinks streams the link files under base (a repository's _layers or
-// _manifests/revisions directory) to fn. Missing base is an empty repository
-// part, not an error.
-func walkLinks(ctx context.Context, d storagedriver.StorageDriver, base string, fn func(fi storagedriver.FileInfo) error) error {
+// linkEntry is one thing walkLinks found at a link path. Bad says why it is
+// not a link file (a directory, an entry Stat cannot see); Info is nil for an
+// entry Stat cannot see.
+type linkEntry struct {
+	Path string
+	Info storagedriver.FileInfo
+	Bad  string
+}
+
+// walkLinks streams what sits at every link path under base (a repository's
+// _layers, _manifests/revisions, referrers or tags directory) to fn: link
+// files, and anything else at a link path, with Bad set. isLink says whether
+// a path is a link path. Missing base is an empty part, not an error.
+//
+// Walk leaves out an entry it cannot stat: a dangling symlink at a link path
+// would be invisible, and a link that Distribution cannot read would look
+// absent. So a directory that should hold a link file (isLink(dir+"/link"))
+// where the walk saw none is listed once more afterwards; that costs nothing
+// on a healthy tree.
+func walkLinks(ctx context.Context, d storagedriver.StorageDriver, base string, isLink func(p string) bool, fn func(e linkEntry) error) error {
+	// per directory: 1 seen as a directory that should hold a link, 2 its
+	// link file seen. Entries leave as soon as both are seen, whatever the
+	// order the driver walks in, so the map stays small.
+	state := map[string]uint8{}
+	mark := func(dir string, bit uint8) {
+		if state[dir] |= bit; state[dir] == 3 {
+			delete(state, dir)
+		}
+	}
 	err := d.Walk(ctx, base, func(fi storagedriver.FileInfo) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if fi.IsDir() || path.Base(fi.Path()) != "link" {
+		p := fi.Path()
+		if fi.IsDir() {
+			if isLink(p + "/link") {
+				mark(p, 1)
+			}
+			if isLink(p) {
+				mark(path.Dir(p), 2)
+				return fn(linkEntry{Path: p, Info: fi, Bad: "a directory, not a link file"})
+			}
 			return nil
 		}
-		return fn(fi)
+		if path.Base(p) != "link" || !isLink(p) {
+			return nil
+		}
+		mark(path.Dir(p), 2)
+		return fn(linkEntry{Path: p, Info: fi})
 	})
 	if isNotFound(err) {
 		return nil
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	var dirs []string
+	for dir, st := range state {
+		if st == 1 {
+			dirs = append(dirs, dir)
+		}
+	}
+	sort.Strings(dirs)
+	for _, dir := range dirs {
+		e, ok, err := probeLink(ctx, d, dir+"/link")
+		if err != nil {
+			return err
+		}
+		if ok {
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// probeLink looks at link path p through the listing of its directory. ok is
+// false when nothing named p is listed (a write in flight, an interrupted
+// delete, or the directory is gone).
+func probeLink(ctx context.Context, d storagedriver.StorageDriver, p string) (e linkEntry, ok bool, err error) {
+	names, err := d.List(ctx, path.Dir(p))
+	if isNotFound(err) {
+		return e, false, nil
+	}
+	if err != nil {
+		return e, false, err
+	}
+	if !slices.Contains(names, p) {
+		return e, false, nil
+	}
+	e.Path = p
+	fi, err := d.Stat(ctx, p)
+	switch {
+	case isNotFound(err):
+		e.Bad = "listed, but not found by stat (a dangling symlink?)"
+	case err != nil:
+		return e, false, err
+	case fi.IsDir():
+		e.Info, e.Bad = fi, "a directory, not a link file"
+	default:
+		e.Info = fi // written since the walk passed
+	}
+	return e, true, nil
 }
