@@ -61,7 +61,7 @@ func newRebuildCmd() *cobra.Command {
      at a link path, a forward link whose content is not its digest, a missing
      or corrupt manifest): not marked complete; repair what it lists, run again
   3  finished, but some parts could not be read: not marked complete`,
-		Args:  cobra.MaximumNArgs(1),
+		Args: cobra.MaximumNArgs(1),
 		Run: func(cmd *cobra.Command, args []string) {
 			linkdbExit(runRebuild(cmd, args, opts, checkpointFile, progressEvery, asJSON))
 		},
