@@ -258,19 +258,17 @@ var errNotALink = errors.New("not a link file")
 // symlink, which Walk leaves out), is an error wrapping errNotALink: never
 // "absent".
 func probeLink(ctx context.Context, d storagedriver.StorageDriver, p string) (bool, error) {
-	names, err := d.List(ctx, path.Dir(p))
-	if isNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
+	if ok, err := listed(ctx, d, p); err != nil || !ok {
 		return false, err
-	}
-	if !slices.Contains(names, p) {
-		return false, nil
 	}
 	fi, err := d.Stat(ctx, p)
 	switch {
 	case isNotFound(err):
+		// Deleted between the listing and the stat, or there to stay: ask
+		// the listing once more.
+		if still, err := listed(ctx, d, p); err != nil || !still {
+			return false, err
+		}
 		return false, fmt.Errorf("%s: %w: listed, but not found by stat (a dangling symlink?)", p, errNotALink)
 	case err != nil:
 		return false, err
@@ -278,6 +276,15 @@ func probeLink(ctx context.Context, d storagedriver.StorageDriver, p string) (bo
 		return false, fmt.Errorf("%s: %w: a directory", p, errNotALink)
 	}
 	return true, nil
+}
+
+// listed reports whether the listing of p's directory names p.
+func listed(ctx context.Context, d storagedriver.StorageDriver, p string) (bool, error) {
+	names, err := d.List(ctx, path.Dir(p))
+	if isNotFound(err) {
+		return false, nil
+	}
+	return slices.Contains(names, p), err
 }
 
 func readLink(ctx context.Context, d storagedriver.StorageDriver, p string) (digest.Digest, error) {

@@ -311,24 +311,31 @@ func walkLinks(ctx context.Context, d storagedriver.StorageDriver, base string, 
 	return nil
 }
 
+// listed reports whether the listing of p's directory names p.
+func listed(ctx context.Context, d storagedriver.StorageDriver, p string) (bool, error) {
+	names, err := d.List(ctx, path.Dir(p))
+	if isNotFound(err) {
+		return false, nil
+	}
+	return slices.Contains(names, p), err
+}
+
 // probeLink looks at link path p through the listing of its directory. ok is
 // false when nothing named p is listed (a write in flight, an interrupted
 // delete, or the directory is gone).
 func probeLink(ctx context.Context, d storagedriver.StorageDriver, p string) (e linkEntry, ok bool, err error) {
-	names, err := d.List(ctx, path.Dir(p))
-	if isNotFound(err) {
-		return e, false, nil
-	}
-	if err != nil {
+	if ok, err := listed(ctx, d, p); err != nil || !ok {
 		return e, false, err
-	}
-	if !slices.Contains(names, p) {
-		return e, false, nil
 	}
 	e.Path = p
 	fi, err := d.Stat(ctx, p)
 	switch {
 	case isNotFound(err):
+		// Deleted between the listing and the stat, or there to stay: ask
+		// the listing once more.
+		if still, err := listed(ctx, d, p); err != nil || !still {
+			return e, false, err
+		}
 		e.Bad = "listed, but not found by stat (a dangling symlink?)"
 	case err != nil:
 		return e, false, err

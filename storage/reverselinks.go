@@ -130,19 +130,17 @@ func (r *ReverseLinks) List(ctx context.Context, blob digest.Digest) ([]RepoLink
 // interrupted delete) or the directory is gone.
 func (r *ReverseLinks) probe(ctx context.Context, blob digest.Digest, l RepoLink) (present bool, problem string, err error) {
 	p := ReverseLinkPath(blob, l.Repo, l.Kind)
-	names, err := r.driver.List(ctx, path.Dir(p))
-	if isNotFound(err) {
-		return false, "", nil
-	}
-	if err != nil {
+	if listed, err := listed(ctx, r.driver, p); err != nil || !listed {
 		return false, "", err
-	}
-	if !slices.Contains(names, p) {
-		return false, "", nil
 	}
 	fi, err := r.driver.Stat(ctx, p)
 	switch {
 	case isNotFound(err):
+		// Deleted between the listing and the stat, or there to stay: ask
+		// the listing once more.
+		if still, err := listed(ctx, r.driver, p); err != nil || !still {
+			return false, "", err
+		}
 		return true, "listed but not found by stat (a dangling symlink?)", nil
 	case err != nil:
 		return false, "", err
@@ -150,6 +148,15 @@ func (r *ReverseLinks) probe(ctx context.Context, blob digest.Digest, l RepoLink
 		return true, "is a directory", nil
 	}
 	return true, "", nil // written since the walk
+}
+
+// listed reports whether the listing of p's directory names p.
+func listed(ctx context.Context, d storagedriver.StorageDriver, p string) (bool, error) {
+	names, err := d.List(ctx, path.Dir(p))
+	if isNotFound(err) {
+		return false, nil
+	}
+	return slices.Contains(names, p), err
 }
 
 // Has reports whether a well-formed reverse link (blob, l) is there: a file
