@@ -1,12 +1,17 @@
 # Reclaim: a drop-in CNCF Distribution registry with online garbage collection.
 #
 #   docker build -t reclaim --build-arg VERSION=v0.1.0 --build-arg REVISION=$(git rev-parse HEAD) .
-#   docker run -p 5000:5000 -p 5001:5001 -v reclaim-data:/var/lib/registry reclaim
+#   docker run -p 5000:5000 -v reclaim-data:/var/lib/registry reclaim
 #
 # Same layout as upstream's image: the binary is `registry`, the config is
 # /etc/distribution/config.yml (configs/docker.yml), data lives in the
 # /var/lib/registry volume, so it replaces distribution/distribution's image
 # without changes to how it is run.
+#
+# The debug listener (/metrics, /debug/pprof/*, /debug/vars, no
+# authentication) is bound to 127.0.0.1:5001 inside the container and is
+# neither exposed nor to be published; docs/operations.md ("The debug
+# listener") says how to scrape metrics.
 
 FROM golang:1.26 AS build
 WORKDIR /src
@@ -36,6 +41,6 @@ COPY --from=build /out/registry /bin/registry
 COPY configs/docker.yml /etc/distribution/config.yml
 USER registry:registry
 VOLUME ["/var/lib/registry"]
-EXPOSE 5000 5001
+EXPOSE 5000
 ENTRYPOINT ["registry"]
 CMD ["serve", "/etc/distribution/config.yml"]

@@ -57,6 +57,7 @@ type Config struct {
 // repository lock, on every instance.
 type Collector struct {
 	cfg     Config
+	clock   leaseClock // times fence renewals during deletes
 	driver  storagedriver.StorageDriver
 	tracker Tracker
 	links   LinkIndex
@@ -103,7 +104,7 @@ func New(cfg Config) (*Collector, error) {
 		cfg.Now = time.Now
 	}
 	return &Collector{
-		cfg: cfg, driver: cfg.Driver, tracker: cfg.Tracker, links: cfg.Links,
+		cfg: cfg, clock: realClock{}, driver: cfg.Driver, tracker: cfg.Tracker, links: cfg.Links,
 		pinner: cfg.Pinner, evictor: cfg.Evictor,
 		plans: map[string]*Plan{}, runs: map[string]*storedRun{},
 	}, nil
@@ -223,6 +224,7 @@ type run struct {
 	rs     *runState
 	rep    *Report
 	unlock func()
+	held   context.Context // ends when the repository lock is lost; nil in a dry run
 	start  time.Time
 }
 
@@ -256,15 +258,16 @@ func (c *Collector) begin(ctx context.Context, repo string, o RunOptions) (*run,
 	r.rep = newReport(newID(), repo, o.DryRun, rs.window, r.start)
 	r.rep.PlanID = o.PlanID
 	if !o.DryRun {
-		// A dry run changes nothing, so it needs no lock.
-		unlock, err := c.tracker.LockRepository(ctx, repo, c.cfg.LockLease)
+		// A dry run changes nothing, so it needs no lock. The lock lives as
+		// long as the run, not as the request that started it.
+		held, unlock, err := c.tracker.LockRepository(context.WithoutCancel(ctx), repo, c.cfg.LockLease)
 		if err != nil {
 			if errors.Is(err, ErrRepositoryBusy) {
 				return nil, err
 			}
 			return nil, r.abort(abort(AbortRedisUnavailable, err))
 		}
-		r.unlock = unlock
+		r.unlock, r.held = unlock, held
 	}
 	c.store(r.rep)
 	return r, nil
@@ -289,11 +292,22 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 	if r.c.cfg.Context != nil {
 		ctx = r.c.cfg.Context(ctx)
 	}
+	if r.held != nil {
+		// A run that lost its lock stops: another run may hold it now.
+		var stop context.CancelCauseFunc
+		ctx, stop = context.WithCancelCause(ctx)
+		defer stop(nil)
+		defer context.AfterFunc(r.held, func() {
+			stop(fmt.Errorf("%w: %w", ErrLockLost, context.Cause(r.held)))
+		})()
+	}
 	c, rs, rep := r.c, r.rs, r.rep
 
 	// Preconditions: fail closed, nothing deleted.
 	since, err := c.tracker.RecordingSince(ctx)
 	switch {
+	case errors.Is(err, ErrRedisEvicts):
+		return rep, r.abort(abort(AbortRedisEvicts, err))
 	case errors.Is(err, ErrNotRecording):
 		return rep, r.abort(abort(AbortRedisUntrusted, err))
 	case err != nil:
@@ -330,12 +344,12 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 			r.abort(err) //nolint:errcheck
 			return nil, err
 		}
-		return rep, r.abort(err)
+		return rep, r.abort(lockLost(ctx, err))
 	}
 	t1 := c.cfg.Now()
 	p, err := rs.plan(ctx, s)
 	if err != nil {
-		return rep, r.abort(err)
+		return rep, r.abort(lockLost(ctx, err))
 	}
 	t2 := c.cfg.Now()
 	if rep.DryRun {
@@ -344,6 +358,11 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 		}
 	} else {
 		rs.sweep(ctx, p, rep)
+		if err := context.Cause(ctx); errors.Is(err, ErrLockLost) {
+			// What was deleted before the loss is in the report; every
+			// object after it was kept (its fence or delete failed).
+			return rep, r.abort(err)
+		}
 	}
 	t3 := c.cfg.Now()
 	if rs.restrict != nil {
@@ -359,6 +378,15 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 		SweepMS: t3.Sub(t2).Milliseconds(), TotalMS: t3.Sub(r.start).Milliseconds()}
 	c.store(rep)
 	return rep, nil
+}
+
+// lockLost returns the lost lock instead of err when that is why err
+// happened.
+func lockLost(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); errors.Is(cause, ErrLockLost) {
+		return fmt.Errorf("%w (%v)", cause, err)
+	}
+	return err
 }
 
 func newID() string {

@@ -241,6 +241,7 @@ func TestAbortsDeleteNothing(t *testing.T) {
 	}{
 		"tracker unreachable": {func(f *fixture) { f.tr.sinceErr = fmt.Errorf("%w: dial", ErrTrackerUnavailable) }, AbortRedisUnavailable},
 		"tracker lost data":   {func(f *fixture) { f.tr.sinceErr = ErrNotRecording }, AbortRedisUntrusted},
+		"redis may evict":     {func(f *fixture) { f.tr.sinceErr = fmt.Errorf("%w: allkeys-lru", ErrRedisEvicts) }, AbortRedisEvicts},
 		"recording too short": {func(f *fixture) { f.tr.since = f.tr.now.Add(-time.Minute) }, AbortRedisRecordingTooShort},
 		"unparsable manifest": {func(f *fixture) { f.rawManifest("x", []byte(`{"schemaVersion":2,`)) }, AbortManifestUnreadable},
 		"invalid manifest": {func(f *fixture) {
@@ -407,7 +408,7 @@ func TestRequestErrors(t *testing.T) {
 	if _, err := f.c.Collect(ctx, "nothing/here", RunOptions{}); !errors.Is(err, ErrRepositoryNotFound) {
 		t.Errorf("unknown repo: %v", err)
 	}
-	unlock, _ := f.tr.LockRepository(ctx, "busy", time.Minute)
+	_, unlock, _ := f.tr.LockRepository(ctx, "busy", time.Minute)
 	if _, err := f.c.Collect(ctx, "busy", RunOptions{}); !errors.Is(err, ErrRepositoryBusy) {
 		t.Errorf("busy: %v", err)
 	}

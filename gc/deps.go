@@ -35,12 +35,14 @@ type RepoLink struct {
 }
 
 // Tracker is the part of the access tracker (Redis) a run needs. Errors wrap
-// ErrFenced, ErrRecentlyAccessed, ErrNotRecording, ErrTrackerUnavailable
-// where they apply, and ErrRepositoryBusy from LockRepository.
+// ErrFenced, ErrRecentlyAccessed, ErrNotRecording, ErrRedisEvicts,
+// ErrTrackerUnavailable where they apply, and ErrRepositoryBusy from
+// LockRepository.
 type Tracker interface {
 	// RecordingSince is when the tracker started recording access. Only
 	// an object whose link is older than that plus the window can be judged
-	// "not accessed within the window".
+	// "not accessed within the window". ErrRedisEvicts while records may
+	// be evicted: then no run may trust their absence.
 	RecordingSince(ctx context.Context) (time.Time, error)
 	// LastAccess of o; ok is false when there is no record.
 	LastAccess(ctx context.Context, o Object) (t time.Time, ok bool, err error)
@@ -49,14 +51,19 @@ type Tracker interface {
 	// waits.
 	Fence(ctx context.Context, o Object, window, lease time.Duration) (Hold, error)
 	// LockRepository allows one run per repository across all instances.
-	LockRepository(ctx context.Context, repo string, lease time.Duration) (unlock func(), err error)
+	// The lock is renewed until unlock; held is ctx, cancelled as soon as
+	// the lock is known lost (expired, taken away, not renewable), and the
+	// run works under it.
+	LockRepository(ctx context.Context, repo string, lease time.Duration) (held context.Context, unlock func(), err error)
 }
 
 // A Hold is a fence the collector holds on one object.
 type Hold interface {
-	// Confirm renews the fence right before the delete it guards and fails
-	// (wrapping ErrFenceLost) if it expired meanwhile: an expired fence may
-	// have let a writer through, so the delete must not happen.
+	// Confirm renews the fence for its lease and fails (wrapping
+	// ErrFenceLost) if it expired or was taken away meanwhile: an expired
+	// fence may have let a writer through, so the delete must not happen
+	// or go on. It is called right before the delete, then every lease/3
+	// while the delete runs, possibly from another goroutine.
 	Confirm(ctx context.Context) error
 	// Release gives the fence back after the delete.
 	Release(ctx context.Context) error

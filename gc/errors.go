@@ -24,6 +24,9 @@ var (
 var (
 	// ErrRepositoryBusy: another run holds the repository lock (on any instance).
 	ErrRepositoryBusy = errors.New("gc: a collection is already running for this repository")
+	// ErrLockLost: the run lost its repository lock (it expired or was
+	// taken away) and stopped; what it deleted before is in its report.
+	ErrLockLost = errors.New("gc: repository lock lost, run stopped")
 	// ErrAborted is matched (errors.Is) by every *AbortError: a precondition
 	// failed and the run deleted nothing.
 	ErrAborted = errors.New("gc: run aborted, nothing deleted")
@@ -40,6 +43,9 @@ var (
 	// ErrNotRecording: the tracker has no recording epoch (Redis lost its data
 	// or never started recording).
 	ErrNotRecording = errors.New("gc: access tracker is not recording")
+	// ErrRedisEvicts: the tracker's Redis may evict access records (its
+	// maxmemory-policy is not noeviction), so their absence proves nothing.
+	ErrRedisEvicts = errors.New("gc: the access tracker's redis may evict records")
 	// ErrTrackerUnavailable: the tracker (Redis) cannot be reached.
 	ErrTrackerUnavailable = errors.New("gc: access tracker unavailable")
 )

@@ -107,14 +107,15 @@ func (h fakeHold) Release(context.Context) error {
 	return nil
 }
 
-func (f *fakeTracker) LockRepository(ctx context.Context, repo string, lease time.Duration) (func(), error) {
+func (f *fakeTracker) LockRepository(ctx context.Context, repo string, lease time.Duration) (context.Context, func(), error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.locks[repo] {
-		return nil, ErrRepositoryBusy
+		return nil, nil, ErrRepositoryBusy
 	}
 	f.locks[repo] = true
-	return func() { f.mu.Lock(); delete(f.locks, repo); f.mu.Unlock() }, nil
+	held, cancel := context.WithCancel(ctx)
+	return held, func() { cancel(); f.mu.Lock(); delete(f.locks, repo); f.mu.Unlock() }, nil
 }
 
 // scanLinks is a LinkIndex computed from the forward links, the way the

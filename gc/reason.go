@@ -44,9 +44,15 @@ const (
 	Capped
 	// NotInPlan: applying a plan, and the plan did not list the object.
 	NotInPlan
-	// FenceLost: the fence expired before the delete it guards (a slow
-	// storage or a paused process); a writer may have passed, so kept.
+	// FenceLost: the fence expired or was taken away before the delete it
+	// guards, or while it ran (a stalled renewal, a paused process, Redis
+	// losing the key); a writer may have passed, so kept (a delete cut
+	// short may have removed part of it, see docs/gc-protocol.md).
 	FenceLost
+	// DeleteTimeout: the delete did not finish within its deadline (lease/2
+	// after the fence was last confirmed, or 5 leases in all) and was
+	// abandoned, so it never ran past the fence; kept.
+	DeleteTimeout
 	// CheckFailed: a read needed to decide failed (Redis, storage); kept,
 	// because a failed check never means "deletable".
 	CheckFailed
@@ -81,7 +87,8 @@ var reasonText = [reasonCount]struct{ name, msg string }{
 	LinkDBIncomplete:    {"linkdb_incomplete", "the reverse-link database is not known to be complete; no blob is deleted"},
 	Capped:              {"capped", "the run reached its deletion cap"},
 	NotInPlan:           {"not_in_plan", "the applied plan did not list this object"},
-	FenceLost:           {"fence_lost", "the fence expired before the delete; kept"},
+	FenceLost:           {"fence_lost", "the fence expired or was lost before or during the delete; kept"},
+	DeleteTimeout:       {"delete_timeout", "the delete did not finish within its deadline under the fence; kept"},
 	CheckFailed:         {"check_failed", "a read needed to decide failed; kept"},
 	DeleteFailed:        {"delete_failed", "the delete failed; kept"},
 	Unreferenced:        {"unreferenced", "nothing references this object"},
@@ -145,6 +152,7 @@ const (
 	AbortRedisUnavailable       AbortReason = "redis_unavailable"
 	AbortRedisUntrusted         AbortReason = "redis_untrusted"
 	AbortRedisRecordingTooShort AbortReason = "redis_recording_too_short"
+	AbortRedisEvicts            AbortReason = "redis_evicts"
 	AbortManifestUnreadable     AbortReason = "manifest_unreadable"
 	AbortStorageUnreadable      AbortReason = "storage_unreadable"
 )

@@ -42,7 +42,7 @@ func TestReasonsDocumented(t *testing.T) {
 				t.Errorf("%s does not mention reason %s", doc, r)
 			}
 		}
-		for _, a := range []AbortReason{AbortRedisUnavailable, AbortRedisUntrusted, AbortRedisRecordingTooShort, AbortManifestUnreadable, AbortStorageUnreadable} {
+		for _, a := range []AbortReason{AbortRedisUnavailable, AbortRedisUntrusted, AbortRedisRecordingTooShort, AbortRedisEvicts, AbortManifestUnreadable, AbortStorageUnreadable} {
 			if !strings.Contains(string(b), string(a)) {
 				t.Errorf("%s does not mention abort reason %s", doc, a)
 			}

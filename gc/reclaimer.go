@@ -333,6 +333,8 @@ func (r *Reclaimer) preconditions(ctx context.Context) (*tickState, error) {
 	}
 	since, err := c.tracker.RecordingSince(ctx)
 	switch {
+	case errors.Is(err, ErrRedisEvicts):
+		return nil, abort(AbortRedisEvicts, err)
 	case errors.Is(err, ErrNotRecording):
 		return nil, abort(AbortRedisUntrusted, err)
 	case err != nil:

@@ -3,6 +3,7 @@ package gc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -192,6 +193,7 @@ func TestReclaimerFailsClosed(t *testing.T) {
 		want  AbortReason
 	}{
 		{"epoch missing", func(f *fixture) { f.tr.sinceErr = ErrNotRecording }, AbortRedisUntrusted},
+		{"redis may evict", func(f *fixture) { f.tr.sinceErr = fmt.Errorf("%w: volatile-lru", ErrRedisEvicts) }, AbortRedisEvicts},
 		{"redis down", func(f *fixture) { f.tr.sinceErr = ErrTrackerUnavailable }, AbortRedisUnavailable},
 		{"epoch too young", func(f *fixture) { f.tr.since = f.tr.now.Add(-time.Minute) }, AbortRedisRecordingTooShort},
 	}

@@ -57,10 +57,11 @@ func TestStatusOfMapsEveryError(t *testing.T) {
 	for err, want := range map[error]int{
 		gc.ErrInvalidName:        400,
 		errBadRequest:            400,
+		errDigestAlgorithm:       400,
 		gc.ErrRepositoryNotFound: 404,
 		gc.ErrPlanNotFound:       404,
 		gc.ErrRepositoryBusy:     409,
-		gc.ErrPlanRepository:     409,
+		gc.ErrPlanRepository:     404, // never says whose plan it is
 		errTooLarge:              413,
 		gc.ErrDisabled:           405,
 		&gc.AbortError{Reason: gc.AbortRedisUntrusted}: 503,

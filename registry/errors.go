@@ -44,16 +44,20 @@ func statusOf(err error) (int, apiError) {
 		return http.StatusBadRequest, apiError{"NAME_INVALID", err.Error(), nil}
 	case errors.Is(err, errBadRequest):
 		return http.StatusBadRequest, apiError{"PARAM_INVALID", err.Error(), nil}
+	case errors.Is(err, errDigestAlgorithm):
+		return http.StatusBadRequest, apiError{"DIGEST_INVALID", err.Error(), nil}
 	case errors.Is(err, gc.ErrRepositoryNotFound):
 		return http.StatusNotFound, apiError{"NAME_UNKNOWN", err.Error(), nil}
+	case errors.Is(err, gc.ErrPlanRepository):
+		// Never say whose plan it is: the handlers answer as for an unknown
+		// id (planUnknown); this is the fallback, without the message.
+		return http.StatusNotFound, apiError{"PLAN_UNKNOWN", gc.ErrPlanNotFound.Error(), nil}
 	case errors.Is(err, gc.ErrPlanNotFound):
 		return http.StatusNotFound, apiError{"PLAN_UNKNOWN", err.Error(), nil}
 	case errors.Is(err, errRunNotFound):
 		return http.StatusNotFound, apiError{"RUN_UNKNOWN", err.Error(), nil}
 	case errors.Is(err, errNotFound):
 		return http.StatusNotFound, apiError{"NOT_FOUND", err.Error(), nil}
-	case errors.Is(err, gc.ErrPlanRepository):
-		return http.StatusConflict, apiError{"PLAN_INVALID", err.Error(), nil}
 	case errors.Is(err, gc.ErrRepositoryBusy):
 		return http.StatusConflict, apiError{"GC_BUSY", err.Error(), nil}
 	case errors.Is(err, errTooLarge):

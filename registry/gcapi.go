@@ -2,17 +2,16 @@ package registry
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/distribution/distribution/v3/configuration"
 	"github.com/distribution/distribution/v3/registry/auth"
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/sirupsen/logrus"
 
 	"github.com/reclaim-registry/reclaim/gc"
@@ -29,7 +28,10 @@ import (
 //
 // Repository endpoints require the "delete" action on the repository from
 // the registry's configured access controller; the GET endpoints require an
-// authenticated caller ("pull" on the repository for runs and plans).
+// authenticated caller ("pull" on the repository for runs and plans). A run
+// or plan of a repository the caller may not see answers exactly as an
+// unknown id does, so ids cannot be probed. A collect (or apply) that does
+// not say dry_run=false is a dry run; gcapi_request.go parses the options.
 // docs/api.md is the reference.
 const gcPrefix = "/gc/v1/"
 
@@ -43,6 +45,9 @@ type gcBackend struct {
 	Collector *gc.Collector
 	// Status reports the health of the tracker and link database.
 	Status func(ctx context.Context) map[string]any
+	// Exists reports whether storage holds the repository (manifests or
+	// layer links). Optional: without it the collector finds out.
+	Exists func(ctx context.Context, repo string) (bool, error)
 }
 
 // openGC builds the backend for a config; gcapi_storage.go sets it, tests
@@ -161,101 +166,29 @@ func (h *gcAPI) collector(ctx context.Context) (*gcBackend, error) {
 	return b, nil
 }
 
-// collectRequest is the optional JSON body; query parameters override it.
-type collectRequest struct {
-	DryRun   *bool  `json:"dry_run,omitempty"`
-	Untagged string `json:"untagged,omitempty"`
-	Cap      int    `json:"cap,omitempty"`
-	Plan     string `json:"plan_id,omitempty"`
-	Async    bool   `json:"async,omitempty"`
-}
-
-func readRequest(r *http.Request) (collectRequest, error) {
-	var req collectRequest
-	if r.ContentLength > maxBody {
-		return req, fmt.Errorf("%w: limit %d bytes", errTooLarge, maxBody)
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-	if err != nil {
-		return req, fmt.Errorf("%w: read body: %v", errBadRequest, err)
-	}
-	if len(body) > maxBody {
-		return req, fmt.Errorf("%w: limit %d bytes", errTooLarge, maxBody)
-	}
-	if len(strings.TrimSpace(string(body))) > 0 {
-		dec := json.NewDecoder(strings.NewReader(string(body)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			return req, fmt.Errorf("%w: body: %v", errBadRequest, err)
-		}
-	}
-	q := r.URL.Query()
-	for k, vs := range q {
-		switch k {
-		case "dry_run", "untagged", "cap", "plan", "async":
-		default:
-			return req, fmt.Errorf("%w: unknown parameter %q", errBadRequest, k)
-		}
-		// "dry_run=" must not quietly mean a real run.
-		if len(vs) != 1 || vs[0] == "" {
-			return req, fmt.Errorf("%w: parameter %q needs exactly one value", errBadRequest, k)
-		}
-	}
-	if v := q.Get("dry_run"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return req, fmt.Errorf("%w: dry_run=%q: want true or false", errBadRequest, v)
-		}
-		req.DryRun = &b
-	}
-	if v := q.Get("untagged"); v != "" {
-		req.Untagged = v
-	}
-	if req.Untagged != "" && req.Untagged != "keep" && req.Untagged != "delete" {
-		return req, fmt.Errorf("%w: untagged=%q: want keep or delete", errBadRequest, req.Untagged)
-	}
-	if v := q.Get("cap"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return req, fmt.Errorf("%w: cap=%q: want a non-negative integer", errBadRequest, v)
-		}
-		req.Cap = n
-	}
-	if req.Cap < 0 {
-		return req, fmt.Errorf("%w: cap must not be negative", errBadRequest)
-	}
-	if v := q.Get("plan"); v != "" {
-		req.Plan = v
-	}
-	if req.Plan != "" && !planIDRe.MatchString(req.Plan) {
-		return req, fmt.Errorf("%w: plan id %q", errBadRequest, req.Plan)
-	}
-	if v := q.Get("async"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return req, fmt.Errorf("%w: async=%q: want true or false", errBadRequest, v)
-		}
-		req.Async = b
-	}
-	return req, nil
-}
-
-func (req collectRequest) options() gc.RunOptions {
-	o := gc.RunOptions{Cap: req.Cap, PlanID: req.Plan}
-	if req.DryRun != nil {
-		o.DryRun = *req.DryRun
-	}
-	if req.Untagged != "" {
-		keep := req.Untagged == "keep"
-		o.KeepUntagged = &keep
-	}
-	return o
-}
-
-// repoRequest validates the name, authorizes, parses and opens the backend,
-// in that order: a bad name is a 400 whoever asks.
-func (h *gcAPI) repoRequest(r *http.Request, repo string) (collectRequest, *gcBackend, error) {
+// validateRepository accepts exactly the names Distribution serves under
+// /v2/<name>/ and can store: the reference grammar whose storage path the
+// drivers accept. The grammar allows a host with a port or an IPv6 literal
+// ("localhost:5000/a"), but no driver stores ':', '[' or ']', so no
+// repository can have such a name: that is a 400, not a 503 that says
+// retry.
+func validateRepository(repo string) error {
 	if err := gc.ValidateName(repo); err != nil {
+		return err
+	}
+	if !storagedriver.PathRegexp.MatchString("/" + repo) {
+		return fmt.Errorf("%w: %q: not a storage path (a host with a port or an IPv6 address?)", gc.ErrInvalidName, repo)
+	}
+	return nil
+}
+
+// repoRequest validates the name, authorizes, parses, opens the backend and
+// checks the repository exists, in that order: a bad name is a 400 whoever
+// asks, and only a caller with access learns whether the repository exists.
+// All of it comes before the collector's preconditions, so a request that
+// can never succeed is never answered with a 503 that says retry.
+func (h *gcAPI) repoRequest(r *http.Request, repo string) (collectRequest, *gcBackend, error) {
+	if err := validateRepository(repo); err != nil {
 		return collectRequest{}, nil, err
 	}
 	if err := h.authorize(r, repo, "delete"); err != nil {
@@ -263,10 +196,37 @@ func (h *gcAPI) repoRequest(r *http.Request, repo string) (collectRequest, *gcBa
 	}
 	req, err := readRequest(r)
 	if err != nil {
-		return req, nil, err
+		return collectRequest{}, nil, err
 	}
 	b, err := h.collector(r.Context())
-	return req, b, err
+	if err != nil {
+		return collectRequest{}, nil, err
+	}
+	if b.Exists != nil {
+		// An error is not "absent": the run reads storage again and aborts
+		// if it cannot.
+		if ok, err := b.Exists(r.Context(), repo); err == nil && !ok {
+			return collectRequest{}, nil, fmt.Errorf("%w: %s", gc.ErrRepositoryNotFound, repo)
+		}
+	}
+	return req, b, nil
+}
+
+// planUnknown is the one answer for a plan id the caller cannot use: not
+// found, expired, or made for another repository. Saying which would let a
+// caller probe other repositories' ids (and name them).
+func planUnknown(id string) error { return fmt.Errorf("%w: %q", gc.ErrPlanNotFound, id) }
+
+// runUnknown is planUnknown for runs.
+func runUnknown(id string) error { return fmt.Errorf("%w: %q", errRunNotFound, id) }
+
+// hidePlan turns every "this plan is not yours to use" error into
+// planUnknown.
+func hidePlan(err error, id string) error {
+	if errors.Is(err, gc.ErrPlanNotFound) || errors.Is(err, gc.ErrPlanRepository) {
+		return planUnknown(id)
+	}
+	return err
 }
 
 func (h *gcAPI) collect(w http.ResponseWriter, r *http.Request, repo, planID string) error {
@@ -278,6 +238,9 @@ func (h *gcAPI) collect(w http.ResponseWriter, r *http.Request, repo, planID str
 		if !planIDRe.MatchString(planID) {
 			return fmt.Errorf("%w: plan id %q", errBadRequest, planID)
 		}
+		if req.Plan != "" {
+			return fmt.Errorf("%w: the plan id is in the path; give no plan option", errBadRequest)
+		}
 		req.Plan = planID
 	}
 	o := req.options()
@@ -285,7 +248,7 @@ func (h *gcAPI) collect(w http.ResponseWriter, r *http.Request, repo, planID str
 		id, err := b.Collector.Start(r.Context(), repo, o)
 		if err != nil {
 			observeAbort(err)
-			return err
+			return hidePlan(err, o.PlanID)
 		}
 		go observeWhenDone(b.Collector, id)
 		writeJSON(w, http.StatusAccepted, map[string]any{"run_id": id, "repository": repo, "status": "running",
@@ -295,7 +258,7 @@ func (h *gcAPI) collect(w http.ResponseWriter, r *http.Request, repo, planID str
 	rep, err := b.Collector.Collect(r.Context(), repo, o)
 	observe(rep, err)
 	if err != nil {
-		return err
+		return hidePlan(err, o.PlanID)
 	}
 	writeJSON(w, http.StatusOK, rep)
 	return nil
@@ -322,25 +285,26 @@ func (h *gcAPI) getRun(w http.ResponseWriter, r *http.Request, id string) error 
 	return h.getRecord(w, r, func(b *gcBackend) (string, any, error) {
 		rep, ok := b.Collector.Run(id)
 		if !ok {
-			return "", nil, fmt.Errorf("%w: %q", errRunNotFound, id)
+			return "", nil, runUnknown(id)
 		}
 		return rep.Repository, rep, nil
-	})
+	}, runUnknown(id))
 }
 
 func (h *gcAPI) getPlan(w http.ResponseWriter, r *http.Request, id string) error {
 	return h.getRecord(w, r, func(b *gcBackend) (string, any, error) {
 		p, ok := b.Collector.Plan(id)
 		if !ok {
-			return "", nil, fmt.Errorf("%w: %q", gc.ErrPlanNotFound, id)
+			return "", nil, planUnknown(id)
 		}
 		return p.Repository, p, nil
-	})
+	}, planUnknown(id))
 }
 
 // getRecord serves a run or a plan found by find: readable by whoever may
-// pull its repository.
-func (h *gcAPI) getRecord(w http.ResponseWriter, r *http.Request, find func(*gcBackend) (repo string, v any, err error)) error {
+// pull its repository. To anyone else it answers unknown, exactly as find
+// does for an id that does not exist.
+func (h *gcAPI) getRecord(w http.ResponseWriter, r *http.Request, find func(*gcBackend) (repo string, v any, err error), unknown error) error {
 	if r.Method != http.MethodGet {
 		return fmt.Errorf("%w: %s; use GET", errMethod, r.Method)
 	}
@@ -356,7 +320,9 @@ func (h *gcAPI) getRecord(w http.ResponseWriter, r *http.Request, find func(*gcB
 		return err
 	}
 	if err := h.authorize(r, repo, "pull"); err != nil {
-		return err
+		// The caller is authenticated (checked above); a 401 here would
+		// tell them the id exists and belongs to a repository they lack.
+		return unknown
 	}
 	writeJSON(w, http.StatusOK, v)
 	return nil

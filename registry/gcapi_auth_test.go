@@ -127,8 +127,8 @@ func (notRecording) LastAccess(context.Context, gc.Object) (time.Time, bool, err
 func (notRecording) Fence(context.Context, gc.Object, time.Duration, time.Duration) (gc.Hold, error) {
 	return nil, gc.ErrFenced
 }
-func (notRecording) LockRepository(context.Context, string, time.Duration) (func(), error) {
-	return func() {}, nil
+func (notRecording) LockRepository(ctx context.Context, _ string, _ time.Duration) (context.Context, func(), error) {
+	return ctx, func() {}, nil
 }
 
 type noLinks struct{}

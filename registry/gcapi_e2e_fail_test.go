@@ -296,7 +296,7 @@ func TestE2EPlanApplyAsyncStatus(t *testing.T) {
 	}
 	// b gets tagged again after the plan: applying must keep it.
 	registrytest.Tag(t, g.Registry, "plan/app@"+b.String(), "back")
-	code, body = g.post(t, "/gc/v1/repositories/plan/app/plans/"+resp.Plan.ID+"/apply")
+	code, body = g.post(t, "/gc/v1/repositories/plan/app/plans/"+resp.Plan.ID+"/apply?dry_run=false")
 	if code != http.StatusOK {
 		t.Fatalf("apply: %d %s", code, body)
 	}

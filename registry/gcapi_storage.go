@@ -8,6 +8,7 @@ import (
 
 	"github.com/distribution/distribution/v3/configuration"
 	registrymiddleware "github.com/distribution/distribution/v3/registry/middleware/registry"
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc"
@@ -33,6 +34,9 @@ func init() {
 // driver wrapped by the reclaim middleware (deletes through it remove
 // reverse links and evict descriptor caches), its tracker and link index.
 func openStorageGC(ctx context.Context, config *configuration.Configuration, c GCConfig) (*gcBackend, error) {
+	if config != nil && config.Proxy.RemoteURL != "" {
+		return nil, storage.ErrProxyGC // manifests are stored unverified
+	}
 	env, err := storage.Open(ctx, config)
 	if err != nil {
 		return nil, err
@@ -56,7 +60,7 @@ func openStorageGC(ctx context.Context, config *configuration.Configuration, c G
 	if err != nil {
 		return nil, err
 	}
-	return &gcBackend{Collector: col, Status: func(ctx context.Context) map[string]any {
+	return &gcBackend{Collector: col, Exists: repositoryExists(env.Raw), Status: func(ctx context.Context) map[string]any {
 		out := map[string]any{"window_seconds": int64(window.Seconds()), "embedded_redis": env.Embedded}
 		if since, err := env.Tracker.RecordingSince(ctx); err != nil {
 			out["redis"] = err.Error()
@@ -75,6 +79,25 @@ func openStorageGC(ctx context.Context, config *configuration.Configuration, c G
 		}
 		return out
 	}}, nil
+}
+
+// repositoryExists is gcBackend.Exists on d: a repository exists when it
+// has a _manifests or a _layers directory (the collector's own definition).
+// Any error other than "not found" is returned, never taken for absent.
+func repositoryExists(d storagedriver.StorageDriver) func(ctx context.Context, repo string) (bool, error) {
+	return func(ctx context.Context, repo string) (bool, error) {
+		for _, sub := range []string{"/_manifests", "/_layers"} {
+			_, err := d.Stat(ctx, storage.RepositoryPath(repo)+sub)
+			var nf storagedriver.PathNotFoundError
+			switch {
+			case err == nil:
+				return true, nil
+			case !errors.As(err, &nf):
+				return false, err
+			}
+		}
+		return false, nil
+	}
 }
 
 // gcTracker adapts *storage.Tracker to gc.Tracker (and gc.Clock).
@@ -97,6 +120,7 @@ func trackerErr(err error) error {
 		{storage.ErrRecentlyAccessed, gc.ErrRecentlyAccessed},
 		{storage.ErrFenceLost, gc.ErrFenceLost},
 		{storage.ErrNotRecording, gc.ErrNotRecording},
+		{storage.ErrRedisEvicts, gc.ErrRedisEvicts},
 		{storage.ErrRepositoryBusy, gc.ErrRepositoryBusy},
 		{storage.ErrRedisUnavailable, gc.ErrTrackerUnavailable},
 	} {
@@ -138,9 +162,9 @@ func (h gcHold) Confirm(ctx context.Context) error {
 
 func (h gcHold) Release(ctx context.Context) error { return trackerErr(h.t.Release(ctx, h.f)) }
 
-func (a gcTracker) LockRepository(ctx context.Context, repo string, lease time.Duration) (func(), error) {
-	unlock, err := a.t.LockRepository(ctx, repo, lease)
-	return unlock, trackerErr(err)
+func (a gcTracker) LockRepository(ctx context.Context, repo string, lease time.Duration) (context.Context, func(), error) {
+	held, unlock, err := a.t.LockRepository(ctx, repo, lease)
+	return held, unlock, trackerErr(err)
 }
 
 func (a gcTracker) Now(ctx context.Context) (time.Time, error) {

@@ -73,11 +73,11 @@ func TestTrackerAdapterSentinels(t *testing.T) {
 	if at, ok, err := tr.LastAccess(ctx, o); err != nil || !ok || at.IsZero() {
 		t.Fatalf("last access: %v %v %v", at, ok, err)
 	}
-	unlock, err := tr.LockRepository(ctx, "r", time.Minute)
+	_, unlock, err := tr.LockRepository(ctx, "r", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tr.LockRepository(ctx, "r", time.Minute); !errors.Is(err, gc.ErrRepositoryBusy) {
+	if _, _, err := tr.LockRepository(ctx, "r", time.Minute); !errors.Is(err, gc.ErrRepositoryBusy) {
 		t.Fatalf("second lock: %v", err)
 	}
 	unlock()

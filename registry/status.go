@@ -8,6 +8,8 @@ import (
 	"net/http/httptest"
 
 	"github.com/distribution/distribution/v3/configuration"
+
+	"github.com/reclaim-registry/reclaim/storage"
 )
 
 // GET /gc/v1/status reports the GC API (gcapi.go) and the background
@@ -16,7 +18,10 @@ import (
 //	{ "enabled": true, "window_seconds": ..., "redis": "ok", ...   <- the GC API's fields
 //	  "reclaimer": { "enabled": true, "last_tick": ..., "queue_length": 3, "due": 1,
 //	                 "deleted": 10, "deleted_by_reason": {...}, "kept_by_reason": {...},
-//	                 "last_error": "...", ... } }
+//	                 "last_error": "...", ... },
+//	  "redis_health": { "maxmemory_policy": "noeviction", "evicts": false,
+//	                    "persistence": "aof", "epoch": ..., "nodes": [{"addr", "run_id", ...}],
+//	                    "last_loss": {"reason": "restart", "at": ..., "epoch": ...} } }
 //
 // It is authenticated exactly like the GC API: the same access controller
 // code path (gcAPI.authorize), any authenticated caller. When the GC API is
@@ -66,7 +71,20 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		out["gc_api"] = errorMessage(rec.Body.Bytes())
 	}
 	out["reclaimer"] = h.reclaimerStatus(r)
+	out["redis_health"] = h.redisHealth(r)
 	writeJSON(w, status, out)
+}
+
+// redisHealth is what the tracker's last recording tick read from Redis
+// INFO (storage/redishealth.go): the eviction policy (GC refuses while it
+// evicts), persistence, each master's run_id, the epoch, and the last time
+// the epoch was moved forward and why.
+func (h *statusHandler) redisHealth(r *http.Request) any {
+	env, err := storage.Open(r.Context(), h.config)
+	if err != nil {
+		return map[string]any{"error": err.Error()}
+	}
+	return env.Tracker.RedisHealth()
 }
 
 func (h *statusHandler) reclaimerStatus(r *http.Request) any {

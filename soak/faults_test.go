@@ -168,7 +168,7 @@ func TestSoakRedisAndCrashFaults(t *testing.T) {
 	for round := range 2 {
 		victim := c.procs[round%2]
 		for _, repo := range soakRepos {
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, victim.URL+"/gc/v1/repositories/"+repo+"/collect?async=true", nil)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, victim.URL+"/gc/v1/repositories/"+repo+"/collect?async=true&dry_run=false", nil)
 			if resp, err := http.DefaultClient.Do(req); err == nil {
 				resp.Body.Close()
 			}

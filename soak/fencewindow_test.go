@@ -149,7 +149,7 @@ func TestKeptIndexChildPullableDuringSweep(t *testing.T) {
 	hookMu.Unlock()
 	t.Cleanup(func() { hookMu.Lock(); hookBefore = nil; hookMu.Unlock() })
 
-	resp := r.Do(t, http.MethodPost, "/gc/v1/repositories/fw/app/collect", nil)
+	resp := r.Do(t, http.MethodPost, "/gc/v1/repositories/fw/app/collect?dry_run=false", nil)
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	var rep struct {

@@ -480,10 +480,10 @@ func status(ctx context.Context, r *registrytest.Registry) (gcStatus, error) {
 	return st, err
 }
 
-// collect runs one synchronous collection through r's GC API and returns
+// collect runs one real, synchronous collection through r's GC API and returns
 // the HTTP status and the report's bytes_freed.
 func collect(ctx context.Context, r *registrytest.Registry, repo string) (int, int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL+"/gc/v1/repositories/"+repo+"/collect", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL+"/gc/v1/repositories/"+repo+"/collect?dry_run=false", nil)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -116,9 +116,10 @@ func TestMeasureCalls(t *testing.T) {
 				t.Logf("%-28s forward link writes %d, reverse link writes %d", name, fwd, rev)
 				// 7 blobs; a push touches each blob in a few requests (HEAD,
 				// upload commit, manifest PUT), a pull in one or two.
-				// push: one access check per blob (the manifest PUT reuses
-				// the commits' checks) plus one review-queue add per
-				// committed blob; pull: at most one per blob.
+				// push: one access check per blob at its upload commit
+				// and one per reference at the manifest PUT's verification
+				// (never reused across requests); pull: at most one per
+				// blob.
 				if blobs := int64(7); push.scripts > 2*blobs || cold.scripts > blobs || warm.scripts > blobs {
 					t.Errorf("%s: redis scripts push %d, pull cold %d, warm %d: over budget", name, push.scripts, cold.scripts, warm.scripts)
 				}

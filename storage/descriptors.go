@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 
@@ -129,7 +130,9 @@ func (s *descriptors) Stat(ctx context.Context, dgst digest.Digest) (v1.Descript
 }
 
 // verify checks the storage behind a possibly stale cache answer: the blob
-// data and at least one of repo's links to it must exist.
+// data and at least one of repo's links to it must exist. It fails closed:
+// when the storage cannot tell, the answer is a retryable error, never the
+// cached "exists".
 func (s *descriptors) verify(ctx context.Context, e *Env, repo string, dgst digest.Digest, desc v1.Descriptor) (v1.Descriptor, error) {
 	raw := e.Raw
 	exists := func(p string) (bool, error) {
@@ -140,13 +143,16 @@ func (s *descriptors) verify(ctx context.Context, e *Env, repo string, dgst dige
 		return err == nil, err
 	}
 	data, err := exists(BlobDataPath(dgst))
-	if err != nil {
-		return desc, nil // cannot tell: keep Distribution's answer
+	var layer, rev bool
+	if err == nil {
+		layer, err = exists(LayerLinkPath(repo, dgst))
 	}
-	layer, err1 := exists(LayerLinkPath(repo, dgst))
-	rev, err2 := exists(RevisionLinkPath(repo, dgst))
-	if err1 != nil || err2 != nil {
-		return desc, nil
+	if err == nil {
+		rev, err = exists(RevisionLinkPath(repo, dgst))
+	}
+	if err != nil {
+		scopeOf(ctx).refuse()
+		return v1.Descriptor{}, fmt.Errorf("%w: check %s in %s behind the blob descriptor cache: %w", ErrRetryable, dgst, repo, err)
 	}
 	if data && (layer || rev) {
 		// The object is back (re-pushed): its tombstones have done their job.
@@ -154,11 +160,10 @@ func (s *descriptors) verify(ctx context.Context, e *Env, repo string, dgst dige
 		return desc, nil
 	}
 	metricStaleCache.Inc()
-	if !layer && !rev {
-		// Clear drops the cache entry, then deletes the (absent) link: safe
-		// only because neither link exists.
-		_ = s.BlobDescriptorService.Clear(ctx, dgst)
-	}
+	// Drop the stale cache entry. Distribution's Clear would also delete
+	// repo's link, which a push may have written since the checks above:
+	// withCacheOnly keeps it.
+	_ = s.BlobDescriptorService.Clear(withCacheOnly(ctx), dgst)
 	return v1.Descriptor{}, distribution.ErrBlobUnknown
 }
 

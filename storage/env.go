@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -85,9 +87,8 @@ type Options struct {
 	// EpochInterval is how often the recording epoch is re-asserted
 	// (default 5 s).
 	EpochInterval time.Duration
-	// WriteGrace bounds how long a link writer may take from its fence
-	// check to its forward-link write (default 1 min). A delete that meets
-	// a writer within it keeps the reverse link and looks again after it.
+	// WriteGrace is accepted for old configs and ignored: a link writer
+	// and a concurrent delete no longer rely on a time bound (see unlink).
 	WriteGrace time.Duration
 }
 
@@ -119,19 +120,58 @@ func (o *Options) defaults() error {
 	if o.WriteGrace == 0 {
 		o.WriteGrace = time.Minute
 	}
+	for _, c := range []struct {
+		name string
+		d    time.Duration
+		min  time.Duration // smallest allowed value
+	}{
+		{"window", o.Window, 1}, {"accessttl", o.AccessTTL, 1}, {"dedup", o.Dedup, 0},
+		{"fencewait", o.FenceWait, 0}, {"fencepoll", o.FencePoll, 1}, {"timeout", o.Timeout, 1},
+		{"epochinterval", o.EpochInterval, 1}, {"writegrace", o.WriteGrace, 1},
+	} {
+		switch {
+		case c.min > 0 && c.d < c.min:
+			return &OptionError{Option: c.name, Err: fmt.Errorf("must be a positive duration, got %v", c.d)}
+		case c.d < c.min:
+			return &OptionError{Option: c.name, Err: fmt.Errorf("must not be negative, got %v", c.d)}
+		}
+	}
 	switch {
-	case o.Window <= 0, o.Dedup < 0, o.FenceWait < 0, o.FencePoll <= 0, o.Timeout <= 0, o.EpochInterval <= 0, o.WriteGrace <= 0:
-		return fmt.Errorf("%w: durations must be positive", ErrBadOptions)
 	case o.AccessTTL < 2*o.Window:
-		return fmt.Errorf("%w: accessttl %v must be at least twice the window %v", ErrBadOptions, o.AccessTTL, o.Window)
+		return &OptionError{Option: "accessttl", Err: fmt.Errorf("%v must be at least twice the window %v", o.AccessTTL, o.Window)}
 	case o.Dedup*10 > o.Window:
-		return fmt.Errorf("%w: dedup %v must be far below the window %v", ErrBadOptions, o.Dedup, o.Window)
+		return &OptionError{Option: "dedup", Err: fmt.Errorf("%v must be at most a tenth of the window %v", o.Dedup, o.Window)}
 	}
 	return nil
 }
 
 // ErrBadOptions is returned for invalid middleware options.
 var ErrBadOptions = errors.New("storage: invalid reclaim middleware options")
+
+// OptionError is one invalid middleware option. It matches ErrBadOptions
+// (errors.Is). Option is the key as written in config.yml, dotted for nested
+// blocks ("redis.db", "redis.tls.rootcas").
+type OptionError struct {
+	Option string
+	Err    error
+}
+
+func (e *OptionError) Error() string {
+	return fmt.Sprintf("%v: option %q: %v", ErrBadOptions, e.Option, e.Err)
+}
+
+// Unwrap lets errors.Is find ErrBadOptions and the cause.
+func (e *OptionError) Unwrap() []error { return []error{ErrBadOptions, e.Err} }
+
+// optionError names the option key of err, prefixing the name of a nested
+// OptionError ("redis" + "db" = "redis.db").
+func optionError(key string, err error) *OptionError {
+	var inner *OptionError
+	if errors.As(err, &inner) {
+		return &OptionError{Option: key + "." + inner.Option, Err: inner.Err}
+	}
+	return &OptionError{Option: key, Err: err}
+}
 
 var (
 	envMu sync.Mutex
@@ -176,6 +216,9 @@ func openEnv(ctx context.Context, config *configuration.Configuration, below sto
 	}
 	opts, err := ParseOptions(raw)
 	if err != nil {
+		return nil, err
+	}
+	if err := CheckProxyGC(config); err != nil {
 		return nil, err
 	}
 	if below == nil {
@@ -261,7 +304,7 @@ func NewEnv(ctx context.Context, below storagedriver.StorageDriver, opts Options
 	}
 	ropts.ContextTimeoutEnabled = true
 	client := redis.NewUniversalClient(&ropts)
-	t, err := NewTracker(client, TrackerOptions{Prefix: opts.Prefix, AccessTTL: opts.AccessTTL, Timeout: opts.Timeout, WriteGrace: opts.WriteGrace})
+	t, err := NewTracker(client, TrackerOptions{Prefix: opts.Prefix, AccessTTL: opts.AccessTTL, Timeout: opts.Timeout, Embedded: e.Embedded})
 	if err != nil {
 		client.Close()
 		return nil, err
@@ -396,9 +439,13 @@ func DistributionRedis(config *configuration.Configuration) (redis.UniversalOpti
 //	fencepoll: 100ms
 //	timeout: 1s
 //	epochinterval: 5s
+//
+// A bad option is an *OptionError naming it. Keys are checked in sorted
+// order, so the same config always reports the same option first.
 func ParseOptions(m map[string]any) (Options, error) {
 	var o Options
-	for k, v := range m {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		v := m[k]
 		var err error
 		switch strings.ToLower(k) {
 		case "redis":
@@ -428,10 +475,13 @@ func ParseOptions(m map[string]any) (Options, error) {
 			err = errors.New("unknown option")
 		}
 		if err != nil {
-			return Options{}, fmt.Errorf("%w: %s: %v", ErrBadOptions, k, err)
+			return Options{}, optionError(k, err)
 		}
 	}
-	return o, o.defaults()
+	if err := o.defaults(); err != nil {
+		return Options{}, err
+	}
+	return o, nil
 }
 
 func parseRedis(v any, r *redis.UniversalOptions) error {
@@ -439,7 +489,8 @@ func parseRedis(v any, r *redis.UniversalOptions) error {
 	if !ok {
 		return fmt.Errorf("must be a map, got %T", v)
 	}
-	for ks, x := range m {
+	for _, ks := range slices.Sorted(maps.Keys(m)) {
+		x := m[ks]
 		var err error
 		switch strings.ToLower(ks) {
 		case "addrs":
@@ -448,14 +499,14 @@ func parseRedis(v any, r *redis.UniversalOptions) error {
 				for _, s := range a {
 					as, serr := str(s)
 					if serr != nil {
-						return fmt.Errorf("addrs: %v", serr)
+						return optionError(ks, fmt.Errorf("every address %v", serr))
 					}
 					r.Addrs = append(r.Addrs, as)
 				}
 			case []string:
 				r.Addrs = append(r.Addrs, a...)
 			default:
-				return fmt.Errorf("addrs must be a list, got %T", x)
+				err = fmt.Errorf("must be a list of host:port, got %T", x)
 			}
 		case "addr":
 			var s string
@@ -478,14 +529,14 @@ func parseRedis(v any, r *redis.UniversalOptions) error {
 		case "db":
 			n, ok := x.(int)
 			if !ok {
-				err = fmt.Errorf("db must be an integer, got %T", x)
+				err = fmt.Errorf("must be an integer, got %T", x)
 			}
 			r.DB = n
 		default:
 			err = errors.New("unknown option")
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %v", ks, err)
+			return optionError(ks, err)
 		}
 	}
 	return nil
@@ -502,9 +553,13 @@ func str(v any) (string, error) {
 func dur(v any) (time.Duration, error) {
 	switch x := v.(type) {
 	case string:
-		return time.ParseDuration(x)
+		d, err := time.ParseDuration(x)
+		if err != nil {
+			return 0, fmt.Errorf("must be a duration like 90s, 10m or 24h, got %q", x)
+		}
+		return d, nil
 	case time.Duration:
 		return x, nil
 	}
-	return 0, fmt.Errorf("must be a duration string like 1s, got %T", v)
+	return 0, fmt.Errorf("must be a duration like 90s, 10m or 24h, got %v (%T)", v, v)
 }

@@ -46,6 +46,43 @@ func TestParseOptions(t *testing.T) {
 	}
 }
 
+// Every invalid option is reported by its name as written in config.yml,
+// so `registry serve` can tell the operator which line to fix.
+func TestParseOptionsNamesTheOption(t *testing.T) {
+	for _, c := range []struct {
+		opts   map[string]any
+		option string
+		msg    string
+	}{
+		{map[string]any{"windw": "1h"}, "windw", "unknown option"},
+		{map[string]any{"window": 3600}, "window", "must be a duration"},
+		{map[string]any{"window": "soon"}, "window", `got "soon"`},
+		{map[string]any{"window": "-1h"}, "window", "must be a positive duration, got -1h0m0s"},
+		{map[string]any{"dedup": "-1s"}, "dedup", "must not be negative"},
+		{map[string]any{"fencepoll": "-1s"}, "fencepoll", "positive"},
+		{map[string]any{"window": "5s", "dedup": "1s"}, "dedup", "a tenth of the window"},
+		{map[string]any{"window": "1h", "accessttl": "90m"}, "accessttl", "twice the window"},
+		{map[string]any{"redis": "localhost:6379"}, "redis", "must be a map"},
+		{map[string]any{"redis": map[any]any{"addrs": "x"}}, "redis.addrs", "must be a list"},
+		{map[string]any{"redis": map[any]any{"addrs": []any{1}}}, "redis.addrs", "must be a string"},
+		{map[string]any{"redis": map[any]any{"db": "0"}}, "redis.db", "must be an integer"},
+		{map[string]any{"redis": map[any]any{"adrs": []any{}}}, "redis.adrs", "unknown option"},
+	} {
+		_, err := ParseOptions(c.opts)
+		var oe *OptionError
+		if !errors.As(err, &oe) || !errors.Is(err, ErrBadOptions) {
+			t.Errorf("ParseOptions(%v) = %v, want an *OptionError matching ErrBadOptions", c.opts, err)
+			continue
+		}
+		if oe.Option != c.option || !strings.Contains(oe.Err.Error(), c.msg) {
+			t.Errorf("ParseOptions(%v): option %q, %q; want option %q, %q", c.opts, oe.Option, oe.Err, c.option, c.msg)
+		}
+		if want := `option "` + c.option + `": `; !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseOptions(%v) = %q, want it to contain %q", c.opts, err, want)
+		}
+	}
+}
+
 func TestOpenMemoizesAndFallsBack(t *testing.T) {
 	b := backends(t)[0]
 	ctx := context.Background()

@@ -17,6 +17,7 @@ type ctxKey int
 const (
 	keyNoAccess ctxKey = iota
 	keyScope
+	keyCacheOnly
 )
 
 // WithoutAccessRecords marks ctx so that driver calls made with it record no
@@ -28,6 +29,19 @@ func WithoutAccessRecords(ctx context.Context) context.Context {
 
 func accessRecordsOff(ctx context.Context) bool {
 	v, _ := ctx.Value(keyNoAccess).(bool)
+	return v
+}
+
+// withCacheOnly marks ctx for a call of Distribution's statter Clear that
+// must drop the blob descriptor cache entry and nothing else: Clear also
+// deletes the repository's link, which a concurrent push may have just
+// written (driver.Delete skips link deletes under this mark).
+func withCacheOnly(ctx context.Context) context.Context {
+	return context.WithValue(ctx, keyCacheOnly, true)
+}
+
+func cacheOnly(ctx context.Context) bool {
+	v, _ := ctx.Value(keyCacheOnly).(bool)
 	return v
 }
 
@@ -225,7 +239,7 @@ func Handler(next http.Handler) http.Handler {
 		rw := &refusalWriter{ResponseWriter: w, s: s}
 		ctx := context.WithValue(r.Context(), keyScope, s)
 		defer s.done(ctx)
-		next.ServeHTTP(rw, r.WithContext(ctx))
+		next.ServeHTTP(rw, watchManifestPut(r.WithContext(ctx))) // index children: indexguard.go
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,22 +15,90 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/opencontainers/go-digest"
+	"github.com/redis/go-redis/v9"
 )
 
 // These tests force each interleaving of docs/gc-protocol.md: the GC side
 // is played step by step (fence, re-check, delete, release) against a real
 // client pushing and pulling through the real app.
 
-const testWindow = 200 * time.Millisecond
+// testWindow is long enough that nothing a test touched leaves it by
+// itself on a loaded machine: tests move time on with age, not sleeps.
+const testWindow = time.Minute
 
 func newWindowApp(t *testing.T, b backend, cache string) *testApp {
 	a := newTestApp(t, appOptions{window: testWindow, redisAddr: b.addr, prefix: b.prefix, cache: cache})
-	time.Sleep(testWindow + 20*time.Millisecond) // the epoch must be a window old
+	a.age(t) // the epoch must be a window old
 	return a
 }
 
-// idle waits until everything touched so far is outside the window.
-func idle() { time.Sleep(testWindow + 30*time.Millisecond) }
+// age moves every access record and the recording epoch of the app's key
+// prefix one window (and a millisecond) into the past, and empties the
+// process's read dedup, as if the window had passed with no access: the test
+// clock for both miniredis and a real Redis, whose scripts read their own
+// TIME.
+func (a *testApp) age(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	c := a.env.Tracker.Client()
+	prefix := a.opts.prefix
+	if prefix == "" {
+		prefix = "reclaim:"
+	}
+	shift := (testWindow + time.Millisecond).Milliseconds()
+	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		if k != prefix+"since" && !strings.Contains(k, "}:a") {
+			continue
+		}
+		v, err := c.Get(ctx, k).Int64()
+		if err != nil {
+			t.Fatalf("age %s: %v", k, err)
+		}
+		if err := c.Set(ctx, k, v-shift, redis.KeepTTL).Err(); err != nil {
+			t.Fatalf("age %s: %v", k, err)
+		}
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	// the window has passed for this process's read dedup too
+	a.env.dedup.mu.Lock()
+	a.env.dedup.seen = nil
+	a.env.dedup.mu.Unlock()
+}
+
+// fencedSignal is a go-redis hook that closes C the first time a touch is
+// refused by a fence: the writer is now waiting for the fence to clear.
+type fencedSignal struct {
+	once sync.Once
+	C    chan struct{}
+}
+
+func watchFenced(a *testApp) *fencedSignal {
+	s := &fencedSignal{C: make(chan struct{})}
+	a.env.Tracker.Client().AddHook(s)
+	return s
+}
+
+func (s *fencedSignal) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *fencedSignal) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if c, ok := cmd.(*redis.Cmd); ok {
+			if v, ok := c.Val().([]any); ok && len(v) == 2 && v[0] == int64(1) && v[1] == int64(0) {
+				s.once.Do(func() { close(s.C) })
+			}
+		}
+		return err
+	}
+}
+
+func (s *fencedSignal) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
 
 func (a *testApp) fence(t *testing.T, o Object) *Fence {
 	t.Helper()
@@ -94,7 +163,7 @@ func testInterleavings(t *testing.T, b backend, cache string) {
 				t.Fatalf("fence %v right after the push: %v", o, err)
 			}
 		}
-		idle()
+		a.age(t)
 		a.headBlob("r", x) // a pull renews the protection
 		if _, err := a.env.Tracker.Fence(ctx, Object{Blob: x}, testWindow, time.Minute); !errors.Is(err, ErrRecentlyAccessed) {
 			t.Fatalf("fence right after a HEAD: %v", err)
@@ -112,7 +181,7 @@ func testInterleavings(t *testing.T, b backend, cache string) {
 		}
 		x := layerDigest(t, img, 1)
 		a.gcDelete(t, LayerLinkPath("old", x)) // old no longer links x
-		idle()
+		a.age(t)
 		f := a.fence(t, Object{Blob: x})
 		err := a.push("new:v1", img, noRetry)
 		if statusOf(err) != http.StatusServiceUnavailable {
@@ -143,8 +212,9 @@ func testInterleavings(t *testing.T, b backend, cache string) {
 			t.Fatal(err)
 		}
 		f := a.fence(t, Object{Blob: x})
+		waiting := watchFenced(a)
 		go func() {
-			time.Sleep(100 * time.Millisecond)
+			<-waiting.C // the commit met the fence and polls
 			_ = a.env.Tracker.Release(ctx, f)
 		}()
 		if err := a.push("r:v1", img, noRetry); err != nil {
@@ -172,7 +242,7 @@ func testInterleavings(t *testing.T, b backend, cache string) {
 			t.Fatal(err)
 		}
 		x := layerDigest(t, img, 1)
-		idle()
+		a.age(t)
 		f := a.fence(t, Object{Blob: x, Repo: "r", Kind: LinkLayer})
 		err := remote.Put(a.ref("r:v1"), img, noRetry)
 		if statusOf(err) != http.StatusServiceUnavailable {
@@ -205,7 +275,7 @@ func testInterleavings(t *testing.T, b backend, cache string) {
 			t.Fatal(err)
 		}
 		m1, _ := imageDigests(t, img1)
-		idle()
+		a.age(t)
 		f := a.fence(t, Object{Blob: m1, Repo: "r", Kind: LinkManifest})
 		if err := remote.Tag(a.ref("r:v1").Context().Tag("again"), img1, noRetry); statusOf(err) != http.StatusServiceUnavailable {
 			t.Fatalf("re-tag during revision fence: %v, want 503", err)
@@ -230,7 +300,7 @@ func testInterleavings(t *testing.T, b backend, cache string) {
 				t.Fatal(err)
 			}
 		}
-		idle()
+		a.age(t)
 		child := digest.Digest(im.Manifests[0].Digest.String())
 		f := a.fence(t, Object{Blob: child, Repo: "r", Kind: LinkManifest})
 		if err := remote.Put(a.ref("r:idx"), idx, noRetry); statusOf(err) != http.StatusServiceUnavailable {
@@ -252,7 +322,7 @@ func testInterleavings(t *testing.T, b backend, cache string) {
 			t.Fatal(err)
 		}
 		x := layerDigest(t, img, 1)
-		idle()
+		a.age(t)
 		f := a.fence(t, Object{Blob: x})
 		if code := a.mount("dst", "src", x); code != http.StatusAccepted {
 			t.Fatalf("mount during fence = %d, want 202", code)
@@ -280,7 +350,7 @@ func testInterleavings(t *testing.T, b backend, cache string) {
 		if code := a.headBlob("r", x); code != http.StatusOK {
 			t.Fatalf("HEAD = %d", code)
 		}
-		idle()
+		a.age(t)
 		f := a.fence(t, Object{Blob: x})
 		if code := a.headBlob("r", x); code != http.StatusNotFound {
 			t.Fatalf("HEAD during fence = %d, want 404", code)

@@ -48,9 +48,9 @@ func extra(info requestInfo, blob digest.Digest) []Object {
 var ErrRetryable = errors.New("storage: retry later")
 
 // guard is the fence check of an operation that will make blob (and links)
-// referenced: record access unless fenced, never deduplicated across
-// requests. A fence is waited out for up to FenceWait; then the operation
-// fails with a retryable error and never proceeds.
+// referenced: record access unless fenced. A fence is waited out for up to
+// FenceWait; then the operation fails with a retryable error and never
+// proceeds.
 //
 // gone reports a deletion tombstone on one of the objects (descriptors.go).
 func (d *driver) guard(ctx context.Context, blob digest.Digest, links []Object, clear bool) (gone bool, err error) {
@@ -59,23 +59,24 @@ func (d *driver) guard(ctx context.Context, blob digest.Digest, links []Object, 
 
 // guardWait is guard with an explicit wait: a mount does not wait (it falls
 // back to an upload at once).
+//
+// A check is reused only within its own request (scope.covered), never from
+// the process-wide read dedup: another instance may have deleted a link
+// since a pull of this process looked, and only Redis knows (a tombstone).
+// Within a request, a check that found no fence and no tombstone set the
+// access time, and GC refuses to fence anything accessed within its window,
+// so the request's later steps need no second round trip.
 func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []Object, clear bool, wait time.Duration) (gone bool, err error) {
 	if accessRecordsOff(ctx) {
 		return false, nil
 	}
+	if err := d.indexChildren(ctx); err != nil { // a manifest PUT checks its index children first
+		return false, err
+	}
 	objs := append([]Object{{Blob: blob}}, links...)
 	s := scopeOf(ctx)
 	s.noteLinks(links)
-	// Covered: this request, or this process (a pull, or the upload commit
-	// just before a manifest PUT), recorded these objects with a fence check
-	// less than Dedup ago. That touch found no fence and set the access
-	// time, so GC cannot have fenced them since: fence refuses anything
-	// accessed within its window, and windows are far above Dedup.
-	//
-	// A link write (clear with links) reuses only its own request's check
-	// (the upload commit's, which marked the link as being written), never a
-	// pull's: its touch must leave the mark driver.unlink looks for.
-	if s.covered(objs, d.env.opts.Dedup) || (!(clear && len(links) > 0) && d.env.dedup.recent(objs)) {
+	if s.covered(objs, d.env.opts.Dedup) {
 		return false, nil
 	}
 	deadline := time.Now().Add(wait)
@@ -87,8 +88,11 @@ func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []Obje
 			if waited {
 				metricFenceWaits.WithLabelValues("cleared").Inc()
 			}
-			s.record(objs, start)
-			d.env.dedup.record(objs, start)
+			if !gone {
+				// a tombstone must be seen by the next check too: only a
+				// clean answer is remembered
+				s.record(objs, start)
+			}
 			return gone, nil
 		}
 		if errors.Is(err, ErrFenced) && time.Now().Before(deadline) {
@@ -134,7 +138,11 @@ func (d *driver) read(ctx context.Context, blob digest.Digest, links []Object) (
 		// serving comes first: the tracker has noted the gap
 		return false, false
 	}
-	d.env.dedup.record(objs, start)
+	if !gone {
+		// never remember a tombstone as "recent": a concurrent read of
+		// the same blob must see it too and check the storage
+		d.env.dedup.record(objs, start)
+	}
 	return false, gone
 }
 
@@ -311,8 +319,18 @@ func (d *driver) Move(ctx context.Context, src, dst string) error {
 }
 
 // Delete removes reverse links after the forward links are gone, and leaves
-// tombstones so stale blob-descriptor cache entries stop answering.
+// tombstones so stale blob-descriptor cache entries stop answering. The
+// tombstones are written before the delete too: when Redis cannot take
+// them, nothing is deleted (a stale cache entry would answer "exists" for
+// something gone) and the caller gets a retryable error.
 func (d *driver) Delete(ctx context.Context, path string) error {
+	if cacheOnly(ctx) {
+		if p := Classify(path); p.Kind == KindLayerLink || p.Kind == KindRevisionLink {
+			// Distribution's statter Clear after a cache entry was dropped
+			// (descriptors.go): the link itself stays.
+			return nil
+		}
+	}
 	p := Classify(path)
 	var links []Path
 	switch p.Kind {
@@ -328,13 +346,22 @@ func (d *driver) Delete(ctx context.Context, path string) error {
 			return err
 		}
 	case KindBlobData, KindBlobDir:
+		o := Object{Blob: p.Digest}
+		if err := d.env.Evict(ctx, o); err != nil {
+			return fmt.Errorf("%w: delete %s: %w", ErrRetryable, path, err)
+		}
 		err := d.StorageDriver.Delete(ctx, path)
 		if err == nil {
-			d.markGone(ctx, Object{Blob: p.Digest})
+			d.markGone(ctx, o)
 		}
 		return err
 	default:
 		return d.StorageDriver.Delete(ctx, path)
+	}
+	for _, l := range links {
+		if err := d.env.Evict(ctx, linkObject(l)); err != nil {
+			return fmt.Errorf("%w: delete %s: %w", ErrRetryable, path, err)
+		}
 	}
 	err := d.StorageDriver.Delete(ctx, path)
 	if err != nil && !errors.As(err, new(storagedriver.PathNotFoundError)) {
@@ -371,85 +398,76 @@ func (d *driver) forwardLinksUnder(ctx context.Context, dir string) ([]Path, err
 }
 
 // unlink removes the reverse link of a deleted forward link. A writer may
-// be re-creating the forward link meanwhile: it writes the reverse link
-// first, so deleting it now could orphan the forward link. Two re-checks
-// after the delete close that: the forward link is back (restore), or a
-// writer fence-checked the link within WriteGrace and may still be between
-// its reverse and forward write. Then the reverse link is restored too, and
-// looked at again once the grace is over (unlinkLater): by then the writer
-// has written its forward link or given up. Pulls do not mark links as being
-// written. GC's own deletes never take the second branch: GC holds the
-// link's fence, so no writer can be in flight.
+// be re-creating the forward link meanwhile (it writes the reverse link
+// first). Each side looks at the other's object after its own write, so
+// whatever the order one of them puts the reverse link back:
+//
+//	deleter: delete forward, delete reverse, stat forward: back? restore reverse
+//	writer:  put reverse,    put forward,    stat reverse: gone? put it again
+//
+// If the deleter's stat misses the forward link, the writer's put of it
+// comes later, and so does its stat of the reverse link, which then
+// sees the deleter's delete. Neither side depends on timing. The cost is a
+// stale reverse link when the deleter wins the forward link: a leak that
+// linkdb verify reports and rebuild removes, never a loss.
 func (d *driver) unlink(ctx context.Context, p Path) {
 	l := linkObject(p)
 	rl := RepoLink{Repo: l.Repo, Kind: l.Kind}
+	if ctx.Err() != nil {
+		// The delete was called off (GC lost its fence or passed its
+		// deadline) and the forward delete finished anyway (a driver that
+		// ignores cancellation): nothing more is deleted after the call-off.
+		// The reverse link stays, a leak that linkdb rebuild removes; the
+		// tombstone was written before the delete.
+		metricReverseLinks.WithLabelValues("delete", "kept").Inc()
+		return
+	}
 	if err := d.links.Delete(ctx, p.Digest, rl); err != nil {
 		metricReverseLinks.WithLabelValues("delete", "error").Inc()
 		logger(ctx).WithError(err).Warn("reclaim: stale reverse link left behind (a safe leak; linkdb verify removes it)")
-	} else {
-		metricReverseLinks.WithLabelValues("delete", "ok").Inc()
-	}
-	_, err := d.StorageDriver.Stat(ctx, p.String())
-	back := err == nil
-	if back || d.writerMayBeInFlight(ctx, l) {
-		if err := d.links.Put(ctx, p.Digest, rl); err != nil {
-			logger(ctx).WithError(err).Error("reclaim: could not restore reverse link of a re-created forward link")
-		}
-		metricReverseLinks.WithLabelValues("restore", "ok").Inc()
-		if !back {
-			d.unlinkLater(ctx, p)
-		}
 		return
 	}
-	d.markGone(ctx, Object{Blob: p.Digest, Repo: p.Repo, Kind: l.Kind})
+	metricReverseLinks.WithLabelValues("delete", "ok").Inc()
+	if _, err := d.StorageDriver.Stat(ctx, p.String()); !errors.As(err, new(storagedriver.PathNotFoundError)) {
+		// back, or cannot tell (fail safe): the reverse link stays
+		if err := d.links.Put(ctx, p.Digest, rl); err != nil {
+			logger(ctx).WithError(err).Error("reclaim: could not restore the reverse link of a re-created forward link")
+		}
+		metricReverseLinks.WithLabelValues("restore", "ok").Inc()
+		return
+	}
+	d.markGone(ctx, l)
 	// Maybe the blob's last link: the reclaimer checks when it is due (queue.go).
 	d.env.enqueue(ctx, "unlink", p.Digest)
 }
 
-// unlinkLater repeats unlink for a forward link that is still gone once the
-// write grace is over. A process that dies first leaves a stale reverse link:
-// a leak that linkdb verify reports and rebuild removes, never a loss.
-func (d *driver) unlinkLater(ctx context.Context, p Path) {
-	bg := d.env.bg
-	if bg == nil {
-		return
-	}
-	// keep the request's logger and access-record marks, not its deadline
-	ctx = context.WithoutCancel(ctx)
-	time.AfterFunc(d.env.opts.WriteGrace, func() {
-		if bg.Err() != nil {
-			return
-		}
-		if _, err := d.StorageDriver.Stat(ctx, p.String()); err == nil {
-			return // the writer finished: the reverse link is right
-		}
-		d.unlink(ctx, p)
-	})
-}
-
-// writerMayBeInFlight reports whether a writer fence-checked link o within
-// WriteGrace: it may have written the reverse link and not yet the forward
-// link. Fail safe: when Redis cannot tell, assume it did.
-func (d *driver) writerMayBeInFlight(ctx context.Context, o Object) bool {
-	if accessRecordsOff(ctx) {
-		return false // GC, rebuild: they hold the link's fence
-	}
-	w, err := d.env.Tracker.Writing(ctx, o)
-	return w || err != nil
-}
-
-// putLink writes a forward link: fence check, reverse link, forward link.
+// putLink writes a forward link: fence check, reverse link, forward link,
+// then a look at the reverse link: a concurrent delete of the same link may
+// have removed it between the two writes (see unlink).
 func (d *driver) putLink(ctx context.Context, path string, p Path, content []byte) error {
 	l := linkObject(p)
+	rl := RepoLink{Repo: l.Repo, Kind: l.Kind}
 	if _, err := d.guard(ctx, p.Digest, []Object{l}, true); err != nil {
 		return err
 	}
-	if err := d.links.Put(ctx, p.Digest, RepoLink{Repo: l.Repo, Kind: l.Kind}); err != nil {
+	if err := d.links.Put(ctx, p.Digest, rl); err != nil {
 		metricReverseLinks.WithLabelValues("put", "error").Inc()
 		return err // invariant: no forward link without its reverse link
 	}
 	metricReverseLinks.WithLabelValues("put", "ok").Inc()
-	return d.StorageDriver.PutContent(ctx, path, content)
+	if err := d.StorageDriver.PutContent(ctx, path, content); err != nil {
+		return err
+	}
+	if ok, err := d.links.Has(ctx, p.Digest, rl); ok && err == nil {
+		return nil
+	}
+	// deleted under us, or cannot tell: write it again (idempotent)
+	metricReverseLinks.WithLabelValues("restore", "ok").Inc()
+	if err := d.links.Put(ctx, p.Digest, rl); err != nil {
+		metricReverseLinks.WithLabelValues("put", "error").Inc()
+		return fmt.Errorf("restore reverse link of %s: %w", path, err)
+	}
+	return nil
 }
 
 // committed queues a blob just written into the blob store for review,

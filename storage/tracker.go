@@ -20,6 +20,7 @@ import (
 // script can read and write all of them atomically in Redis Cluster.
 //
 //	reclaim:since                    unix ms: recording since (the epoch). Missing = GC must not trust.
+//	{reclaim:since}:nodes            hash: each Redis master's last run_id, replid, evicted_keys (redishealth.go)
 //	reclaim:{sha256:<hex>}:a         unix ms of the blob's last access          (PX AccessTTL)
 //	reclaim:{sha256:<hex>}:a:l:<r>   unix ms of the last access of r's layer link to the blob
 //	reclaim:{sha256:<hex>}:a:m:<r>   unix ms of the last access of r's manifest revision link
@@ -27,7 +28,6 @@ import (
 //	reclaim:{sha256:<hex>}:f:l:<r>   fence on r's layer link   (":f:m:<r>": on r's revision link)
 //	reclaim:{sha256:<hex>}:gone      tombstone: the blob's data was deleted     (PX GoneTTL)
 //	reclaim:{sha256:<hex>}:gone:<r>  tombstone: a link of r to the blob was deleted
-//	reclaim:{sha256:<hex>}:w:l:<r>   a writer is (re)creating r's layer link  (PX writegrace; ":w:m:<r>" likewise)
 //	reclaim:run:<r>                  one GC run per repository (value: token, PX lease)
 //
 // Times are Redis server time (TIME inside the scripts), so registry and GC
@@ -47,6 +47,9 @@ var (
 	ErrFenceLost = errors.New("storage: fence expired before the delete")
 	// ErrRepositoryBusy: another GC run holds the repository.
 	ErrRepositoryBusy = errors.New("storage: a collection is already running for this repository")
+	// ErrLockLost: a GC run's repository lock expired or was taken away
+	// while the run held it.
+	ErrLockLost = errors.New("storage: repository lock lost")
 	// ErrRedisUnavailable wraps any Redis failure.
 	ErrRedisUnavailable = errors.New("storage: redis unavailable")
 )
@@ -79,9 +82,9 @@ type TrackerOptions struct {
 	// Timeout bounds each registry-side Redis call (default 1 s), so a dead
 	// Redis slows a pull by at most this much.
 	Timeout time.Duration
-	// WriteGrace is how long a link stays marked as being written after a
-	// writer's fence check (default 1 min).
-	WriteGrace time.Duration
+	// Embedded: Redis is the in-process miniredis, which has no usable
+	// INFO, never evicts and restarts only with the process.
+	Embedded bool
 }
 
 // Tracker records accesses and takes fences in Redis.
@@ -93,6 +96,8 @@ type Tracker struct {
 	// epoch forward (the gap is untrusted).
 	failing atomic.Bool
 	gapMu   sync.Mutex
+	// watch is what the last recording tick read from INFO (redishealth.go).
+	watch redisWatch
 }
 
 // NewTracker returns a tracker on c. It does not contact Redis.
@@ -111,9 +116,6 @@ func NewTracker(c redis.UniversalClient, opts TrackerOptions) (*Tracker, error) 
 	}
 	if opts.Timeout == 0 {
 		opts.Timeout = time.Second
-	}
-	if opts.WriteGrace == 0 {
-		opts.WriteGrace = time.Minute
 	}
 	if opts.AccessTTL < time.Minute || opts.GoneTTL < 0 || opts.Timeout < 0 {
 		return nil, fmt.Errorf("storage: invalid tracker options %+v", opts)
@@ -157,55 +159,24 @@ func (t *Tracker) goneKey(o Object) string {
 	return t.blobKey(o.Blob) + ":gone:" + o.Repo
 }
 
-func (t *Tracker) writingKey(o Object) string {
-	if o.Repo == "" {
-		return t.blobKey(o.Blob) + ":w"
-	}
-	return t.blobKey(o.Blob) + ":w:" + kindCode(o.Kind) + ":" + o.Repo
-}
-
-// KEYS[1]: writing mark; ARGV[1]: grace ms. 1 when the mark is younger than
-// the grace, by Redis time (the mark's TTL is only a cleanup).
-var writingScript = redis.NewScript(`
-local v = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
-if v == 0 then return 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if now - v < tonumber(ARGV[1]) then return 1 end
-return 0
-`)
-
-// Writing reports whether a writer checked link o within WriteGrace: it may
-// have written o's reverse link and not yet its forward link.
-func (t *Tracker) Writing(ctx context.Context, o Object) (bool, error) {
-	n, err := writingScript.Run(ctx, t.c, []string{t.writingKey(o)}, t.opts.WriteGrace.Milliseconds()).Int64()
-	if err != nil {
-		return false, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-	}
-	return n == 1, nil
-}
-
 func (t *Tracker) sinceKey() string { return t.opts.Prefix + "since" }
 
-// KEYS: groups of (access, fence, gone, writing), the blob's first, then
-// its links. ARGV[1]: access TTL ms; ARGV[2]: "1" when the caller is writing
-// (clear the tombstones: the objects exist again; and mark the links as
-// being written for ARGV[3] ms, so a concurrent delete keeps their reverse
-// links, see driver.unlink).
+// KEYS: groups of (access, fence, gone), the blob's first, then its links.
+// ARGV[1]: access TTL ms; ARGV[2]: "1" when the caller is writing (clear
+// the tombstones: the objects exist again).
 // Returns {0, gone} when recorded, {1, 0} when any fence exists.
 var touchScript = redis.NewScript(`
-for i = 2, #KEYS, 4 do
+for i = 2, #KEYS, 3 do
   if redis.call('EXISTS', KEYS[i]) == 1 then return {1, 0} end
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local gone = 0
-for i = 1, #KEYS, 4 do
+for i = 1, #KEYS, 3 do
   if redis.call('EXISTS', KEYS[i+2]) == 1 then
     gone = 1
     if ARGV[2] == '1' then redis.call('DEL', KEYS[i+2]) end
   end
-  if ARGV[2] == '1' and i > 1 then redis.call('SET', KEYS[i+3], now, 'PX', ARGV[3]) end
   local prev = tonumber(redis.call('GET', KEYS[i]) or '0') or 0
   if now > prev then
     redis.call('SET', KEYS[i], now, 'PX', ARGV[1])
@@ -258,11 +229,11 @@ return cur
 // blob is fenced. gone reports a deletion tombstone on any of them; clear
 // removes those tombstones (the caller is writing the objects again).
 func (t *Tracker) touch(ctx context.Context, blob digest.Digest, links []Object, clear bool) (gone bool, err error) {
-	keys := make([]string, 0, 4*(1+len(links)))
+	keys := make([]string, 0, 3*(1+len(links)))
 	b := Object{Blob: blob}
-	keys = append(keys, t.accessKey(b), t.fenceKey(b), t.goneKey(b), t.writingKey(b))
+	keys = append(keys, t.accessKey(b), t.fenceKey(b), t.goneKey(b))
 	for _, o := range links {
-		keys = append(keys, t.accessKey(o), t.fenceKey(o), t.goneKey(o), t.writingKey(o))
+		keys = append(keys, t.accessKey(o), t.fenceKey(o), t.goneKey(o))
 	}
 	cl := "0"
 	if clear {
@@ -273,7 +244,7 @@ func (t *Tracker) touch(ctx context.Context, blob digest.Digest, links []Object,
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opts.Timeout)
 	defer cancel()
 	start := time.Now()
-	res, err := touchScript.Run(ctx, t.c, keys, t.opts.AccessTTL.Milliseconds(), cl, t.opts.WriteGrace.Milliseconds()).Int64Slice()
+	res, err := touchScript.Run(ctx, t.c, keys, t.opts.AccessTTL.Milliseconds(), cl).Int64Slice()
 	metricRedisLatency.WithLabelValues("touch").Observe(time.Since(start).Seconds())
 	if err != nil {
 		t.failed(ctx, "touch", err)
@@ -444,8 +415,12 @@ func (t *Tracker) LastAccess(ctx context.Context, o Object) (time.Time, bool, er
 }
 
 // RecordingSince returns the epoch since which access records are complete.
-// ErrNotRecording when it is missing.
+// ErrNotRecording when it is missing; ErrRedisEvicts while the last
+// recording tick saw a maxmemory-policy that may evict records.
 func (t *Tracker) RecordingSince(ctx context.Context) (time.Time, error) {
+	if policy, evicts := t.watch.evicting(); evicts {
+		return time.Time{}, fmt.Errorf("%w: %s", ErrRedisEvicts, policy)
+	}
 	v, err := t.c.Get(ctx, t.sinceKey()).Result()
 	if errors.Is(err, redis.Nil) {
 		return time.Time{}, ErrNotRecording
@@ -469,21 +444,28 @@ func (t *Tracker) Now(ctx context.Context) (time.Time, error) {
 	return n, nil
 }
 
-// StartRecording sets the epoch if it is missing. The registry calls it at
-// start and then periodically (KeepRecording), so a Redis that lost its data
-// gets a fresh epoch, which GC will not trust for a full window.
+// StartRecording is one recording tick. It sets the epoch if it is missing,
+// then reads INFO and moves the epoch forward when Redis may have lost
+// records silently since the last tick (restart, failover, eviction; see
+// redishealth.go). The registry calls it at start and then periodically
+// (KeepRecording), so a Redis that lost its data gets a fresh epoch, which
+// GC will not trust for a full window.
 func (t *Tracker) StartRecording(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return ctx.Err() // shutting down: no failure to record
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opts.Timeout)
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opts.Timeout)
 	defer cancel()
-	if err := epochScript.Run(ctx, t.c, []string{t.sinceKey()}, "0").Err(); err != nil {
-		t.failed(ctx, "epoch", err)
+	epoch, err := epochScript.Run(ectx, t.c, []string{t.sinceKey()}, "0").Int64()
+	if err != nil {
+		t.failed(ectx, "epoch", err)
 		return fmt.Errorf("%w: set epoch: %v", ErrRedisUnavailable, err)
 	}
-	t.succeeded(ctx)
-	return nil
+	t.watch.noteEpoch(time.UnixMilli(epoch))
+	t.succeeded(ectx)
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opts.Timeout)
+	defer cancel()
+	return t.checkRedis(ictx)
 }
 
 // KeepRecording calls StartRecording every interval until ctx is done.
@@ -520,53 +502,81 @@ func (t *Tracker) succeeded(ctx context.Context) {
 	if !t.failing.Load() {
 		return
 	}
-	if err := epochScript.Run(context.WithoutCancel(ctx), t.c, []string{t.sinceKey()}, "1").Err(); err != nil {
+	epoch, err := epochScript.Run(context.WithoutCancel(ctx), t.c, []string{t.sinceKey()}, "1").Int64()
+	if err != nil {
 		return
 	}
 	t.failing.Store(false)
 	metricRedisGaps.Inc()
+	metricEpochMoves.WithLabelValues(string(LossGap)).Inc()
+	t.watch.noteLoss(RedisLoss{At: time.Now().UTC(), Reason: LossGap, Detail: "redis calls failed, then succeeded", Epoch: time.UnixMilli(epoch).UTC()})
 	logger(ctx).Warn("reclaim: redis is back; recording epoch moved forward over the gap")
 }
 
-// LockRepository takes the per-repository GC lease, renewing it until unlock
-// is called. ErrRepositoryBusy when another run holds it.
-func (t *Tracker) LockRepository(ctx context.Context, repo string, lease time.Duration) (unlock func(), err error) {
+// LockRepository takes the per-repository GC lease and renews it every
+// lease/3 until unlock is called. ErrRepositoryBusy when another run holds
+// it.
+//
+// held is ctx, cancelled (its cause wraps ErrLockLost) as soon as the lock
+// is known lost: a renewal found it gone or taken by another token, or no
+// renewal succeeded for lease/2 (Redis unreachable: it may expire unseen).
+// The run does its work under held, so a run that lost its lock stops
+// instead of going on beside the next one. Renewals stop when held ends.
+func (t *Tracker) LockRepository(ctx context.Context, repo string, lease time.Duration) (held context.Context, unlock func(), err error) {
 	if !validRepo(repo) || lease < 3*time.Millisecond {
-		return nil, fmt.Errorf("storage: LockRepository(%q, %v): bad arguments", repo, lease)
+		return nil, nil, fmt.Errorf("storage: LockRepository(%q, %v): bad arguments", repo, lease)
 	}
 	key := t.opts.Prefix + "run:" + repo
 	tok, err := token()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ok, err := t.c.SetNX(ctx, key, tok, lease).Result()
 	if err != nil {
-		return nil, fmt.Errorf("%w: lock %s: %v", ErrRedisUnavailable, repo, err)
+		return nil, nil, fmt.Errorf("%w: lock %s: %v", ErrRedisUnavailable, repo, err)
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrRepositoryBusy, repo)
+		return nil, nil, fmt.Errorf("%w: %s", ErrRepositoryBusy, repo)
 	}
+	held, lost := context.WithCancelCause(ctx)
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(lease / 3)
 		defer tick.Stop()
+		lastOK := time.Now()
 		for {
 			select {
 			case <-stop:
 				return
+			case <-held.Done():
+				return
 			case <-tick.C:
-				_ = renewScript.Run(context.Background(), t.c, []string{key}, tok, lease.Milliseconds()).Err()
+			}
+			start := time.Now()
+			rctx, cancel := context.WithTimeout(held, lease/3)
+			n, err := renewScript.Run(rctx, t.c, []string{key}, tok, lease.Milliseconds()).Int64()
+			cancel()
+			switch {
+			case err == nil && n == 1:
+				lastOK = start
+			case err == nil:
+				lost(fmt.Errorf("%w: %s: taken away or expired", ErrLockLost, repo))
+				return
+			case time.Since(lastOK) >= lease/2:
+				lost(fmt.Errorf("%w: %s: not renewed for %v: %v", ErrLockLost, repo, time.Since(lastOK).Round(time.Millisecond), err))
+				return
 			}
 		}
 	}()
 	var once sync.Once
-	return func() {
+	return held, func() {
 		once.Do(func() {
 			close(stop)
 			<-done
-			_ = releaseScript.Run(context.Background(), t.c, []string{key}, tok).Err()
+			lost(nil)
+			_ = releaseScript.Run(context.WithoutCancel(ctx), t.c, []string{key}, tok).Err()
 		})
 	}, nil
 }

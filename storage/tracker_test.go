@@ -136,23 +136,51 @@ func TestLockRepository(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		tr := newTestTracker(t, b)
-		unlock, err := tr.LockRepository(ctx, "a/b", 600*time.Millisecond)
+		held, unlock, err := tr.LockRepository(ctx, "a/b", 600*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(900 * time.Millisecond) // renewed past its first lease
-		if _, err := tr.LockRepository(ctx, "a/b", time.Second); !errors.Is(err, ErrRepositoryBusy) {
+		if _, _, err := tr.LockRepository(ctx, "a/b", time.Second); !errors.Is(err, ErrRepositoryBusy) {
 			t.Fatalf("second lock: %v", err)
+		}
+		if err := held.Err(); err != nil {
+			t.Fatalf("a renewed lock reported lost: %v", context.Cause(held))
 		}
 		unlock()
 		unlock() // idempotent
-		u2, err := tr.LockRepository(ctx, "a/b", time.Second)
+		_, u2, err := tr.LockRepository(ctx, "a/b", time.Second)
 		if err != nil {
 			t.Fatalf("lock after unlock: %v", err)
 		}
 		u2()
-		if _, err := tr.LockRepository(ctx, "Bad Name", time.Second); err == nil {
+		if _, _, err := tr.LockRepository(ctx, "Bad Name", time.Second); err == nil {
 			t.Fatal("bad name accepted")
+		}
+	})
+}
+
+// A lock taken away (or expired) under its holder ends the holder's
+// context at its next renewal.
+func TestLockRepositoryLost(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		tr := newTestTracker(t, b)
+		held, unlock, err := tr.LockRepository(ctx, "a/lost", 30*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unlock()
+		if err := tr.Client().Del(ctx, tr.opts.Prefix+"run:a/lost").Err(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-held.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the lock was deleted and its holder's context goes on")
+		}
+		if cause := context.Cause(held); !errors.Is(cause, ErrLockLost) {
+			t.Fatalf("cause %v, want ErrLockLost", cause)
 		}
 	})
 }

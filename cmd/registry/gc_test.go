@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -72,7 +73,7 @@ func TestGCCollectCLI(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	if got.Method != http.MethodPost || got.URL.Path != "/gc/v1/repositories/team/app/collect" ||
-		got.URL.Query().Get("dry_run") != "true" || got.URL.Query().Get("cap") != "5" {
+		!slices.Equal(got.URL.Query()["dry_run"], []string{"true"}) || got.URL.Query().Get("cap") != "5" {
 		t.Fatalf("request %s %s", got.Method, got.URL)
 	}
 	if u, p, ok := got.BasicAuth(); !ok || u != "admin" || p != "pw" {
@@ -91,6 +92,14 @@ func TestGCCollectCLI(t *testing.T) {
 	}
 	if got.Header.Get("Authorization") != "Bearer tok" {
 		t.Fatal("token not sent")
+	}
+	// The API's default is a dry run: a real run must say so.
+	if !slices.Equal(got.URL.Query()["dry_run"], []string{"false"}) {
+		t.Fatalf("a real run sent %q; want dry_run=false spelled out", got.URL.RawQuery)
+	}
+	runGC(t, "collect", "team/app", "--plan", "0123456789abcdef01234567", "--url", srv.URL)
+	if q := got.URL.Query(); !slices.Equal(q["dry_run"], []string{"false"}) || q.Get("plan") != "0123456789abcdef01234567" {
+		t.Fatalf("applying a plan sent %q", got.URL.RawQuery)
 	}
 
 	for repo, want := range map[string]int{"busy/x": exitRetry, "down/x": exitRetry, "BAD/x": exitRejected,

@@ -90,6 +90,10 @@ func runRebuild(cmd *cobra.Command, args []string, opts linkdb.RebuildOptions, c
 		fmt.Fprintf(stderr, "linkdb rebuild: %v\n", err)
 		return rebuildExitFailed
 	}
+	if err := checkReclaimConfig(config); err != nil {
+		fmt.Fprintf(stderr, "linkdb rebuild: %v\n", err)
+		return rebuildExitFailed
+	}
 	if !hasReclaimMiddleware(config) && !opts.Offline {
 		fmt.Fprintln(stderr, "linkdb rebuild: warning: this config does not enable the reclaim storage middleware. "+
 			"A rebuild while serving is complete only if every registry instance writing to this storage runs with it.")

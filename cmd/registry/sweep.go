@@ -110,6 +110,10 @@ func runSweep(cmd *cobra.Command, configPath string, o sweepOptions) int {
 		fmt.Fprintf(stderr, "gc sweep: %v\n", err)
 		return sweepExitFailed
 	}
+	if err := checkReclaimConfig(config); err != nil {
+		fmt.Fprintf(stderr, "gc sweep: %v\n", err)
+		return sweepExitFailed
+	}
 	env, err := storage.Open(ctx, config)
 	if err != nil {
 		fmt.Fprintf(stderr, "gc sweep: %v\n", err)

@@ -39,21 +39,7 @@ func WithRootDirectory(dir string) Option {
 // WithStorageMiddleware appends an entry to the config's
 // `middleware: storage:` list, e.g. WithStorageMiddleware("reclaim",
 // map[string]any{"redis": map[string]any{"addrs": []string{addr}}}).
-//
-// For "reclaim", writegrace defaults to 200ms unless options set it: tests
-// delete right after they push, and a delete within the write grace of a
-// push of the same link finishes only once the grace is over
-// (docs/gc-protocol.md, case 9).
 func WithStorageMiddleware(name string, options map[string]any) Option {
-	if name == "reclaim" {
-		if _, ok := options["writegrace"]; !ok {
-			o := map[string]any{"writegrace": "200ms"}
-			for k, v := range options {
-				o[k] = v
-			}
-			options = o
-		}
-	}
 	return func(s *settings) {
 		s.middleware = append(s.middleware, configuration.Middleware{
 			Name:    name,

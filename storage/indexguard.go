@@ -1,0 +1,213 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"strings"
+	"sync"
+
+	"github.com/distribution/distribution/v3"
+	"github.com/distribution/distribution/v3/manifest/manifestlist"
+	"github.com/distribution/distribution/v3/manifest/ocischema"
+	"github.com/opencontainers/go-digest"
+	"golang.org/x/sync/errgroup"
+)
+
+// Index children (docs/gc-protocol.md §5).
+//
+// Distribution checks that the children of an image index (or Docker
+// manifest list) exist only with `validation.manifests.indexes.platforms:
+// all` (the default) and validation enabled; with `none`, with `list` for
+// the platforms not listed, or with `validation.disabled: true`, an index
+// PUT reads nothing of its children from storage, so no driver call would
+// fence-check them. GC could then delete a child's revision link, or its
+// blob, under the push: the index is acknowledged and a child is missing.
+//
+// So the middleware checks every child itself, whatever that setting:
+// Handler records the body of each manifest PUT as Distribution reads it
+// (watchManifestPut), and the request's first fence-checked driver call
+// (driver.guardWait calls indexChildren) parses it with Distribution's own
+// UnmarshalManifest and, for an index, fence-checks each child blob with
+// repository R's links to it before anything else proceeds. Every write of
+// a manifest PUT (the index's blob data and its revision link) goes through
+// guardWait, so none happens before the children are checked; a fence on
+// any child fails them all (503 + Retry-After, nothing written).
+//
+// The check runs inside Distribution's request, not in front of it: after
+// authentication (an anonymous client cannot make the registry touch
+// arbitrary digests), after Distribution accepted the body (size limit,
+// digest) and on the very bytes and Content-Type it parsed, so "index or
+// not" is decided exactly as Distribution decides it. A body that could not
+// be recorded whole, or that fails to parse although Distribution went on
+// to storage, fails the request (fail closed), never counts as "no
+// children".
+
+// indexCheckConcurrency bounds the parallel fence checks of one index's
+// children: a large index costs len/8 round-trip times, not len.
+const indexCheckConcurrency = 8
+
+// errIndexUnchecked: the children of a manifest PUT could not be determined,
+// so the PUT must not proceed.
+var errIndexUnchecked = errors.New("storage: index children could not be checked")
+
+type (
+	indexWatchKey       struct{}
+	checkingChildrenKey struct{}
+)
+
+// indexWatch is one manifest PUT's body, recorded for the children check.
+type indexWatch struct {
+	body        *recordedBody
+	contentType string
+
+	once sync.Once
+	err  error // the check's outcome, returned to every later driver call
+}
+
+// recordedBody passes a request body through and keeps a copy of it.
+type recordedBody struct {
+	rc io.ReadCloser
+
+	mu  sync.Mutex
+	buf bytes.Buffer
+	eof bool // read to its end
+	// longer than MaxManifestSize, Distribution's limit (a larger body is
+	// refused before any storage call): copy dropped
+	over bool
+}
+
+func (b *recordedBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	b.mu.Lock()
+	if n > 0 && !b.over {
+		if b.buf.Len()+n > MaxManifestSize {
+			b.over = true
+			b.buf = bytes.Buffer{}
+		} else {
+			b.buf.Write(p[:n])
+		}
+	}
+	if err == io.EOF {
+		b.eof = true
+	}
+	b.mu.Unlock()
+	return n, err
+}
+
+func (b *recordedBody) Close() error { return b.rc.Close() }
+
+// isManifestPath reports whether p can be Distribution's manifest route,
+// [<prefix>]/v2/<name>/manifests/<reference>: a reference holds no "/".
+func isManifestPath(p string) bool {
+	return strings.Contains(p, "/v2/") && strings.HasSuffix(path.Dir(p), "/manifests")
+}
+
+// watchManifestPut returns r with its body recorded when r is a manifest
+// PUT (Handler calls it). Anything else is returned as it is.
+func watchManifestPut(r *http.Request) *http.Request {
+	if r.Method != http.MethodPut || !isManifestPath(r.URL.Path) {
+		return r
+	}
+	body := r.Body
+	if body == nil {
+		body = http.NoBody
+	}
+	w := &indexWatch{body: &recordedBody{rc: body}, contentType: r.Header.Get("Content-Type")}
+	r = r.WithContext(context.WithValue(r.Context(), indexWatchKey{}, w))
+	r.Body = w.body
+	return r
+}
+
+// indexChildren runs the children check of the manifest PUT ctx belongs to,
+// once per request, and returns its outcome to every driver call of the
+// request. Calls made by the check itself pass through.
+func (d *driver) indexChildren(ctx context.Context) error {
+	w, _ := ctx.Value(indexWatchKey{}).(*indexWatch)
+	if w == nil {
+		if scopeOf(ctx) != nil && requestOf(ctx).intent == intentReference {
+			// Distribution routed a manifest PUT that Handler did not
+			// recognise: its children cannot be known.
+			return fmt.Errorf("%w: manifest PUT body was not recorded", errIndexUnchecked)
+		}
+		return nil
+	}
+	if ctx.Value(checkingChildrenKey{}) != nil {
+		return nil
+	}
+	w.once.Do(func() {
+		w.err = d.checkChildren(context.WithValue(ctx, checkingChildrenKey{}, true), w)
+	})
+	return w.err
+}
+
+// checkChildren fence-checks every child of the index being PUT: the child
+// blob with R's revision link and layer link to it (a kept index keeps
+// both, gc/plan.go), in one round trip per child, at most
+// indexCheckConcurrency at a time. Children this request or this process
+// checked moments ago cost nothing (guardWait's scope and dedup).
+func (d *driver) checkChildren(ctx context.Context, w *indexWatch) error {
+	children, err := w.children()
+	if err != nil || len(children) == 0 {
+		return err
+	}
+	repo, _ := ctx.Value("vars.name").(string)
+	if !validRepo(repo) {
+		return fmt.Errorf("%w: no repository in the request (%q)", errIndexUnchecked, repo)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(indexCheckConcurrency)
+	for _, c := range children {
+		g.Go(func() error {
+			if err := gctx.Err(); err != nil {
+				return err // another child failed: the PUT fails anyway
+			}
+			_, err := d.guard(gctx, c, []Object{
+				{Blob: c, Repo: repo, Kind: LinkManifest},
+				{Blob: c, Repo: repo, Kind: LinkLayer},
+			}, false)
+			return err
+		})
+	}
+	return g.Wait()
+}
+
+// children parses the recorded body as Distribution did and returns the
+// distinct children when it is an index or a manifest list; nil for any
+// other manifest (Distribution always verifies an image manifest's
+// references itself).
+func (w *indexWatch) children() ([]digest.Digest, error) {
+	b := w.body
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.over:
+		return nil, fmt.Errorf("%w: manifest body larger than %d bytes", errIndexUnchecked, MaxManifestSize)
+	case !b.eof:
+		return nil, fmt.Errorf("%w: manifest body not read to its end before the first storage call", errIndexUnchecked)
+	}
+	m, _, err := distribution.UnmarshalManifest(w.contentType, b.buf.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errIndexUnchecked, err)
+	}
+	switch m.(type) {
+	case *manifestlist.DeserializedManifestList, *ocischema.DeserializedImageIndex:
+	default:
+		return nil, nil
+	}
+	var out []digest.Digest
+	seen := map[digest.Digest]bool{}
+	for _, ref := range m.References() {
+		// nothing can be stored under an invalid digest: nothing to keep
+		if ref.Digest.Validate() != nil || seen[ref.Digest] {
+			continue
+		}
+		seen[ref.Digest] = true
+		out = append(out, ref.Digest)
+	}
+	return out, nil
+}

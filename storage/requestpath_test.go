@@ -1,0 +1,290 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	rediscache "github.com/distribution/distribution/v3/registry/storage/cache/redis"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/opencontainers/go-digest"
+	v1spec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/reclaim-registry/reclaim/storage/storagetest"
+)
+
+// These tests force races on the path a client's request takes: the real
+// app, the request scope, the blob descriptor cache (none, inmemory, redis)
+// and the per-process read dedup. Each pauses one request at an exact
+// storage call (a storagetest.Gate in the testhook middleware, below reclaim)
+// while another request runs, then judges the end state by invariants: a
+// forward link always has its reverse link, and what the registry
+// acknowledged pulls completely.
+
+// forEachCache runs f for every backend and each blob descriptor cache kind.
+func forEachCache(t *testing.T, caches []string, f func(t *testing.T, a *testApp)) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		for _, cache := range caches {
+			t.Run("cache="+cache, func(t *testing.T) {
+				f(t, newTestApp(t, appOptions{cache: cache, redisAddr: b.addr, prefix: b.prefix}))
+			})
+		}
+	})
+}
+
+// gated installs g as the test's hook.
+func gated(t *testing.T, g *storagetest.Gate) {
+	setHook(t, func(ctx context.Context, m, p string) error { return g.Wait(ctx, m, p) })
+}
+
+// reach waits until g paused its call.
+func reach(t *testing.T, g *storagetest.Gate) {
+	t.Helper()
+	select {
+	case <-g.Reached:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no %s on a path containing %s", g.Method, g.Substr)
+	}
+}
+
+// async runs f in the background; the returned func waits for its result.
+func async[T any](f func() T) func() T {
+	ch := make(chan T, 1)
+	go func() { ch <- f() }()
+	return func() T { return <-ch }
+}
+
+// putManifest PUTs img's manifest as repo:ref and returns the status.
+func (a *testApp) putManifest(repo, ref string, img v1.Image) int {
+	a.t.Helper()
+	raw, err := img.RawManifest()
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	mt, err := img.MediaType()
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPut, fmt.Sprintf("%s/v2/%s/manifests/%s", a.srv.URL, repo, ref), bytes.NewReader(raw))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", string(mt))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// requireReverseLinks fails for every forward link without its reverse link
+// (invariant 2). Stale reverse links are a leak and allowed here.
+func requireReverseLinks(t *testing.T, a *testApp) {
+	t.Helper()
+	fwd, rev := walkLinkDB(t, a.env.Raw)
+	for p := range fwd {
+		if !rev[p] {
+			t.Errorf("forward link without its reverse link: %s", p)
+		}
+	}
+}
+
+// orphanLayer pushes img to repo:tag, deletes its manifest through the API,
+// and then deletes the layer link and data of layer i the way GC does. The
+// blob descriptor cache still holds the layer: the stale entry these races
+// are about.
+func orphanLayer(t *testing.T, a *testApp, repo string, img v1.Image, i int) digest.Digest {
+	t.Helper()
+	if err := a.push(repo+":v1", img); err != nil {
+		t.Fatal(err)
+	}
+	m, blobs := imageDigests(t, img)
+	if code := a.do(http.MethodDelete, fmt.Sprintf("/v2/%s/manifests/%s", repo, m)).StatusCode; code != http.StatusAccepted {
+		t.Fatalf("DELETE manifest = %d", code)
+	}
+	x := blobs[i]
+	a.gcDelete(t, LayerLinkPath(repo, x))
+	a.gcDelete(t, BlobDir(x))
+	if a.opts.cache == "redis" {
+		// GC's delete dropped Distribution's redis cache entries; a HEAD
+		// that read the storage before the delete and wrote the cache
+		// after it puts them back. Do what it does.
+		c := redis.NewClient(&redis.Options{Addr: a.opts.redisAddr})
+		defer c.Close()
+		desc := v1spec.Descriptor{Digest: x, Size: 256, MediaType: "application/octet-stream"}
+		cp := rediscache.NewRedisBlobDescriptorCacheProvider(c)
+		scoped, err := cp.RepositoryScoped(repo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		if err := errors.Join(cp.SetDescriptor(ctx, x, desc), scoped.SetDescriptor(ctx, x, desc)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return x
+}
+
+// Race 1. A manifest PUT re-writes a revision link while a DELETE of the
+// same manifest removes it. The PUT is paused after its reverse link and
+// before its forward link; the DELETE runs to completion in between. The
+// PUT's forward link must not end up without its reverse link.
+func TestRaceManifestPutVsDelete(t *testing.T) {
+	forEachCache(t, []string{"", "inmemory", "redis"}, func(t *testing.T, a *testApp) {
+		img, _ := random.Image(256, 2)
+		if err := a.push("r:v1", img); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := imageDigests(t, img)
+		g := storagetest.NewGate("PutContent", "repositories/r/_manifests/revisions/sha256/"+m.Encoded()+"/link")
+		gated(t, g)
+		put := async(func() int { return a.putManifest("r", "v1", img) })
+		reach(t, g)
+		if code := a.do(http.MethodDelete, "/v2/r/manifests/"+m.String()).StatusCode; code != http.StatusAccepted {
+			t.Fatalf("DELETE during the PUT = %d, want 202", code)
+		}
+		g.Release()
+		if code := put(); code != http.StatusCreated {
+			t.Fatalf("PUT = %d, want 201", code)
+		}
+		requireReverseLinks(t, a)
+		// The PUT wrote its links after the DELETE: the image is there.
+		a.pullAll("r:v1")
+	})
+}
+
+// Race 1, the other order: the DELETE is paused after it removed both
+// links, before it looks at the forward link again; the PUT runs to
+// completion in between, and the DELETE's look puts the reverse link back.
+func TestRaceManifestDeleteVsPut(t *testing.T) {
+	forEachCache(t, []string{"", "inmemory"}, func(t *testing.T, a *testApp) {
+		img, _ := random.Image(256, 2)
+		if err := a.push("r:v1", img); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := imageDigests(t, img)
+		// the DELETE reads the link with GetContent; its only Stat of
+		// the forward link is unlink's look after removing both links
+		g := storagetest.NewGate("Stat", RevisionLinkPath("r", m))
+		gated(t, g)
+		del := async(func() int { return a.do(http.MethodDelete, "/v2/r/manifests/"+m.String()).StatusCode })
+		reach(t, g)
+		if code := a.putManifest("r", "v1", img); code != http.StatusCreated {
+			t.Fatalf("PUT during the DELETE = %d, want 201", code)
+		}
+		g.Release()
+		if code := del(); code != http.StatusAccepted {
+			t.Fatalf("DELETE = %d, want 202", code)
+		}
+		requireReverseLinks(t, a)
+	})
+}
+
+// Race 2. A HEAD finds a deletion tombstone and checks the storage behind
+// the stale cache entry; a re-push of the blob commits between that check
+// and the cache clear. Distribution's statter Clear also deletes the
+// repository's layer link: the fresh one the push just wrote.
+func TestRaceStaleCacheCheckVsReupload(t *testing.T) {
+	forEachCache(t, []string{"inmemory", "redis"}, func(t *testing.T, a *testApp) {
+		img, _ := random.Image(256, 2)
+		x := orphanLayer(t, a, "r", img, 1)
+		// verify's last look at the storage is r's revision-link path of x
+		g := storagetest.NewGate("Stat", RevisionLinkPath("r", x))
+		gated(t, g)
+		head := async(func() int { return a.headBlob("r", x) })
+		reach(t, g)
+		if err := a.push("r:v1", img); err != nil {
+			t.Fatalf("re-push while a HEAD checks the stale entry: %v", err)
+		}
+		g.Release()
+		if code := head(); code != http.StatusNotFound {
+			t.Errorf("HEAD that saw the blob gone = %d, want 404", code)
+		}
+		if _, err := a.env.Raw.Stat(context.Background(), LayerLinkPath("r", x)); err != nil {
+			t.Fatalf("the re-pushed layer link is gone: %v", err)
+		}
+		requireReverseLinks(t, a)
+		a.pullAll("r:v1")
+	})
+}
+
+// Race 2 through a mount: the mount's check of the source repository's
+// stale entry must not delete the source's link that a re-push wrote.
+func TestRaceStaleCacheMountVsReupload(t *testing.T) {
+	forEachCache(t, []string{"inmemory", "redis"}, func(t *testing.T, a *testApp) {
+		img, _ := random.Image(256, 2)
+		x := orphanLayer(t, a, "src", img, 1)
+		g := storagetest.NewGate("Stat", RevisionLinkPath("src", x))
+		gated(t, g)
+		mount := async(func() int { return a.mount("dst", "src", x) })
+		reach(t, g)
+		if err := a.push("src:v1", img); err != nil {
+			t.Fatalf("re-push while a mount checks the stale entry: %v", err)
+		}
+		g.Release()
+		if code := mount(); code != http.StatusAccepted {
+			t.Errorf("mount of a blob seen gone = %d, want 202 (fall back to an upload)", code)
+		}
+		if _, err := a.env.Raw.Stat(context.Background(), LayerLinkPath("src", x)); err != nil {
+			t.Fatalf("the re-pushed source link is gone: %v", err)
+		}
+		requireReverseLinks(t, a)
+		a.pullAll("src:v1")
+	})
+}
+
+// Race 3. While one HEAD checks the storage behind a tombstone, a second
+// HEAD of the same blob must not answer "exists" from the stale cache
+// because the first one's touch is in the process's read dedup. A client
+// that believed it would skip the upload and push a manifest whose layer is
+// gone.
+func TestRaceDedupHidesTombstone(t *testing.T) {
+	forEachCache(t, []string{"inmemory", "redis"}, func(t *testing.T, a *testApp) {
+		img, _ := random.Image(256, 2)
+		x := orphanLayer(t, a, "r", img, 1)
+		g := storagetest.NewGate("Stat", BlobDataPath(x))
+		gated(t, g)
+		first := async(func() int { return a.headBlob("r", x) })
+		reach(t, g)
+		if code := a.headBlob("r", x); code != http.StatusNotFound {
+			t.Errorf("concurrent HEAD of a deleted blob = %d, want 404", code)
+		}
+		// a client pushing now uploads what HEAD says is missing, and its
+		// manifest PUT is verified against Redis, not the dedup
+		if err := a.push("r:v1", img); err != nil {
+			t.Fatalf("push: %v", err)
+		}
+		g.Release()
+		// the first HEAD looks at the storage only now, after the push
+		if code := first(); code != http.StatusOK {
+			t.Errorf("HEAD = %d, want 200", code)
+		}
+		requireReverseLinks(t, a)
+		a.pullAll("r:v1")
+	})
+}
+
+// The check behind a tombstone fails closed: a storage error is a
+// retryable 503, never the cached "exists".
+func TestStaleCacheCheckFailsClosed(t *testing.T) {
+	forEachCache(t, []string{"inmemory", "redis"}, func(t *testing.T, a *testApp) {
+		img, _ := random.Image(256, 2)
+		x := orphanLayer(t, a, "r", img, 1)
+		setHook(t, func(_ context.Context, m, p string) error {
+			if m == "Stat" && p == BlobDataPath(x) {
+				return errors.New("injected: storage unavailable")
+			}
+			return nil
+		})
+		if code := a.headBlob("r", x); code != http.StatusServiceUnavailable {
+			t.Errorf("HEAD while the storage check fails = %d, want 503", code)
+		}
+	})
+}
