@@ -72,6 +72,43 @@ func splitDigest(alg, hex string) (digest.Digest, bool) {
 // directory, a dangling symlink): skipping it would make a tagged manifest
 // look untagged, or a manifest and what it references look absent.
 func takeSnapshot(ctx context.Context, d storagedriver.StorageDriver, repo string) (*snapshot, error) {
+	for attempt := 1; ; attempt++ {
+		s, err := readSnapshot(ctx, d, repo)
+		if !errors.Is(err, errWalkCut) || attempt == snapshotAttempts {
+			return s, err
+		}
+	}
+}
+
+// snapshotAttempts bounds how often a snapshot is read again after a
+// concurrent delete cut its walk short.
+const snapshotAttempts = 3
+
+// errWalkCut: a walk ended with "not found" although the directory it
+// walks is there. Drivers without a native Walk list one directory at a
+// time, and a directory deleted between being listed and being entered
+// (a client deleting a manifest) ends the whole walk with PathNotFound:
+// taken for "nothing there", it would hide every revision and tag after
+// it, and what they reference would look unreferenced.
+var errWalkCut = errors.New("the walk was cut short by a concurrent delete")
+
+// walkEnd tells a walk that ended with err over an absent root (absent
+// true) from one cut short (an error wrapping errWalkCut).
+func walkEnd(ctx context.Context, d storagedriver.StorageDriver, root string, err error) (absent bool, _ error) {
+	if !isNotFound(err) {
+		return false, err
+	}
+	_, serr := d.Stat(ctx, root)
+	switch {
+	case isNotFound(serr):
+		return true, nil
+	case serr != nil:
+		return false, serr
+	}
+	return false, fmt.Errorf("%s: %w", root, errWalkCut)
+}
+
+func readSnapshot(ctx context.Context, d storagedriver.StorageDriver, repo string) (*snapshot, error) {
 	s := &snapshot{
 		repo:      repo,
 		tags:      map[string]digest.Digest{},
@@ -131,12 +168,11 @@ func takeSnapshot(ctx context.Context, d storagedriver.StorageDriver, repo strin
 		}
 		return nil
 	})
-	if isNotFound(err) {
-		foundManifests, err = false, nil
-	}
+	absent, err := walkEnd(ctx, d, manifestsPath(repo), err)
 	if err != nil {
 		return nil, abort(AbortStorageUnreadable, fmt.Errorf("walk manifests of %s: %w", repo, err))
 	}
+	foundManifests = !absent
 	for _, dg := range sortedDigests(revDirs) {
 		if _, ok := s.revisions[dg]; ok {
 			continue
@@ -174,14 +210,12 @@ func takeSnapshot(ctx context.Context, d storagedriver.StorageDriver, repo strin
 		}
 		return nil
 	})
-	if isNotFound(err) {
-		if !foundManifests {
-			return nil, fmt.Errorf("%w: %s", ErrRepositoryNotFound, repo)
-		}
-		err = nil
-	}
+	absent, err = walkEnd(ctx, d, layersPath(repo), err)
 	if err != nil {
 		return nil, abort(AbortStorageUnreadable, fmt.Errorf("walk layers of %s: %w", repo, err))
+	}
+	if absent && !foundManifests {
+		return nil, fmt.Errorf("%w: %s", ErrRepositoryNotFound, repo)
 	}
 
 	var mu sync.Mutex
@@ -258,24 +292,25 @@ var errNotALink = errors.New("not a link file")
 // symlink, which Walk leaves out), is an error wrapping errNotALink: never
 // "absent".
 func probeLink(ctx context.Context, d storagedriver.StorageDriver, p string) (bool, error) {
-	if ok, err := listed(ctx, d, p); err != nil || !ok {
-		return false, err
-	}
-	fi, err := d.Stat(ctx, p)
-	switch {
-	case isNotFound(err):
-		// Deleted between the listing and the stat, or there to stay: ask
-		// the listing once more.
-		if still, err := listed(ctx, d, p); err != nil || !still {
+	for round := 0; ; round++ {
+		if ok, err := listed(ctx, d, p); err != nil || !ok {
 			return false, err
 		}
-		return false, fmt.Errorf("%s: %w: listed, but not found by stat (a dangling symlink?)", p, errNotALink)
-	case err != nil:
-		return false, err
-	case fi.IsDir():
-		return false, fmt.Errorf("%s: %w: a directory", p, errNotALink)
+		fi, err := d.Stat(ctx, p)
+		switch {
+		case isNotFound(err) && round == 0:
+			// Deleted (perhaps re-created) between the listing and
+			// the stat, or there to stay: look once more.
+			continue
+		case isNotFound(err):
+			return false, fmt.Errorf("%s: %w: listed, but not found by stat (a dangling symlink?)", p, errNotALink)
+		case err != nil:
+			return false, err
+		case fi.IsDir():
+			return false, fmt.Errorf("%s: %w: a directory", p, errNotALink)
+		}
+		return true, nil
 	}
-	return true, nil
 }
 
 // listed reports whether the listing of p's directory names p.

@@ -3,6 +3,7 @@ package linkdb
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path"
 	"slices"
 	"sort"
@@ -263,11 +264,16 @@ func walkLinks(ctx context.Context, d storagedriver.StorageDriver, base string, 
 			delete(state, dir)
 		}
 	}
-	err := d.Walk(ctx, base, func(fi storagedriver.FileInfo) error {
+	last := "" // the last entry the walk delivered
+	visit := func(fi storagedriver.FileInfo) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		p := fi.Path()
+		if last != "" && !walksAfter(p, last) {
+			return nil // delivered before the walk was cut short
+		}
+		last = p
 		if fi.IsDir() {
 			if isLink(p + "/link") {
 				mark(p, 1)
@@ -283,12 +289,32 @@ func walkLinks(ctx context.Context, d storagedriver.StorageDriver, base string, 
 		}
 		mark(path.Dir(p), 2)
 		return fn(linkEntry{Path: p, Info: fi})
-	})
-	if isNotFound(err) {
-		return nil
 	}
-	if err != nil {
-		return err
+	// A walk that lists one directory at a time (the filesystem driver)
+	// ends with "not found" when a directory it listed is deleted before
+	// it enters it: not the end of base. Resume after the last entry.
+	for attempt := 1; ; attempt++ {
+		var opts []func(*storagedriver.WalkOptions)
+		if last != "" {
+			opts = append(opts, storagedriver.WithStartAfterHint(last))
+		}
+		err := d.Walk(ctx, base, visit, opts...)
+		if !isNotFound(err) {
+			if err != nil {
+				return err
+			}
+			break
+		}
+		_, serr := d.Stat(ctx, base)
+		if isNotFound(serr) {
+			break // base is gone (or never was): nothing (more) to walk
+		}
+		if serr != nil {
+			return serr
+		}
+		if attempt == walkAttempts {
+			return fmt.Errorf("walk %s: cut short by concurrent deletes %d times: %w", base, attempt, err)
+		}
 	}
 	var dirs []string
 	for dir, st := range state {
@@ -320,29 +346,47 @@ func listed(ctx context.Context, d storagedriver.StorageDriver, p string) (bool,
 	return slices.Contains(names, p), err
 }
 
+// walkAttempts bounds how often walkLinks resumes a walk that a concurrent
+// delete cut short.
+const walkAttempts = 5
+
+// walksAfter reports whether a walk in depth-first order, siblings sorted
+// (WalkFallback's order), reaches p after q: component by component, a
+// directory before what it holds.
+func walksAfter(p, q string) bool {
+	pc, qc := strings.Split(p, "/"), strings.Split(q, "/")
+	for i := 0; i < len(pc) && i < len(qc); i++ {
+		if pc[i] != qc[i] {
+			return pc[i] > qc[i]
+		}
+	}
+	return len(pc) > len(qc)
+}
+
 // probeLink looks at link path p through the listing of its directory. ok is
 // false when nothing named p is listed (a write in flight, an interrupted
 // delete, or the directory is gone).
 func probeLink(ctx context.Context, d storagedriver.StorageDriver, p string) (e linkEntry, ok bool, err error) {
-	if ok, err := listed(ctx, d, p); err != nil || !ok {
-		return e, false, err
-	}
 	e.Path = p
-	fi, err := d.Stat(ctx, p)
-	switch {
-	case isNotFound(err):
-		// Deleted between the listing and the stat, or there to stay: ask
-		// the listing once more.
-		if still, err := listed(ctx, d, p); err != nil || !still {
+	for round := 0; ; round++ {
+		if ok, err := listed(ctx, d, p); err != nil || !ok {
 			return e, false, err
 		}
-		e.Bad = "listed, but not found by stat (a dangling symlink?)"
-	case err != nil:
-		return e, false, err
-	case fi.IsDir():
-		e.Info, e.Bad = fi, "a directory, not a link file"
-	default:
-		e.Info = fi // written since the walk passed
+		fi, err := d.Stat(ctx, p)
+		switch {
+		case isNotFound(err) && round == 0:
+			// Deleted (perhaps re-created) between the listing and
+			// the stat, or there to stay: look once more.
+			continue
+		case isNotFound(err):
+			e.Bad = "listed, but not found by stat (a dangling symlink?)"
+		case err != nil:
+			return e, false, err
+		case fi.IsDir():
+			e.Info, e.Bad = fi, "a directory, not a link file"
+		default:
+			e.Info = fi // written since the walk passed
+		}
+		return e, true, nil
 	}
-	return e, true, nil
 }

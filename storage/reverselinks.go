@@ -130,24 +130,25 @@ func (r *ReverseLinks) List(ctx context.Context, blob digest.Digest) ([]RepoLink
 // interrupted delete) or the directory is gone.
 func (r *ReverseLinks) probe(ctx context.Context, blob digest.Digest, l RepoLink) (present bool, problem string, err error) {
 	p := ReverseLinkPath(blob, l.Repo, l.Kind)
-	if listed, err := listed(ctx, r.driver, p); err != nil || !listed {
-		return false, "", err
-	}
-	fi, err := r.driver.Stat(ctx, p)
-	switch {
-	case isNotFound(err):
-		// Deleted between the listing and the stat, or there to stay: ask
-		// the listing once more.
-		if still, err := listed(ctx, r.driver, p); err != nil || !still {
+	for round := 0; ; round++ {
+		if listed, err := listed(ctx, r.driver, p); err != nil || !listed {
 			return false, "", err
 		}
-		return true, "listed but not found by stat (a dangling symlink?)", nil
-	case err != nil:
-		return false, "", err
-	case fi.IsDir():
-		return true, "is a directory", nil
+		fi, err := r.driver.Stat(ctx, p)
+		switch {
+		case isNotFound(err) && round == 0:
+			// Deleted (perhaps re-created) between the listing and
+			// the stat, or there to stay: look once more.
+			continue
+		case isNotFound(err):
+			return true, "listed but not found by stat (a dangling symlink?)", nil
+		case err != nil:
+			return false, "", err
+		case fi.IsDir():
+			return true, "is a directory", nil
+		}
+		return true, "", nil // written since the walk
 	}
-	return true, "", nil // written since the walk
 }
 
 // listed reports whether the listing of p's directory names p.
