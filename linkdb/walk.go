@@ -253,7 +253,8 @@ type linkEntry struct {
 // would be invisible, and a link that Distribution cannot read would look
 // absent. So a directory that should hold a link file (isLink(dir+"/link"))
 // where the walk saw none is listed once more afterwards; that costs nothing
-// on a healthy tree.
+// on a healthy tree. A walk a concurrent delete cut short resumes after the
+// last entry it delivered (walkAttempts times at most).
 func walkLinks(ctx context.Context, d storagedriver.StorageDriver, base string, isLink func(p string) bool, fn func(e linkEntry) error) error {
 	// per directory: 1 seen as a directory that should hold a link, 2 its
 	// link file seen. Entries leave as soon as both are seen, whatever the
