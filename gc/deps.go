@@ -28,6 +28,10 @@ type Object struct {
 type RepoLink struct {
 	Repo string
 	Kind LinkKind
+	// Problem, when set, says the link path holds something that is not a
+	// link file (a directory, a dangling entry). The link still counts: the
+	// blob is kept and the run reports it.
+	Problem string
 }
 
 // Tracker is the part of the access tracker (Redis) a run needs. Errors wrap
@@ -67,6 +71,8 @@ type Hold interface {
 
 // LinkIndex lists a blob's reverse links: the repositories that link it.
 // A missing blob lists as empty; any other failure is an error (fail closed).
+// Whatever sits at a link path is listed, with Problem set when it is not a
+// link file, never left out.
 type LinkIndex interface {
 	List(ctx context.Context, blob digest.Digest) ([]RepoLink, error)
 }

@@ -340,6 +340,10 @@ func (rs *runState) blobCheck(ctx context.Context, d digest.Digest, removed func
 		dec.Reason, dec.Detail = CheckFailed, fmt.Sprintf("reverse links: %v", err)
 		return dec
 	}
+	if l, ok := malformed(links, removed); ok {
+		dec.Reason, dec.Detail = CheckFailed, l
+		return dec
+	}
 	for _, l := range links {
 		if removed(l) {
 			continue
@@ -380,6 +384,18 @@ func (rs *runState) blobCheck(ctx context.Context, d digest.Digest, removed func
 	}
 	dec.Reason = Unreferenced
 	return dec
+}
+
+// malformed describes the first link not removed by this run whose path
+// holds something that is not a link file. Such a link keeps the blob like
+// any other (fail closed), but as check_failed, so that the run reports it.
+func malformed(links []RepoLink, removed func(RepoLink) bool) (string, bool) {
+	for _, l := range links {
+		if l.Problem != "" && !removed(l) {
+			return fmt.Sprintf("reverse link of %s %s: %s; kept as linked, see `registry linkdb verify`", l.Repo, l.Kind, l.Problem), true
+		}
+	}
+	return "", false
 }
 
 func (rs *runState) candidates(s *snapshot, mk *marking) []digest.Digest {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -65,8 +67,48 @@ func splitDigest(alg, hex string) (digest.Digest, bool) {
 
 // takeSnapshot reads tags, revisions, layer links and every revision's
 // manifest. Any read error aborts: an unreadable tag could be a root, an
-// unreadable manifest could reference anything.
+// unreadable manifest could reference anything. So does anything at a
+// revision link or a tag's current link path that is not a file (a
+// directory, a dangling symlink): skipping it would make a tagged manifest
+// look untagged, or a manifest and what it references look absent.
 func takeSnapshot(ctx context.Context, d storagedriver.StorageDriver, repo string) (*snapshot, error) {
+	for attempt := 1; ; attempt++ {
+		s, err := readSnapshot(ctx, d, repo)
+		if !errors.Is(err, errWalkCut) || attempt == snapshotAttempts {
+			return s, err
+		}
+	}
+}
+
+// snapshotAttempts bounds how often a snapshot is read again after a
+// concurrent delete cut its walk short.
+const snapshotAttempts = 3
+
+// errWalkCut: a walk ended with "not found" although the directory it
+// walks is there. Drivers without a native Walk list one directory at a
+// time, and a directory deleted between being listed and being entered
+// (a client deleting a manifest) ends the whole walk with PathNotFound:
+// taken for "nothing there", it would hide every revision and tag after
+// it, and what they reference would look unreferenced.
+var errWalkCut = errors.New("the walk was cut short by a concurrent delete")
+
+// walkEnd tells a walk that ended with err over an absent root (absent
+// true) from one cut short (an error wrapping errWalkCut).
+func walkEnd(ctx context.Context, d storagedriver.StorageDriver, root string, err error) (absent bool, _ error) {
+	if !isNotFound(err) {
+		return false, err
+	}
+	_, serr := d.Stat(ctx, root)
+	switch {
+	case isNotFound(serr):
+		return true, nil
+	case serr != nil:
+		return false, serr
+	}
+	return false, fmt.Errorf("%s: %w", root, errWalkCut)
+}
+
+func readSnapshot(ctx context.Context, d storagedriver.StorageDriver, repo string) (*snapshot, error) {
 	s := &snapshot{
 		repo:      repo,
 		tags:      map[string]digest.Digest{},
@@ -78,11 +120,33 @@ func takeSnapshot(ctx context.Context, d storagedriver.StorageDriver, repo strin
 	var tagNames []string
 	mroot := manifestsPath(repo) + "/"
 	foundManifests := true
+	// Directories that should hold a revision link or a tag's current link:
+	// one where the walk saw no link file is probed below, because Walk
+	// leaves out an entry it cannot stat (a dangling symlink).
+	revDirs := map[digest.Digest]string{}
+	currentDirs := map[string]string{}
+	tagSeen := map[string]bool{}
 	err := d.Walk(ctx, manifestsPath(repo), func(fi storagedriver.FileInfo) error {
-		if fi.IsDir() || !strings.HasSuffix(fi.Path(), "/link") {
+		c := strings.Split(strings.TrimPrefix(fi.Path(), mroot), "/")
+		if fi.IsDir() {
+			switch {
+			case len(c) == 3 && c[0] == "revisions":
+				if dg, ok := splitDigest(c[1], c[2]); ok {
+					revDirs[dg] = fi.Path() + "/link"
+				}
+			case len(c) == 3 && c[0] == "tags" && c[2] == "current":
+				currentDirs[c[1]] = fi.Path() + "/link"
+			case len(c) == 4 && c[0] == "revisions" && c[3] == "link",
+				len(c) == 4 && c[0] == "tags" && c[2] == "current" && c[3] == "link":
+				// Fail closed: this could be the tag or the revision that
+				// keeps everything else.
+				return fmt.Errorf("%s: %w: a directory", fi.Path(), errNotALink)
+			}
 			return nil
 		}
-		c := strings.Split(strings.TrimPrefix(fi.Path(), mroot), "/")
+		if !strings.HasSuffix(fi.Path(), "/link") {
+			return nil
+		}
 		switch {
 		case len(c) == 4 && c[0] == "revisions":
 			if dg, ok := splitDigest(c[1], c[2]); ok {
@@ -90,6 +154,7 @@ func takeSnapshot(ctx context.Context, d storagedriver.StorageDriver, repo strin
 			}
 		case len(c) == 4 && c[0] == "tags" && c[2] == "current":
 			tagNames = append(tagNames, c[1])
+			tagSeen[c[1]] = true
 		case len(c) == 6 && c[0] == "tags" && c[2] == "index":
 			if dg, ok := splitDigest(c[3], c[4]); ok {
 				s.tagIndex[dg] = append(s.tagIndex[dg], c[1])
@@ -103,11 +168,34 @@ func takeSnapshot(ctx context.Context, d storagedriver.StorageDriver, repo strin
 		}
 		return nil
 	})
-	if isNotFound(err) {
-		foundManifests, err = false, nil
-	}
+	absent, err := walkEnd(ctx, d, manifestsPath(repo), err)
 	if err != nil {
 		return nil, abort(AbortStorageUnreadable, fmt.Errorf("walk manifests of %s: %w", repo, err))
+	}
+	foundManifests = !absent
+	for _, dg := range sortedDigests(revDirs) {
+		if _, ok := s.revisions[dg]; ok {
+			continue
+		}
+		present, err := probeLink(ctx, d, revDirs[dg])
+		if err != nil {
+			return nil, abort(AbortStorageUnreadable, fmt.Errorf("revision %s of %s: %w", dg, repo, err))
+		}
+		if present { // written since the walk passed
+			s.revisions[dg] = &manifestInfo{digest: dg}
+		}
+	}
+	for tag, p := range currentDirs {
+		if tagSeen[tag] {
+			continue
+		}
+		present, err := probeLink(ctx, d, p)
+		if err != nil {
+			return nil, abort(AbortStorageUnreadable, fmt.Errorf("tag %s:%s: %w", repo, tag, err))
+		}
+		if present {
+			tagNames = append(tagNames, tag)
+		}
 	}
 	lroot := layersPath(repo) + "/"
 	err = d.Walk(ctx, layersPath(repo), func(fi storagedriver.FileInfo) error {
@@ -122,14 +210,12 @@ func takeSnapshot(ctx context.Context, d storagedriver.StorageDriver, repo strin
 		}
 		return nil
 	})
-	if isNotFound(err) {
-		if !foundManifests {
-			return nil, fmt.Errorf("%w: %s", ErrRepositoryNotFound, repo)
-		}
-		err = nil
-	}
+	absent, err = walkEnd(ctx, d, layersPath(repo), err)
 	if err != nil {
 		return nil, abort(AbortStorageUnreadable, fmt.Errorf("walk layers of %s: %w", repo, err))
+	}
+	if absent && !foundManifests {
+		return nil, fmt.Errorf("%w: %s", ErrRepositoryNotFound, repo)
 	}
 
 	var mu sync.Mutex
@@ -172,9 +258,21 @@ func readTags(ctx context.Context, d storagedriver.StorageDriver, repo string) (
 	out := map[digest.Digest][]string{}
 	for _, n := range names {
 		tag := n[strings.LastIndex(n, "/")+1:]
-		dg, err := readLink(ctx, d, tagCurrentPath(repo, tag))
+		p := tagCurrentPath(repo, tag)
+		dg, err := readLink(ctx, d, p)
 		if isNotFound(err) {
-			continue
+			// Deleted since the listing, unless the link entry is still
+			// there and cannot be read (a dangling symlink): not "untagged".
+			present, perr := probeLink(ctx, d, p)
+			if perr != nil {
+				return nil, fmt.Errorf("tag %s: %w", tag, perr)
+			}
+			if !present {
+				continue
+			}
+			if dg, err = readLink(ctx, d, p); err != nil {
+				return nil, err
+			}
 		}
 		if err != nil {
 			return nil, err
@@ -182,6 +280,46 @@ func readTags(ctx context.Context, d storagedriver.StorageDriver, repo string) (
 		out[dg] = append(out[dg], tag)
 	}
 	return out, nil
+}
+
+// errNotALink: something sits at a link path that is not a link file.
+var errNotALink = errors.New("not a link file")
+
+// probeLink looks at link path p by listing its directory, for when a walk or
+// a read did not find a file there. It is false when the listing has no such
+// entry (or no directory); true when a file is there now. An entry that is a
+// directory, or that the listing shows but Stat does not find (a dangling
+// symlink, which Walk leaves out), is an error wrapping errNotALink: never
+// "absent".
+func probeLink(ctx context.Context, d storagedriver.StorageDriver, p string) (bool, error) {
+	for round := 0; ; round++ {
+		if ok, err := listed(ctx, d, p); err != nil || !ok {
+			return false, err
+		}
+		fi, err := d.Stat(ctx, p)
+		switch {
+		case isNotFound(err) && round == 0:
+			// Deleted (perhaps re-created) between the listing and
+			// the stat, or there to stay: look once more.
+			continue
+		case isNotFound(err):
+			return false, fmt.Errorf("%s: %w: listed, but not found by stat (a dangling symlink?)", p, errNotALink)
+		case err != nil:
+			return false, err
+		case fi.IsDir():
+			return false, fmt.Errorf("%s: %w: a directory", p, errNotALink)
+		}
+		return true, nil
+	}
+}
+
+// listed reports whether the listing of p's directory names p.
+func listed(ctx context.Context, d storagedriver.StorageDriver, p string) (bool, error) {
+	names, err := d.List(ctx, path.Dir(p))
+	if isNotFound(err) {
+		return false, nil
+	}
+	return slices.Contains(names, p), err
 }
 
 func readLink(ctx context.Context, d storagedriver.StorageDriver, p string) (digest.Digest, error) {

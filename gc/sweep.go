@@ -219,6 +219,10 @@ func (rs *runState) deleteBlob(ctx context.Context, b digest.Digest, rep *Report
 		dec.Reason, dec.Detail = CheckFailed, fmt.Sprintf("re-check reverse links: %v", err)
 		return dec
 	}
+	if detail, ok := malformed(links, func(RepoLink) bool { return false }); ok {
+		dec.Reason, dec.Detail = CheckFailed, detail
+		return dec
+	}
 	if len(links) > 0 {
 		dec.Reason, dec.Detail = LinkedElsewhere, links[0].Repo
 		if links[0].Repo == rs.repo {

@@ -121,7 +121,7 @@ func TestUnreadableRepositoryMakesRebuildIncomplete(t *testing.T) {
 	d := &faulty{StorageDriver: mem, fail: func(op, p string) bool {
 		return op == "list" && p == layersRoot(bad)+"/sha256"
 	}}
-	// and a corrupt link in another repository: reported, not fatal.
+	// and a corrupt link in another repository: reported, and damage.
 	err := mem.Walk(ctx, layersRoot(gen.RepoName(2)), func(fi storagedriver.FileInfo) error {
 		if !fi.IsDir() && corrupt == "" {
 			corrupt = fi.Path()
@@ -136,8 +136,8 @@ func TestUnreadableRepositoryMakesRebuildIncomplete(t *testing.T) {
 	}
 
 	res, err := Rebuild(ctx, d, RebuildOptions{Checkpoint: StorageCheckpoint(mem)})
-	if !errors.Is(err, ErrIncomplete) {
-		t.Fatalf("err %v, want ErrIncomplete", err)
+	if !errors.Is(err, ErrIncomplete) || !errors.Is(err, ErrDamaged) {
+		t.Fatalf("err %v, want ErrDamaged and ErrIncomplete", err)
 	}
 	if res.Complete {
 		t.Error("marker written although a repository could not be read")
@@ -162,11 +162,21 @@ func TestUnreadableRepositoryMakesRebuildIncomplete(t *testing.T) {
 		t.Errorf("exit %d", rep.ExitCode)
 	}
 
-	// Fixed: the rerun walks only the failed repository and completes.
+	// Readable again: the rerun walks the failed and the damaged
+	// repository (neither was checkpointed), and the damage still holds the
+	// marker back.
 	d.fail = func(string, string) bool { return false }
 	res, err = Rebuild(ctx, d, RebuildOptions{Checkpoint: StorageCheckpoint(mem)})
-	if err != nil || !res.Complete || res.Repositories-res.RepositoriesSkipped != 1 {
+	if !errors.Is(err, ErrDamaged) || errors.Is(err, ErrIncomplete) || res.Complete || res.Repositories-res.RepositoriesSkipped != 2 {
 		t.Fatalf("rerun: %+v %v", res, err)
+	}
+	// Repaired: the last rerun walks only the damaged repository and completes.
+	if err := mem.PutContent(ctx, corrupt, []byte(c.Digest)); err != nil {
+		t.Fatal(err)
+	}
+	res, err = Rebuild(ctx, d, RebuildOptions{Checkpoint: StorageCheckpoint(mem)})
+	if err != nil || !res.Complete || res.Repositories-res.RepositoriesSkipped != 1 {
+		t.Fatalf("rerun after repair: %+v %v", res, err)
 	}
 }
 

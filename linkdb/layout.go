@@ -28,6 +28,7 @@ func repoDir(repo string) string { return storage.RepositoryPath(repo) }
 func layersRoot(repo string) string    { return repoDir(repo) + "/_layers" }
 func revisionsRoot(repo string) string { return repoDir(repo) + "/_manifests/revisions" }
 func referrersRoot(repo string) string { return repoDir(repo) + "/_manifests/referrers" }
+func tagsRoot(repo string) string      { return repoDir(repo) + "/_manifests/tags" }
 
 // forwardLinkPath is the forward link a reverse link of kind mirrors.
 func forwardLinkPath(repo string, d digest.Digest, kind string) string {

@@ -23,8 +23,12 @@ const (
 	// BrokenForward: a forward link to a blob whose data is missing. Pulls of
 	// it already fail; nothing linkdb can repair.
 	BrokenForward Kind = "broken_forward"
-	// Corrupt: a link file whose content is not a valid digest, or not the
-	// digest its path names, or a referrers entry that is not a descriptor.
+	// Corrupt: a link file whose content is not exactly the digest it should
+	// hold (for a tag's current link: not a digest), a referrers entry that
+	// is not a descriptor, something at a link path that is not a file (a
+	// directory, an entry the listing shows but Stat cannot see, such as a
+	// dangling symlink), or a manifest whose content does not match its
+	// digest.
 	Corrupt Kind = "corrupt"
 	// StaleReferrer: a referrers index entry whose referrer manifest revision
 	// is gone. The referrers API lists a manifest that does not exist.
@@ -52,7 +56,7 @@ func (k Kind) Message() string {
 	case BrokenForward:
 		return "forward link to a missing blob (already broken)"
 	case Corrupt:
-		return "link file whose content is not the digest it should hold"
+		return "link path that is not a file holding the digest it should, or a manifest not matching its digest"
 	case StaleReferrer:
 		return "referrers index entry whose referrer manifest is gone"
 	case MissingReferrer:

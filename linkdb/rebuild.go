@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +25,15 @@ const linkConcurrency = 8
 // It did not write the marker; the checkpoint keeps the finished parts, so
 // running it again retries only what failed.
 var ErrIncomplete = errors.New("linkdb: rebuild incomplete: some repositories could not be read")
+
+// ErrDamaged means the rebuild found damage it cannot repair: something at
+// a forward or reverse link path that is not a link file (a directory, a
+// dangling entry), a forward link whose content is not its digest, or a
+// manifest that is missing, truncated or unparsable. What it could repair
+// it did (a reverse link with bad content is rewritten). It did not write
+// the marker, and the repositories concerned are not checkpointed as
+// finished: repair or delete what it lists and run it again.
+var ErrDamaged = errors.New("linkdb: rebuild found damage it cannot repair")
 
 // Fencer takes the GC fence on one repository's link to a blob, the same
 // fence GC takes before it unlinks (storage.Tracker.Fence). While it is
@@ -91,6 +99,8 @@ type RebuildResult struct {
 	ForwardLinks        int64          `json:"forward_links"`
 	ReverseAdded        int64          `json:"reverse_added"`
 	ReversePresent      int64          `json:"reverse_present"`
+	ReverseRewritten    int64          `json:"reverse_rewritten"` // bad content, rewritten in place
+	Damaged             int64          `json:"damaged"`           // damage it could not repair (see ErrDamaged)
 	ReferrersAdded      int64          `json:"referrers_added"`
 	ReverseLinks        int64          `json:"reverse_links_seen"`
 	StaleRemoved        int64          `json:"stale_removed"`
@@ -112,6 +122,7 @@ type rebuild struct {
 	began     time.Time
 
 	forward, added, present, refAdded, reverse atomic.Int64
+	rewritten, damaged                         atomic.Int64
 	removed, kept, restored                    atomic.Int64
 
 	mu         sync.Mutex
@@ -182,7 +193,8 @@ func Rebuild(ctx context.Context, d storagedriver.StorageDriver, opts RebuildOpt
 		r.saveCheckpoint(context.WithoutCancel(ctx))
 		return r.result(), err
 	}
-	if !incomplete && !opts.DryRun {
+	damaged := r.damaged.Load() > 0
+	if !incomplete && !damaged && !opts.DryRun {
 		// Every forward link that existed when the walk reached it has a
 		// reverse link, and the middleware covers every write since Started.
 		if err := storage.MarkLinkDBComplete(ctx, d, r.res.Started); err != nil {
@@ -202,7 +214,12 @@ func Rebuild(ctx context.Context, d storagedriver.StorageDriver, opts RebuildOpt
 			return r.result(), fmt.Errorf("clear checkpoint: %w", err)
 		}
 	}
-	if incomplete {
+	switch {
+	case damaged && r.f.count(Unreadable) > 0:
+		return r.result(), fmt.Errorf("%w; also %w", ErrDamaged, ErrIncomplete)
+	case damaged:
+		return r.result(), ErrDamaged
+	case incomplete:
 		return r.result(), ErrIncomplete
 	}
 	return r.result(), nil
@@ -214,6 +231,8 @@ func (r *rebuild) result() *RebuildResult {
 	res.ForwardLinks = r.forward.Load()
 	res.ReverseAdded = r.added.Load()
 	res.ReversePresent = r.present.Load()
+	res.ReverseRewritten = r.rewritten.Load()
+	res.Damaged = r.damaged.Load()
 	res.ReferrersAdded = r.refAdded.Load()
 	res.ReverseLinks = r.reverse.Load()
 	res.StaleRemoved = r.removed.Load()
@@ -338,9 +357,10 @@ func (r *rebuild) repositories(ctx context.Context) (incomplete bool, err error)
 }
 
 // repo rebuilds one repository. ok is false when some link could not be
-// read, so the repository is not known to be covered.
+// read or is damaged, so the repository is not known to be covered.
 func (r *rebuild) repo(ctx context.Context, repo string) (ok bool, err error) {
 	var failed atomic.Bool
+	isForward := func(p string) bool { _, ok := parseLink(repo, p); return ok }
 	for _, part := range []struct{ base, kind string }{
 		{layersRoot(repo), layersDir},
 		{revisionsRoot(repo), manifestsDir},
@@ -349,16 +369,17 @@ func (r *rebuild) repo(ctx context.Context, repo string) (ok bool, err error) {
 		// at once. g.Go blocks at the limit, which holds the walk back.
 		g := new(errgroup.Group)
 		g.SetLimit(linkConcurrency)
-		err := walkLinks(ctx, r.d, part.base, func(fi storagedriver.FileInfo) error {
-			d, isLink := parseLink(repo, fi.Path())
-			if !isLink {
-				return nil
-			}
+		err := walkLinks(ctx, r.d, part.base, isForward, func(e linkEntry) error {
+			d, _ := parseLink(repo, e.Path)
 			r.forward.Add(1)
 			r.opts.Progress.link()
-			p := fi.Path()
+			if e.Bad != "" {
+				r.damage(Problem{Kind: Corrupt, Path: e.Path, Repo: repo, Digest: d, Detail: e.Bad})
+				failed.Store(true)
+				return ctx.Err()
+			}
 			g.Go(func() error {
-				if !r.forwardLink(ctx, repo, part.kind, d, p) {
+				if !r.forwardLink(ctx, repo, part.kind, d, e.Path) {
 					failed.Store(true)
 				}
 				return nil
@@ -371,10 +392,13 @@ func (r *rebuild) repo(ctx context.Context, repo string) (ok bool, err error) {
 		}
 	}
 	ok = !failed.Load()
-	err = walkLinks(ctx, r.d, referrersRoot(repo), func(fi storagedriver.FileInfo) error {
-		subject, referrer, isLink := parseReferrerLink(repo, fi.Path())
-		if !isLink {
-			return nil
+	isReferrer := func(p string) bool { _, _, ok := parseReferrerLink(repo, p); return ok }
+	err = walkLinks(ctx, r.d, referrersRoot(repo), isReferrer, func(e linkEntry) error {
+		subject, referrer, _ := parseReferrerLink(repo, e.Path)
+		if e.Bad != "" {
+			// Not part of the link database: reported, not repaired.
+			r.f.add(Problem{Kind: Corrupt, Path: e.Path, Repo: repo, Digest: referrer, Detail: e.Bad})
+			return ctx.Err()
 		}
 		rev := storage.RevisionLinkPath(repo, referrer)
 		_, err := r.d.Stat(ctx, rev)
@@ -382,7 +406,7 @@ func (r *rebuild) repo(ctx context.Context, repo string) (ok bool, err error) {
 		case err == nil:
 		case isNotFound(err):
 			r.removeStale(ctx, stale{kind: StaleReferrer, blob: referrer, repo: repo, linkKind: manifestsDir,
-				forward: rev, victim: fi.Path(), modTime: fi.ModTime(),
+				forward: rev, victim: e.Path, modTime: e.Info.ModTime(),
 				remove: func(ctx context.Context) error { return r.referrers.Remove(ctx, repo, subject, referrer) }})
 		default:
 			r.f.add(Problem{Kind: Unreadable, Path: rev, Repo: repo, Digest: referrer, Detail: err.Error()})
@@ -397,9 +421,16 @@ func (r *rebuild) repo(ctx context.Context, repo string) (ok bool, err error) {
 	return ok, ctx.Err()
 }
 
+// damage records p as damage the rebuild cannot repair (see ErrDamaged).
+func (r *rebuild) damage(p Problem) {
+	r.damaged.Add(1)
+	r.f.add(p)
+}
+
 // forwardLink makes sure the forward link at linkPath, which names blob d,
-// has its reverse link, and for a manifest, its referrers entry. It returns
-// false when the link could not be read or the reverse link not written.
+// has a well-formed reverse link, and for a manifest, its referrers entry.
+// It returns false when the link could not be read, the reverse link not
+// written, or either (or the manifest) is damaged.
 func (r *rebuild) forwardLink(ctx context.Context, repo, kind string, d digest.Digest, linkPath string) bool {
 	b, err := r.d.GetContent(ctx, linkPath)
 	if isNotFound(err) {
@@ -409,80 +440,114 @@ func (r *rebuild) forwardLink(ctx context.Context, repo, kind string, d digest.D
 		r.f.add(Problem{Kind: Unreadable, Path: linkPath, Repo: repo, Digest: d, Detail: err.Error()})
 		return false
 	}
-	content, perr := digest.Parse(strings.TrimSpace(string(b)))
-	switch {
-	case perr != nil:
-		// Fail safe: the path still names a blob; keep it linked.
-		r.f.add(Problem{Kind: Corrupt, Path: linkPath, Repo: repo, Digest: d, Detail: fmt.Sprintf("content %q: %v", truncate(b), perr)})
-	case content != d:
-		r.f.add(Problem{Kind: Corrupt, Path: linkPath, Repo: repo, Digest: d, Detail: fmt.Sprintf("content names %s", content)})
+	ok := true
+	wellFormed := storage.WellFormedLink(b, d)
+	if !wellFormed {
+		// Fail safe: the path still names a blob; keep it linked below.
+		// The link itself is Distribution's: not ours to rewrite.
+		detail := fmt.Sprintf("content %q, want %s", truncate(b), d)
+		if content, err := digest.Parse(string(b)); err == nil {
+			detail = fmt.Sprintf("content names %s", content)
+		}
+		r.damage(Problem{Kind: Corrupt, Path: linkPath, Repo: repo, Digest: d, Detail: detail})
+		ok = false
 	}
 	l := storage.RepoLink{Repo: repo, Kind: storage.LinkKind(kind)}
+	rp := reverseLinkPath(d, repo, kind)
 	has, err := r.links.Has(ctx, d, l)
 	switch {
+	case errors.Is(err, storage.ErrMalformedLink):
+		if fi, serr := r.d.Stat(ctx, rp); serr == nil && fi.IsDir() {
+			// A directory cannot be replaced in one step, and removing
+			// it first would leave the forward link without a reverse
+			// link while registries serve: left to the operator.
+			r.damage(Problem{Kind: Corrupt, Path: rp, Repo: repo, Digest: d, Detail: "a directory, not a link file: remove it, then run rebuild again"})
+			return false
+		}
+		// Bad content: rewrite it. PutContent replaces the file in one
+		// step, so the link never reads as absent meanwhile.
+		if !r.opts.DryRun {
+			if err := r.links.Put(ctx, d, l); err != nil {
+				r.f.add(Problem{Kind: Unreadable, Path: rp, Repo: repo, Digest: d, Detail: "rewrite: " + err.Error()})
+				return false
+			}
+		}
+		r.rewritten.Add(1)
 	case err != nil:
-		r.f.add(Problem{Kind: Unreadable, Path: reverseLinkPath(d, repo, kind), Repo: repo, Digest: d, Detail: err.Error()})
+		r.f.add(Problem{Kind: Unreadable, Path: rp, Repo: repo, Digest: d, Detail: err.Error()})
 		return false
 	case has:
 		r.present.Add(1)
 	default:
 		if !r.opts.DryRun {
 			if err := r.links.Put(ctx, d, l); err != nil {
-				r.f.add(Problem{Kind: Unreadable, Path: reverseLinkPath(d, repo, kind), Repo: repo, Digest: d, Detail: err.Error()})
+				r.f.add(Problem{Kind: Unreadable, Path: rp, Repo: repo, Digest: d, Detail: err.Error()})
 				return false
 			}
 		}
 		r.added.Add(1)
 	}
-	if kind == manifestsDir && perr == nil && content == d {
-		r.referrer(ctx, repo, d)
+	if kind == manifestsDir && wellFormed {
+		ok = r.referrer(ctx, repo, d) && ok
 	}
-	return true
+	return ok
 }
 
 // referrer adds manifest m of repo to the referrers index if it has a
-// subject and is not listed yet.
-func (r *rebuild) referrer(ctx context.Context, repo string, m digest.Digest) {
+// subject and is not listed yet. It returns false when the manifest is
+// missing, damaged or unreadable: GC could not read it either (it aborts
+// that repository), so a rebuild that calls itself finished must not
+// either.
+func (r *rebuild) referrer(ctx context.Context, repo string, m digest.Digest) bool {
 	data := storage.BlobDataPath(m)
 	fi, err := r.d.Stat(ctx, data)
 	if isNotFound(err) {
-		r.f.add(Problem{Kind: BrokenForward, Path: storage.RevisionLinkPath(repo, m), Repo: repo, Digest: m})
-		return
+		r.damage(Problem{Kind: BrokenForward, Path: storage.RevisionLinkPath(repo, m), Repo: repo, Digest: m})
+		return false
 	}
 	if err != nil {
 		r.f.add(Problem{Kind: Unreadable, Path: data, Repo: repo, Digest: m, Detail: err.Error()})
-		return
+		return false
+	}
+	if fi.IsDir() {
+		r.damage(Problem{Kind: Corrupt, Path: data, Repo: repo, Digest: m, Detail: "blob data is a directory"})
+		return false
 	}
 	if fi.Size() > maxManifestSize {
-		return // not a manifest Distribution would have accepted
+		return true // not a manifest Distribution would have accepted
 	}
 	payload, err := r.d.GetContent(ctx, data)
 	if err != nil {
 		r.f.add(Problem{Kind: Unreadable, Path: data, Repo: repo, Digest: m, Detail: err.Error()})
-		return
+		return false
+	}
+	if m.Algorithm().FromBytes(payload) != m {
+		r.damage(Problem{Kind: Corrupt, Path: data, Repo: repo, Digest: m, Detail: fmt.Sprintf("manifest content (%d bytes) does not match its digest", len(payload))})
+		return false
 	}
 	subject, desc, ok, err := storage.ReferrerOf(payload, m, "")
 	if err != nil {
-		r.f.add(Problem{Kind: Corrupt, Path: data, Repo: repo, Digest: m, Detail: err.Error()})
-		return
+		r.damage(Problem{Kind: Corrupt, Path: data, Repo: repo, Digest: m, Detail: err.Error()})
+		return false
 	}
 	if !ok {
-		return
+		return true
 	}
 	p := storage.ReferrerLinkPath(repo, subject, m)
 	if _, err := r.d.Stat(ctx, p); err == nil {
-		return
+		return true
 	} else if !isNotFound(err) {
 		r.f.add(Problem{Kind: Unreadable, Path: p, Repo: repo, Digest: m, Detail: err.Error()})
-		return
+		return false
 	}
 	if !r.opts.DryRun {
 		if err := r.referrers.Add(ctx, repo, subject, desc); err != nil {
 			r.f.add(Problem{Kind: Unreadable, Path: p, Repo: repo, Digest: m, Detail: "write: " + err.Error()})
-			return
+			return false
 		}
 	}
 	r.refAdded.Add(1)
+	return true
 }
 
 // shards is phase 2: remove reverse links whose forward link is gone.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -57,6 +56,7 @@ type Report struct {
 	ReverseLinks        int64          `json:"reverse_links"`
 	Blobs               int64          `json:"blobs"`
 	ReferrerEntries     int64          `json:"referrer_entries"`
+	TagLinks            int64          `json:"tag_links"`
 	Counts              map[Kind]int64 `json:"counts"`
 	ReclaimableBytes    int64          `json:"reclaimable_bytes"`
 	ReclaimableComputed bool           `json:"reclaimable_computed"`
@@ -70,8 +70,8 @@ type verifier struct {
 	opts VerifyOptions
 	f    *findings
 
-	forward, reverse, blobs, refs atomic.Int64
-	repoUnreadable                atomic.Bool
+	forward, reverse, blobs, refs, tagLinks atomic.Int64
+	repoUnreadable                          atomic.Bool
 
 	mu       sync.Mutex
 	linked   map[digest.Digest]struct{} // blobs with a forward link but no (readable) reverse link
@@ -166,7 +166,7 @@ func Verify(ctx context.Context, d storagedriver.StorageDriver, opts VerifyOptio
 
 	rep.Duration = time.Since(began)
 	rep.ForwardLinks, rep.ReverseLinks = v.forward.Load(), v.reverse.Load()
-	rep.Blobs, rep.ReferrerEntries = v.blobs.Load(), v.refs.Load()
+	rep.Blobs, rep.ReferrerEntries, rep.TagLinks = v.blobs.Load(), v.refs.Load(), v.tagLinks.Load()
 	rep.ReclaimableComputed = computable
 	if !computable {
 		rep.ReclaimableNote = "not computed: some forward links could not be read, or too many lack reverse links; blobs are not called reclaimable on partial knowledge"
@@ -221,22 +221,26 @@ func (v *verifier) unreadable(p Problem) {
 }
 
 func (v *verifier) repo(ctx context.Context, repo string) {
+	isForward := func(p string) bool { _, ok := parseLink(repo, p); return ok }
 	for _, part := range []struct{ base, kind string }{
 		{layersRoot(repo), layersDir},
 		{revisionsRoot(repo), manifestsDir},
 	} {
 		g := new(errgroup.Group)
 		g.SetLimit(linkConcurrency)
-		err := walkLinks(ctx, v.d, part.base, func(fi storagedriver.FileInfo) error {
-			d, ok := parseLink(repo, fi.Path())
-			if !ok {
-				return nil
-			}
+		err := walkLinks(ctx, v.d, part.base, isForward, func(e linkEntry) error {
+			d, _ := parseLink(repo, e.Path)
 			v.forward.Add(1)
 			v.opts.Progress.link()
-			p := fi.Path()
+			if e.Bad != "" {
+				// Distribution cannot read it; whatever it was meant to
+				// link is never called reclaimable.
+				v.keep(d)
+				v.f.add(Problem{Kind: Corrupt, Path: e.Path, Repo: repo, Digest: d, Detail: e.Bad})
+				return ctx.Err()
+			}
 			g.Go(func() error {
-				v.forwardLink(ctx, repo, part.kind, d, p)
+				v.forwardLink(ctx, repo, part.kind, d, e.Path)
 				return nil
 			})
 			return ctx.Err()
@@ -247,13 +251,52 @@ func (v *verifier) repo(ctx context.Context, repo string) {
 		}
 	}
 	base := referrersRoot(repo)
-	err := walkLinks(ctx, v.d, base, func(fi storagedriver.FileInfo) error {
-		subject, referrer, ok := parseReferrerLink(repo, fi.Path())
-		if !ok {
-			return nil
-		}
+	isReferrer := func(p string) bool { _, _, ok := parseReferrerLink(repo, p); return ok }
+	err := walkLinks(ctx, v.d, base, isReferrer, func(e linkEntry) error {
+		subject, referrer, _ := parseReferrerLink(repo, e.Path)
 		v.refs.Add(1)
-		v.referrerEntry(ctx, repo, subject, referrer, fi.Path())
+		if e.Bad != "" {
+			v.f.add(Problem{Kind: Corrupt, Path: e.Path, Repo: repo, Digest: referrer, Detail: e.Bad})
+			return ctx.Err()
+		}
+		v.referrerEntry(ctx, repo, subject, referrer, e.Path)
+		return ctx.Err()
+	})
+	if err != nil && ctx.Err() == nil {
+		v.f.add(Problem{Kind: Unreadable, Path: base, Repo: repo, Detail: err.Error()})
+	}
+	v.tags(ctx, repo)
+}
+
+// tags checks repo's tag links: each current link and tag history entry
+// must be a file holding a digest (the history entry: the one its path
+// names). They are not part of the link database, but GC roots its marking
+// in them, so a damaged one is reported with the rest.
+func (v *verifier) tags(ctx context.Context, repo string) {
+	base := tagsRoot(repo)
+	isTag := func(p string) bool {
+		c := storage.Classify(p)
+		return (c.Kind == storage.KindTagCurrent || c.Kind == storage.KindTagIndex) && c.Repo == repo
+	}
+	err := walkLinks(ctx, v.d, base, isTag, func(e linkEntry) error {
+		v.tagLinks.Add(1)
+		c := storage.Classify(e.Path)
+		if e.Bad != "" {
+			v.f.add(Problem{Kind: Corrupt, Path: e.Path, Repo: repo, Digest: c.Digest, Detail: e.Bad})
+			return ctx.Err()
+		}
+		b, err := v.d.GetContent(ctx, e.Path)
+		switch {
+		case isNotFound(err): // untagged while we walk
+		case err != nil:
+			v.f.add(Problem{Kind: Unreadable, Path: e.Path, Repo: repo, Digest: c.Digest, Detail: err.Error()})
+		case c.Kind == storage.KindTagIndex && !storage.WellFormedLink(b, c.Digest):
+			v.f.add(Problem{Kind: Corrupt, Path: e.Path, Repo: repo, Digest: c.Digest, Detail: fmt.Sprintf("content %q", truncate(b))})
+		case c.Kind == storage.KindTagCurrent:
+			if _, err := digest.Parse(string(b)); err != nil {
+				v.f.add(Problem{Kind: Corrupt, Path: e.Path, Repo: repo, Detail: fmt.Sprintf("content %q: %v", truncate(b), err)})
+			}
+		}
 		return ctx.Err()
 	})
 	if err != nil && ctx.Err() == nil {
@@ -271,18 +314,21 @@ func (v *verifier) forwardLink(ctx context.Context, repo, kind string, d digest.
 		v.unreadable(Problem{Kind: Unreadable, Path: linkPath, Repo: repo, Digest: d, Detail: err.Error()})
 		return
 	}
-	content, perr := digest.Parse(strings.TrimSpace(string(b)))
-	switch {
-	case perr != nil:
-		v.f.add(Problem{Kind: Corrupt, Path: linkPath, Repo: repo, Digest: d, Detail: fmt.Sprintf("content %q: %v", truncate(b), perr)})
-	case content != d:
-		v.f.add(Problem{Kind: Corrupt, Path: linkPath, Repo: repo, Digest: d, Detail: fmt.Sprintf("content names %s", content)})
-		v.keep(content) // upstream resolves the link by its content
+	if !storage.WellFormedLink(b, d) {
+		detail := fmt.Sprintf("content %q, want %s", truncate(b), d)
+		if content, err := digest.Parse(string(b)); err == nil && content != d {
+			detail = fmt.Sprintf("content names %s", content)
+			v.keep(content) // upstream resolves the link by its content
+		}
+		v.f.add(Problem{Kind: Corrupt, Path: linkPath, Repo: repo, Digest: d, Detail: detail})
 	}
 	rp := reverseLinkPath(d, repo, kind)
-	_, err = v.d.Stat(ctx, rp)
+	rfi, err := v.d.Stat(ctx, rp)
 	switch {
 	case err == nil:
+		if rfi.IsDir() {
+			v.keep(d) // the blob walk reports it as corrupt
+		}
 	case isNotFound(err):
 		v.keep(d)
 		v.f.add(Problem{Kind: MissingReverse, Path: linkPath, Repo: repo, Digest: d})
@@ -301,12 +347,21 @@ func (v *verifier) forwardLink(ctx context.Context, repo, kind string, d digest.
 		v.f.add(Problem{Kind: Unreadable, Path: data, Repo: repo, Digest: d, Detail: err.Error()})
 		return
 	}
+	if fi.IsDir() {
+		v.f.add(Problem{Kind: Corrupt, Path: data, Repo: repo, Digest: d, Detail: "blob data is a directory"})
+		return
+	}
 	if kind != manifestsDir || fi.Size() > maxManifestSize {
 		return
 	}
 	payload, err := v.d.GetContent(ctx, data)
 	if err != nil {
 		v.f.add(Problem{Kind: Unreadable, Path: data, Repo: repo, Digest: d, Detail: err.Error()})
+		return
+	}
+	if d.Algorithm().FromBytes(payload) != d {
+		// GC aborts on it (manifest_unreadable): say so before it does.
+		v.f.add(Problem{Kind: Corrupt, Path: data, Repo: repo, Digest: d, Detail: fmt.Sprintf("manifest content (%d bytes) does not match its digest", len(payload))})
 		return
 	}
 	subject, _, ok, err := storage.ReferrerOf(payload, d, "")
@@ -349,13 +404,19 @@ func (v *verifier) referrerEntry(ctx context.Context, repo string, subject, refe
 func (v *verifier) reverseLink(ctx context.Context, fi storagedriver.FileInfo, bp blobPath) {
 	v.reverse.Add(1)
 	v.opts.Progress.link()
+	if fi.IsDir() {
+		// GC counts it as a link (and keeps the blob); rebuild cannot
+		// replace a directory while registries serve.
+		v.f.add(Problem{Kind: Corrupt, Path: fi.Path(), Repo: bp.repo, Digest: bp.digest, Detail: "a directory, not a link file"})
+		return
+	}
 	b, err := v.d.GetContent(ctx, fi.Path())
 	if isNotFound(err) {
 		return
 	}
 	if err != nil {
 		v.f.add(Problem{Kind: Unreadable, Path: fi.Path(), Repo: bp.repo, Digest: bp.digest, Detail: err.Error()})
-	} else if c, err := digest.Parse(strings.TrimSpace(string(b))); err != nil || c != bp.digest {
+	} else if !storage.WellFormedLink(b, bp.digest) {
 		v.f.add(Problem{Kind: Corrupt, Path: fi.Path(), Repo: bp.repo, Digest: bp.digest, Detail: fmt.Sprintf("content %q", truncate(b))})
 	}
 	fwd := forwardLinkPath(bp.repo, bp.digest, bp.kind)
@@ -386,8 +447,8 @@ func (v *verifier) blob(b *blobEntry, computable bool) {
 // WriteText writes the human summary of r.
 func (r *Report) WriteText(w io.Writer) error {
 	bw := &errWriter{w: w}
-	fmt.Fprintf(bw, "link database verify: %d repositories, %d forward links, %d reverse links, %d blobs, %d referrers entries (%s)\n",
-		r.Repositories, r.ForwardLinks, r.ReverseLinks, r.Blobs, r.ReferrerEntries, r.Duration.Round(time.Millisecond))
+	fmt.Fprintf(bw, "link database verify: %d repositories, %d forward links, %d reverse links, %d blobs, %d referrers entries, %d tag links (%s)\n",
+		r.Repositories, r.ForwardLinks, r.ReverseLinks, r.Blobs, r.ReferrerEntries, r.TagLinks, r.Duration.Round(time.Millisecond))
 	if r.CompleteSince != nil {
 		fmt.Fprintf(bw, "marker: complete since %s\n", r.CompleteSince.Format(time.RFC3339))
 	} else {

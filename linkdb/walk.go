@@ -3,7 +3,9 @@ package linkdb
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -105,7 +107,7 @@ type blobEntry struct {
 }
 
 // blobVisitor receives the blob walk's results. onReverse is called for every
-// reverse link file, in walk order; onBlob once per blob directory after all
+// reverse link path that holds a file or a directory, in walk order; onBlob once per blob directory after all
 // of its reverse links. Both run on the walking goroutine.
 type blobVisitor struct {
 	onReverse func(b *blobEntry, fi storagedriver.FileInfo, bp blobPath)
@@ -147,7 +149,9 @@ func walkShard(ctx context.Context, d storagedriver.StorageDriver, shard string,
 		switch {
 		case bp.isData && !fi.IsDir():
 			cur.hasData, cur.dataSize = true, fi.Size()
-		case bp.reverse && !fi.IsDir():
+		case bp.reverse:
+			// A directory at a reverse link path counts too: it is
+			// never "no reverse link"; onReverse reports it.
 			cur.reverse++
 			if !delivered[fi.Path()] {
 				delivered[fi.Path()] = true
@@ -231,21 +235,159 @@ func tolerantWalk(ctx context.Context, d storagedriver.StorageDriver, from strin
 	}
 }
 
-// walkLinks streams the link files under base (a repository's _layers or
-// _manifests/revisions directory) to fn. Missing base is an empty repository
-// part, not an error.
-func walkLinks(ctx context.Context, d storagedriver.StorageDriver, base string, fn func(fi storagedriver.FileInfo) error) error {
-	err := d.Walk(ctx, base, func(fi storagedriver.FileInfo) error {
+// linkEntry is one thing walkLinks found at a link path. Bad says why it is
+// not a link file (a directory, an entry Stat cannot see); Info is nil for an
+// entry Stat cannot see.
+type linkEntry struct {
+	Path string
+	Info storagedriver.FileInfo
+	Bad  string
+}
+
+// walkLinks streams what sits at every link path under base (a repository's
+// _layers, _manifests/revisions, referrers or tags directory) to fn: link
+// files, and anything else at a link path, with Bad set. isLink says whether
+// a path is a link path. Missing base is an empty part, not an error.
+//
+// Walk leaves out an entry it cannot stat: a dangling symlink at a link path
+// would be invisible, and a link that Distribution cannot read would look
+// absent. So a directory that should hold a link file (isLink(dir+"/link"))
+// where the walk saw none is listed once more afterwards; that costs nothing
+// on a healthy tree. A walk a concurrent delete cut short resumes after the
+// last entry it delivered (walkAttempts times at most).
+func walkLinks(ctx context.Context, d storagedriver.StorageDriver, base string, isLink func(p string) bool, fn func(e linkEntry) error) error {
+	// per directory: 1 seen as a directory that should hold a link, 2 its
+	// link file seen. Entries leave as soon as both are seen, whatever the
+	// order the driver walks in, so the map stays small.
+	state := map[string]uint8{}
+	mark := func(dir string, bit uint8) {
+		if state[dir] |= bit; state[dir] == 3 {
+			delete(state, dir)
+		}
+	}
+	last := "" // the last entry the walk delivered
+	visit := func(fi storagedriver.FileInfo) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if fi.IsDir() || path.Base(fi.Path()) != "link" {
+		p := fi.Path()
+		if last != "" && !walksAfter(p, last) {
+			return nil // delivered before the walk was cut short
+		}
+		last = p
+		if fi.IsDir() {
+			if isLink(p + "/link") {
+				mark(p, 1)
+			}
+			if isLink(p) {
+				mark(path.Dir(p), 2)
+				return fn(linkEntry{Path: p, Info: fi, Bad: "a directory, not a link file"})
+			}
 			return nil
 		}
-		return fn(fi)
-	})
-	if isNotFound(err) {
-		return nil
+		if path.Base(p) != "link" || !isLink(p) {
+			return nil
+		}
+		mark(path.Dir(p), 2)
+		return fn(linkEntry{Path: p, Info: fi})
 	}
-	return err
+	// A walk that lists one directory at a time (the filesystem driver)
+	// ends with "not found" when a directory it listed is deleted before
+	// it enters it: not the end of base. Resume after the last entry.
+	for attempt := 1; ; attempt++ {
+		var opts []func(*storagedriver.WalkOptions)
+		if last != "" {
+			opts = append(opts, storagedriver.WithStartAfterHint(last))
+		}
+		err := d.Walk(ctx, base, visit, opts...)
+		if !isNotFound(err) {
+			if err != nil {
+				return err
+			}
+			break
+		}
+		_, serr := d.Stat(ctx, base)
+		if isNotFound(serr) {
+			break // base is gone (or never was): nothing (more) to walk
+		}
+		if serr != nil {
+			return serr
+		}
+		if attempt == walkAttempts {
+			return fmt.Errorf("walk %s: cut short by concurrent deletes %d times: %w", base, attempt, err)
+		}
+	}
+	var dirs []string
+	for dir, st := range state {
+		if st == 1 {
+			dirs = append(dirs, dir)
+		}
+	}
+	sort.Strings(dirs)
+	for _, dir := range dirs {
+		e, ok, err := probeLink(ctx, d, dir+"/link")
+		if err != nil {
+			return err
+		}
+		if ok {
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// listed reports whether the listing of p's directory names p.
+func listed(ctx context.Context, d storagedriver.StorageDriver, p string) (bool, error) {
+	names, err := d.List(ctx, path.Dir(p))
+	if isNotFound(err) {
+		return false, nil
+	}
+	return slices.Contains(names, p), err
+}
+
+// walkAttempts bounds how often walkLinks resumes a walk that a concurrent
+// delete cut short.
+const walkAttempts = 5
+
+// walksAfter reports whether a walk in depth-first order, siblings sorted
+// (WalkFallback's order), reaches p after q: component by component, a
+// directory before what it holds.
+func walksAfter(p, q string) bool {
+	pc, qc := strings.Split(p, "/"), strings.Split(q, "/")
+	for i := 0; i < len(pc) && i < len(qc); i++ {
+		if pc[i] != qc[i] {
+			return pc[i] > qc[i]
+		}
+	}
+	return len(pc) > len(qc)
+}
+
+// probeLink looks at link path p through the listing of its directory. ok is
+// false when nothing named p is listed (a write in flight, an interrupted
+// delete, or the directory is gone).
+func probeLink(ctx context.Context, d storagedriver.StorageDriver, p string) (e linkEntry, ok bool, err error) {
+	e.Path = p
+	for round := 0; ; round++ {
+		if ok, err := listed(ctx, d, p); err != nil || !ok {
+			return e, false, err
+		}
+		fi, err := d.Stat(ctx, p)
+		switch {
+		case isNotFound(err) && round == 0:
+			// Deleted (perhaps re-created) between the listing and
+			// the stat, or there to stay: look once more.
+			continue
+		case isNotFound(err):
+			e.Bad = "listed, but not found by stat (a dangling symlink?)"
+		case err != nil:
+			return e, false, err
+		case fi.IsDir():
+			e.Info, e.Bad = fi, "a directory, not a link file"
+		default:
+			e.Info = fi // written since the walk passed
+		}
+		return e, true, nil
+	}
 }

@@ -182,7 +182,7 @@ func (a gcLinks) List(ctx context.Context, blob digest.Digest) ([]gc.RepoLink, e
 	}
 	out := make([]gc.RepoLink, len(ls))
 	for i, l := range ls {
-		out[i] = gc.RepoLink{Repo: l.Repo, Kind: gc.LinkKind(l.Kind)}
+		out[i] = gc.RepoLink{Repo: l.Repo, Kind: gc.LinkKind(l.Kind), Problem: l.Problem}
 	}
 	return out, nil
 }

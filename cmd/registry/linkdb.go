@@ -24,6 +24,7 @@ import (
 const (
 	rebuildExitDone       = 0 // finished; the marker is written (unless --dry-run)
 	rebuildExitFailed     = 1 // could not run, or interrupted (run again to resume)
+	rebuildExitDamaged    = 2 // finished, but found damage it cannot repair: no marker
 	rebuildExitIncomplete = 3 // finished, but some parts could not be read: no marker
 )
 
@@ -53,7 +54,14 @@ func newRebuildCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rebuild <config>",
 		Short: "Write missing reverse links and referrers entries, remove stale ones, then mark the link database complete",
-		Args:  cobra.MaximumNArgs(1),
+		Long: `Exit codes:
+  0  finished; the link database is marked complete (unless --dry-run)
+  1  could not run, or interrupted: run it again to resume
+  2  finished, but found damage it cannot repair (a directory or dangling entry
+     at a link path, a forward link whose content is not its digest, a missing
+     or corrupt manifest): not marked complete; repair what it lists, run again
+  3  finished, but some parts could not be read: not marked complete`,
+		Args: cobra.MaximumNArgs(1),
 		Run: func(cmd *cobra.Command, args []string) {
 			linkdbExit(runRebuild(cmd, args, opts, checkpointFile, progressEvery, asJSON))
 		},
@@ -118,6 +126,9 @@ func runRebuild(cmd *cobra.Command, args []string, opts linkdb.RebuildOptions, c
 	switch {
 	case err == nil:
 		return rebuildExitDone
+	case errors.Is(err, linkdb.ErrDamaged):
+		fmt.Fprintf(stderr, "linkdb rebuild: %v; the link database is NOT marked complete. Repair or delete what is listed as corrupt or broken_forward, then run it again\n", err)
+		return rebuildExitDamaged
 	case errors.Is(err, linkdb.ErrIncomplete):
 		fmt.Fprintf(stderr, "linkdb rebuild: %v; fix what is listed as unreadable and run it again (finished parts are skipped)\n", err)
 		return rebuildExitIncomplete
@@ -141,12 +152,12 @@ func writeRebuildResult(w io.Writer, res *linkdb.RebuildResult, asJSON bool) err
 		verb = " (dry-run: would have)"
 	}
 	_, err := fmt.Fprintf(w, `rebuild%s: %d repositories (%d skipped from checkpoint), %d forward links, %d shards (%d skipped)
-  reverse links: %d added, %d present
+  reverse links: %d added, %d present, %d rewritten (bad content)
   referrers entries: %d added
   stale entries: %d removed, %d kept, %d restored; %d reverse links seen
   complete: %v (since %s), took %s
 `, verb, res.Repositories, res.RepositoriesSkipped, res.ForwardLinks, res.Shards, res.ShardsSkipped,
-		res.ReverseAdded, res.ReversePresent, res.ReferrersAdded,
+		res.ReverseAdded, res.ReversePresent, res.ReverseRewritten, res.ReferrersAdded,
 		res.StaleRemoved, res.StaleKept, res.StaleRestored, res.ReverseLinks,
 		res.Complete, res.Started.Format(time.RFC3339), res.Duration.Round(time.Millisecond))
 	if err != nil {
@@ -187,7 +198,9 @@ func newVerifyCmd() *cobra.Command {
   0  clean (blobs no repository links are listed as reclaimable, which is normal)
   1  leaks only: stale reverse links or stale referrers entries
   2  data-loss risk or damage: forward links without reverse links, missing
-     referrers entries, corrupt link files, links to missing blobs
+     referrers entries, corrupt link files (bad content, or a directory or
+     dangling entry at a link path; tag links included), manifests that do
+     not match their digest, links to missing blobs
   3  incomplete: some parts could not be read, or verify could not run`,
 		Args: cobra.MaximumNArgs(1),
 		Run: func(cmd *cobra.Command, args []string) {
