@@ -185,7 +185,7 @@ func TestSoakRedisAndCrashFaults(t *testing.T) {
 	}
 	<-done
 
-	images := verifyAll(ctx, t, c.regs[0], append(soakRepos, "soak/pinned"))
+	images, _ := verifyAll(ctx, t, c.regs[0], append(soakRepos, "soak/pinned"), nil)
 	rep := linkdbVerify(ctx, t, raw)
 	t.Logf("after Redis loss and %d registry kills: %d images verified; linkdb verify: %s", killed, images, summarize(rep))
 	if rep.ExitCode > linkdb.ExitLeaks {
@@ -203,7 +203,7 @@ func TestSoakRedisAndCrashFaults(t *testing.T) {
 	if n := after.Counts[linkdb.Reclaimable]; n > 0 {
 		t.Errorf("the re-run left %d unreferenced blobs", n)
 	}
-	verifyAll(ctx, t, c.regs[1], append(soakRepos, "soak/pinned"))
+	verifyAll(ctx, t, c.regs[1], append(soakRepos, "soak/pinned"), nil)
 	t.Logf("operations:\n%s\nrefusals:\n%s\ncollections:\n%s", w.ops.String(), w.refused.String(), w.gcStats.String())
 	if n := w.fails.sum(""); n > 0 {
 		t.Errorf("%d operations lost data:\n%s", n, w.fails.String())
@@ -307,7 +307,7 @@ func TestSoakStorageFaults(t *testing.T) {
 	faultRate.Store(0)
 	t.Logf("injected faults:\n%s", faultCounts.String())
 
-	images := verifyAll(ctx, t, c.regs[0], soakRepos)
+	images, _ := verifyAll(ctx, t, c.regs[0], soakRepos, nil)
 	rep := linkdbVerify(ctx, t, raw)
 	t.Logf("after 10s with 5%% failing writes and deletes: %d images verified; linkdb verify: %s", images, summarize(rep))
 	if n := rep.Counts[linkdb.MissingReferrer]; n > 0 {
@@ -349,7 +349,7 @@ func TestSoakStorageFaults(t *testing.T) {
 	if n := after.Counts[linkdb.Reclaimable]; n > 0 {
 		t.Errorf("the re-run left %d unreferenced blobs", n)
 	}
-	verifyAll(ctx, t, c.regs[1], soakRepos)
+	verifyAll(ctx, t, c.regs[1], soakRepos, nil)
 	t.Logf("operations:\n%s\ncollections:\n%s", w.ops.String(), w.gcStats.String())
 	if n := w.fails.sum(""); n > 0 {
 		// pushes fail under storage faults by design; pulls must not

@@ -42,12 +42,20 @@ type workload struct {
 	// digest; a pull that raced such a delete may fail legitimately.
 	userDeleted sync.Map
 
+	// racing turns the racers on (see race_test.go).
+	racing bool
+	races  counters // racing operations by kind and outcome
+	acks   counters // acknowledged manifests pulled right after, by outcome
+
 	mu     sync.Mutex
 	pushed map[string][]v1.Hash // repo -> manifests pushed (for pulls by digest, subjects)
+	// racedTags: "repo:tag" -> manifests PUT to that tag while a DELETE of
+	// the same manifest ran; such a tag may be left dangling.
+	racedTags map[string]map[v1.Hash]bool
 }
 
 func newWorkload(c *cluster, baseLayers int) (*workload, error) {
-	w := &workload{c: c, pushed: map[string][]v1.Hash{}}
+	w := &workload{c: c, pushed: map[string][]v1.Hash{}, racedTags: map[string]map[v1.Hash]bool{}}
 	for range baseLayers {
 		l, err := random.Layer(layerSize, types.OCILayer)
 		if err != nil {
@@ -104,15 +112,31 @@ func (w *workload) image(rng *rand.Rand) (v1.Image, error) {
 	return img, nil
 }
 
-// push runs one push with up to 3 attempts; refusals are counted.
-func (w *workload) push(ctx context.Context, kind string, f func(r *registrytest.Registry) error, rng *rand.Rand) {
+// pushAck is what a push had acknowledged: the manifest the judge pulls.
+type pushAck struct {
+	repo string
+	d    v1.Hash
+	// pullable: remembered for other clients' pulls, referrers and deletes
+	// once judged
+	pullable bool
+}
+
+// push runs one push with up to 3 attempts; refusals are counted. An
+// acknowledged push is pulled right away (judgeAck) before other clients
+// learn of it.
+func (w *workload) push(ctx context.Context, kind string, f func(r *registrytest.Registry, opts []remote.Option) (pushAck, error), rng *rand.Rand) {
 	w.pushes.Add(1)
 	for attempt := range 3 {
 		r := w.c.pick(rng.IntN(len(w.c.regs)))
 		start := time.Now()
-		err := f(r)
+		clock := newPutClock()
+		p, err := f(r, append(remoteOpts(ctx, r), remote.WithTransport(clock)))
 		if err == nil {
 			w.ops.add(kind+" ok", 1)
+			w.judgeAck(ctx, kind, p.repo, p.d, r, clock.started())
+			if p.pullable {
+				w.remember(p.repo, p.d)
+			}
 			return
 		}
 		if ctx.Err() != nil {
@@ -198,17 +222,16 @@ func (w *workload) client(ctx context.Context, seed uint64) {
 			if err != nil {
 				continue
 			}
-			w.push(ctx, "push image", func(r *registrytest.Registry) error {
+			w.push(ctx, "push image", func(r *registrytest.Registry, opts []remote.Option) (pushAck, error) {
 				rf, err := ref(r, repo+":"+tag)
 				if err != nil {
-					return err
+					return pushAck{}, err
 				}
-				if err := remote.Write(rf, img, remoteOpts(ctx, r)...); err != nil {
-					return err
+				if err := remote.Write(rf, img, opts...); err != nil {
+					return pushAck{}, err
 				}
 				d, _ := img.Digest()
-				w.remember(repo, d)
-				return nil
+				return pushAck{repo, d, true}, nil
 			}, rng)
 		case n < 33: // push a two-platform index
 			a, err1 := w.image(rng)
@@ -219,17 +242,16 @@ func (w *workload) client(ctx context.Context, seed uint64) {
 			idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
 				mutate.IndexAddendum{Add: a, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
 				mutate.IndexAddendum{Add: b, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}})
-			w.push(ctx, "push index", func(r *registrytest.Registry) error {
+			w.push(ctx, "push index", func(r *registrytest.Registry, opts []remote.Option) (pushAck, error) {
 				rf, err := ref(r, repo+":"+tag)
 				if err != nil {
-					return err
+					return pushAck{}, err
 				}
-				if err := remote.WriteIndex(rf, idx, remoteOpts(ctx, r)...); err != nil {
-					return err
+				if err := remote.WriteIndex(rf, idx, opts...); err != nil {
+					return pushAck{}, err
 				}
 				d, _ := idx.Digest()
-				w.remember(repo, d)
-				return nil
+				return pushAck{repo, d, true}, nil
 			}, rng)
 		case n < 41: // a referrer (signature-like artifact) of something pushed
 			subject, ok := w.somePushed(rng, repo)
@@ -247,26 +269,26 @@ func (w *workload) client(ctx context.Context, seed uint64) {
 				w.ops.add("push referrer: subject "+errorClass(err), 1)
 				continue
 			}
-			w.push(ctx, "push referrer", func(r *registrytest.Registry) error {
+			w.push(ctx, "push referrer", func(r *registrytest.Registry, opts []remote.Option) (pushAck, error) {
 				art, err := random.Image(256, 1)
 				if err != nil {
-					return err
+					return pushAck{}, err
 				}
 				art = mutate.MediaType(art, types.OCIManifestSchema1)
 				art = mutate.ConfigMediaType(art, "application/vnd.reclaim.soak.signature")
 				sub, ok := mutate.Subject(art, *desc).(v1.Image)
 				if !ok {
-					return fmt.Errorf("mutate.Subject did not return an image")
+					return pushAck{}, fmt.Errorf("mutate.Subject did not return an image")
 				}
 				d, err := sub.Digest()
 				if err != nil {
-					return err
+					return pushAck{}, err
 				}
 				dr, err := ref(r, repo+"@"+d.String())
 				if err != nil {
-					return err
+					return pushAck{}, err
 				}
-				return remote.Write(dr, sub, remoteOpts(ctx, r)...)
+				return pushAck{repo, d, false}, remote.Write(dr, sub, opts...)
 			}, rng)
 		case n < 48: // cross-repository mount of a base layer, then an image using it
 			from := soakRepos[rng.IntN(len(soakRepos))]
@@ -274,22 +296,21 @@ func (w *workload) client(ctx context.Context, seed uint64) {
 			if err != nil {
 				continue
 			}
-			w.push(ctx, "mount+push", func(r *registrytest.Registry) error {
+			w.push(ctx, "mount+push", func(r *registrytest.Registry, opts []remote.Option) (pushAck, error) {
 				ls, _ := img.Layers()
 				d, _ := ls[0].Digest()
 				if code := mount(ctx, r, from, repo, d); code >= 500 && code != http.StatusServiceUnavailable {
-					return fmt.Errorf("mount: unexpected status code %d", code)
+					return pushAck{}, fmt.Errorf("mount: unexpected status code %d", code)
 				}
 				rf, err := ref(r, repo+":"+tag)
 				if err != nil {
-					return err
+					return pushAck{}, err
 				}
-				if err := remote.Write(rf, img, remoteOpts(ctx, r)...); err != nil {
-					return err
+				if err := remote.Write(rf, img, opts...); err != nil {
+					return pushAck{}, err
 				}
 				md, _ := img.Digest()
-				w.remember(repo, md)
-				return nil
+				return pushAck{repo, md, true}, nil
 			}, rng)
 		case n < 56: // delete a tag
 			r := w.c.pick(rng.IntN(len(w.c.regs)))
@@ -421,5 +442,10 @@ func (w *workload) run(ctx context.Context, d time.Duration, clients int) {
 		wg.Go(func() { w.collector(ctx, r, uint64(100+i)) })
 	}
 	wg.Go(func() { w.auditor(ctx, 10*time.Second) })
+	if w.racing {
+		wg.Go(func() { w.raceLoop(ctx, 201, w.raceManifestPutDelete(ctx)) })
+		wg.Go(func() { w.raceLoop(ctx, 202, w.raceHeadAfterCollect(ctx)) })
+		wg.Go(func() { w.raceLoop(ctx, 203, w.raceCollectVsRelink(ctx)) })
+	}
 	wg.Wait()
 }
