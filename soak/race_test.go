@@ -159,15 +159,16 @@ func do(ctx context.Context, r *registrytest.Registry, method, target string, hd
 	return a
 }
 
-// withRetry repeats a request refused as retryable (503, 429, connection)
-// up to three times, as a client does.
-func withRetry(f func() answer) answer {
+// retry repeats a request refused as retryable (503, 429, connection) up
+// to three times, as a client does, and counts the refusals under kind.
+func (w *workload) retry(kind string, f func() answer) answer {
 	var a answer
 	for attempt := range 3 {
 		a = f()
 		if a.code != http.StatusServiceUnavailable && a.code != http.StatusTooManyRequests && a.code != 0 {
 			return a
 		}
+		w.races.add(kind+" refused (retried): "+a.class, 1)
 		time.Sleep(time.Duration(100*(attempt+1)) * time.Millisecond)
 	}
 	return a
@@ -204,14 +205,14 @@ func putManifest(ctx context.Context, r *registrytest.Registry, repo, reference 
 // pushRaw uploads every blob of ri into repo and PUTs its manifest as
 // reference, retrying refusals. It returns the manifest PUT's answer and
 // when that PUT started.
-func pushRaw(ctx context.Context, r *registrytest.Registry, repo, reference string, ri *rawImage) (answer, time.Time) {
+func (w *workload) pushRaw(ctx context.Context, kind string, r *registrytest.Registry, repo, reference string, ri *rawImage) (answer, time.Time) {
 	for _, b := range ri.blobs {
-		if a := withRetry(func() answer { return uploadBlob(ctx, r, repo, b) }); a.code != http.StatusCreated {
+		if a := w.retry(kind+" upload", func() answer { return uploadBlob(ctx, r, repo, b) }); a.code != http.StatusCreated {
 			return a, time.Time{}
 		}
 	}
 	put := time.Now()
-	return withRetry(func() answer { return putManifest(ctx, r, repo, reference, ri) }), put
+	return w.retry(kind+" put", func() answer { return putManifest(ctx, r, repo, reference, ri) }), put
 }
 
 // collectReport is the part of a collect's report the racers read.
@@ -406,13 +407,13 @@ func (w *workload) raceManifestPutDelete(outer context.Context) func(ctx context
 		deleter := w.c.other(putter)
 		pre := rng.IntN(3) != 0
 		if pre {
-			if a, _ := pushRaw(ctx, w.c.pick(rng.IntN(len(w.c.regs))), repo, ri.digest.String(), ri); a.code != http.StatusCreated {
+			if a, _ := w.pushRaw(ctx, "put+delete: setup", w.c.pick(rng.IntN(len(w.c.regs))), repo, ri.digest.String(), ri); a.code != http.StatusCreated {
 				w.races.add("put+delete: setup push "+a.class, 1)
 				return
 			}
 		} else {
 			for _, b := range ri.blobs {
-				if a := withRetry(func() answer { return uploadBlob(ctx, putter, repo, b) }); a.code != http.StatusCreated {
+				if a := w.retry("put+delete: setup upload", func() answer { return uploadBlob(ctx, putter, repo, b) }); a.code != http.StatusCreated {
 					w.races.add("put+delete: setup upload "+a.class, 1)
 					return
 				}
@@ -509,7 +510,7 @@ func (w *workload) raceHeadAfterCollect(outer context.Context) func(ctx context.
 		if err != nil {
 			return
 		}
-		if a, _ := pushRaw(ctx, collector, repo, ri.digest.String(), ri); a.code != http.StatusCreated {
+		if a, _ := w.pushRaw(ctx, "head after collect: setup", collector, repo, ri.digest.String(), ri); a.code != http.StatusCreated {
 			w.races.add("head after collect: setup push "+a.class, 1)
 			return
 		}
@@ -530,9 +531,14 @@ func (w *workload) raceHeadAfterCollect(outer context.Context) func(ctx context.
 			return
 		}
 		if !rep.manifestDeleted(ri.digest) {
-			// kept (another collector ran in between, or a client touched
-			// it): the HEADs below are then of live blobs
-			w.races.add("head after collect: manifest kept by this collect: "+rep.keptBecause(ri.digest), 1)
+			// kept (a client touched a blob it shares), or a random
+			// collector deleted it first: the HEADs below are judged by
+			// what storage shows
+			why := rep.keptBecause(ri.digest)
+			if why == "" {
+				why = "not in its plan (another collect deleted it first)"
+			}
+			w.races.add("head after collect: manifest not deleted by this collect: "+why, 1)
 		}
 		// Right after the collect, through the other instance.
 		headStart := time.Now()
@@ -545,19 +551,18 @@ func (w *workload) raceHeadAfterCollect(outer context.Context) func(ctx context.
 			switch a.code {
 			case http.StatusOK:
 				trusted = true
-				if gone {
-					w.checkHeadTruth(ctx, repo, b.d, client)
-				}
+				w.checkHeadTruth(ctx, repo, b.d, client, gone)
 			default:
 				missing[b.d] = true
 			}
 		}
 		ma := headManifest(ctx, client, repo, ri)
 		w.races.add(fmt.Sprintf("head after collect: HEAD of the manifest %s: %s", goneWord(rep.manifestDeleted(ri.digest)), ma.class), 1)
-		if ma.code == http.StatusOK && rep.manifestDeleted(ri.digest) {
+		if ma.code == http.StatusOK {
+			// the HEAD touched it: no collect can remove it for W
 			if _, err := w.c.raw.Stat(ctx, storage.RevisionLinkPath(repo, digest.Digest(ri.digest.String()))); err != nil {
-				w.violation("head after collect", "HEAD %s/manifests/%s through %s answered 200 right after a collect through %s deleted it; its revision link is absent (%v)",
-					repo, ri.digest, client.URL, collector.URL, err)
+				w.violation("head after collect", "HEAD %s/manifests/%s through %s answered 200 right after a collect through %s (deleted it: %v); its revision link is absent (%v)",
+					repo, ri.digest, client.URL, collector.URL, rep.manifestDeleted(ri.digest), err)
 			}
 		}
 		// A client that trusts HEAD.
@@ -566,14 +571,14 @@ func (w *workload) raceHeadAfterCollect(outer context.Context) func(ctx context.
 			if !missing[b.d] {
 				continue
 			}
-			if a := withRetry(func() answer { return uploadBlob(ctx, pusher, repo, b) }); a.code != http.StatusCreated {
+			if a := w.retry("head after collect: upload", func() answer { return uploadBlob(ctx, pusher, repo, b) }); a.code != http.StatusCreated {
 				w.races.add("head after collect: upload "+a.class, 1)
 				return
 			}
 		}
 		tag := "race-h"
 		putStart := time.Now()
-		put := withRetry(func() answer { return putManifest(ctx, pusher, repo, tag, ri) })
+		put := w.retry("head after collect: put", func() answer { return putManifest(ctx, pusher, repo, tag, ri) })
 		w.races.add(fmt.Sprintf("head after collect: push trusting HEAD (%d of %d blobs skipped): put %s",
 			len(ri.blobs)-len(missing), len(ri.blobs), put.class), 1)
 		switch {
@@ -589,25 +594,28 @@ func (w *workload) raceHeadAfterCollect(outer context.Context) func(ctx context.
 
 func goneWord(gone bool) string {
 	if gone {
-		return "the collect unlinked"
+		return "this collect removed"
 	}
-	return "the collect kept"
+	return "this collect did not remove"
 }
 
-// checkHeadTruth: HEAD answered 200 for a blob whose repository link the
-// collect reported unlinked. That is true only if something linked it
-// again since (a base layer pushed by a client); otherwise the other
-// instance answered from a stale descriptor cache.
-func (w *workload) checkHeadTruth(ctx context.Context, repo string, d v1.Hash, client *registrytest.Registry) {
+// checkHeadTruth: HEAD answered 200 for a blob. The HEAD touched the blob
+// and its layer link, so no collect can remove either for W: storage must
+// show both right after. For a blob the collect reported unlinked, that is
+// true only if a client linked it again since (a shared base layer);
+// otherwise the instance answered from a stale descriptor cache.
+func (w *workload) checkHeadTruth(ctx context.Context, repo string, d v1.Hash, client *registrytest.Registry, unlinked bool) {
 	dd := digest.Digest(d.String())
 	_, linkErr := w.c.raw.Stat(ctx, storage.LayerLinkPath(repo, dd))
 	_, dataErr := w.c.raw.Stat(ctx, storage.BlobDataPath(dd))
-	if linkErr == nil && dataErr == nil {
+	switch {
+	case linkErr == nil && dataErr == nil && unlinked:
 		w.races.add("head after collect: HEAD 200 of an unlinked blob linked again since", 1)
-		return
+	case linkErr == nil && dataErr == nil:
+	default:
+		w.violation("head after collect", "HEAD %s/blobs/%s through %s answered 200 right after a collect (which unlinked it: %v); storage: layer link %v, data %v",
+			repo, d, client.URL, unlinked, errWord(linkErr), errWord(dataErr))
 	}
-	w.violation("head after collect", "HEAD %s/blobs/%s through %s answered 200 right after a collect unlinked it; storage: layer link %v, data %v",
-		repo, d, client.URL, errWord(linkErr), errWord(dataErr))
 }
 
 func errWord(err error) string {
@@ -638,7 +646,7 @@ func (w *workload) raceCollectVsRelink(outer context.Context) func(ctx context.C
 		}
 		for i, ri := range []*rawImage{re, mo} {
 			r := w.c.pick(rng.IntN(len(w.c.regs)))
-			if a, _ := pushRaw(ctx, r, repo, ri.digest.String(), ri); a.code != http.StatusCreated {
+			if a, _ := w.pushRaw(ctx, "collect vs relink: setup", r, repo, ri.digest.String(), ri); a.code != http.StatusCreated {
 				w.races.add("collect vs relink: setup push "+a.class, 1)
 				return
 			}
@@ -676,8 +684,9 @@ func (w *workload) raceCollectVsRelink(outer context.Context) func(ctx context.C
 		case rep.code != http.StatusOK:
 			w.races.add(fmt.Sprintf("collect vs relink: collect %d", rep.code), 1)
 		default:
-			w.races.add(fmt.Sprintf("collect vs relink: collect 200, deleted %d of the 2 manifests, %d blobs",
-				btoi(rep.manifestDeleted(re.digest))+btoi(rep.manifestDeleted(mo.digest)), len(rep.BlobsDeleted)), 1)
+			w.races.add(fmt.Sprintf("collect vs relink: collect 200, deleted %d of the 2 manifests",
+				btoi(rep.manifestDeleted(re.digest))+btoi(rep.manifestDeleted(mo.digest))), 1)
+			w.races.add("collect vs relink: blobs those collects deleted", int64(len(rep.BlobsDeleted)))
 		}
 	}
 }
@@ -693,14 +702,14 @@ func btoi(b bool) int {
 func (w *workload) reupload(ctx context.Context, r *registrytest.Registry, repo string, ri *rawImage) {
 	start := time.Now()
 	for _, b := range ri.blobs {
-		a := withRetry(func() answer { return uploadBlob(ctx, r, repo, b) })
+		a := w.retry("re-upload racing a collect: upload", func() answer { return uploadBlob(ctx, r, repo, b) })
 		w.races.add("re-upload racing a collect: upload "+a.class, 1)
 		if a.code != http.StatusCreated {
 			return
 		}
 	}
 	putStart := time.Now()
-	put := withRetry(func() answer { return putManifest(ctx, r, repo, "race-r", ri) })
+	put := w.retry("re-upload racing a collect: put", func() answer { return putManifest(ctx, r, repo, "race-r", ri) })
 	w.races.add("re-upload racing a collect: put "+put.class, 1)
 	if put.code == http.StatusCreated {
 		w.judgeAck(ctx, "re-upload racing a collect", repo, ri.digest, r, putStart)
@@ -724,14 +733,14 @@ func (w *workload) mountPush(ctx context.Context, r *registrytest.Registry, from
 		default:
 			return
 		}
-		a := withRetry(func() answer { return uploadBlob(ctx, r, into, b) })
+		a := w.retry("mount racing a collect: upload", func() answer { return uploadBlob(ctx, r, into, b) })
 		w.races.add("mount racing a collect: upload after a refused mount "+a.class, 1)
 		if a.code != http.StatusCreated {
 			return
 		}
 	}
 	putStart := time.Now()
-	put := withRetry(func() answer { return putManifest(ctx, r, into, "race-m", ri) })
+	put := w.retry("mount racing a collect: put", func() answer { return putManifest(ctx, r, into, "race-m", ri) })
 	w.races.add("mount racing a collect: put "+put.class, 1)
 	if put.code == http.StatusCreated {
 		w.judgeAck(ctx, "mount racing a collect", into, ri.digest, r, putStart)
