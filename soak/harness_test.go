@@ -376,12 +376,13 @@ func referrers(ctx context.Context, r *registrytest.Registry, repo string, subje
 }
 
 // verifyAll pulls every tag of every repository and every referrer of every
-// tagged manifest. With no workload running, every failure is a loss, except
-// a tag dangling() excuses: one whose manifest is unknown and that points at
-// a manifest the workload PUT to it while a DELETE of that manifest ran
-// (nil: none). It returns the images verified and the tags excused.
-func verifyAll(ctx context.Context, t *testing.T, r *registrytest.Registry, repos []string,
-	dangling func(repo, tag string) (string, bool)) (images, excused int) {
+// tagged manifest. With no workload running, every failure is a loss. With a
+// racing workload (w, else nil), a tag whose manifest is unknown is excused
+// when it points at a manifest the workload PUT to it while a DELETE of that
+// manifest ran, and every tagged manifest must also have its blobs linked in
+// its repository in storage (else GC does not protect them). It returns the
+// images verified and the tags excused.
+func verifyAll(ctx context.Context, t *testing.T, r *registrytest.Registry, repos []string, w *workload) (images, excused int) {
 	t.Helper()
 	for _, repo := range repos {
 		tags, err := listTags(ctx, r, repo)
@@ -399,8 +400,8 @@ func verifyAll(ctx context.Context, t *testing.T, r *registrytest.Registry, repo
 				t.Logf("dangling tag directory %s:%s (no current link)", repo, tag)
 				continue
 			}
-			if err != nil && dangling != nil && strings.Contains(errorClass(err), "MANIFEST_UNKNOWN") {
-				m, ok := dangling(repo, tag)
+			if err != nil && w != nil && strings.Contains(errorClass(err), "MANIFEST_UNKNOWN") {
+				m, ok := w.danglingOK(repo, tag)
 				if ok {
 					// never partially present: the manifest itself is gone
 					t.Logf("dangling tag %s:%s -> %s (its PUT raced a DELETE of that manifest)", repo, tag, m)
@@ -412,6 +413,12 @@ func verifyAll(ctx context.Context, t *testing.T, r *registrytest.Registry, repo
 			if err != nil {
 				t.Errorf("LOST DATA: %s:%s (%s): %v", repo, tag, errorClass(err), err)
 				continue
+			}
+			if w != nil {
+				missing, err := w.unlinked(ctx, repo, digest.Digest(d.String()), 0)
+				if err != nil || len(missing) > 0 {
+					t.Errorf("%s:%s -> %s pulls, but %s does not link %v (%v): GC does not protect them", repo, tag, d, repo, missing, err)
+				}
 			}
 			images++
 			refs, err := referrers(ctx, r, repo, d)

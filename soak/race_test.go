@@ -294,6 +294,7 @@ func (w *workload) judgeAck(ctx context.Context, kind, repo string, d v1.Hash, a
 	for attempt := range 3 {
 		if _, err = pullVerify(ctx, r, repo, "@"+d.String()); err == nil {
 			w.acks.add(kind+": pulled and verified", 1)
+			w.judgeLinks(ctx, kind, repo, d, acked, put)
 			return
 		}
 		if ctx.Err() != nil {
@@ -325,6 +326,75 @@ func (w *workload) judgeAck(ctx context.Context, kind, repo string, d v1.Hash, a
 	default:
 		w.acks.add(kind+": not verified: "+class, 1)
 	}
+}
+
+// judgeLinks: an acknowledged manifest's blobs (an image's config and
+// layers) have their layer links in the repository, an index's children
+// their revision links, in storage. A blob the repository does not link is
+// not protected by GC: the image would break once the blob's other
+// repositories let go of it, although every pull succeeds today (a stale
+// descriptor cache answered the PUT's verification). The PUT touched every
+// link it verified, so no collect may remove one within W of it.
+func (w *workload) judgeLinks(ctx context.Context, kind, repo string, d v1.Hash, acked *registrytest.Registry, put time.Time) {
+	missing, err := w.unlinked(ctx, repo, digest.Digest(d.String()), 0)
+	switch {
+	case err != nil:
+		w.acks.add(kind+": links not checked: "+err.Error(), 1)
+	case len(missing) == 0:
+	case time.Since(put) > window:
+		w.acks.add(kind+": links checked more than W after the PUT", 1)
+	default:
+		w.violation(kind, "manifest %s@%s acknowledged with 201 through %s, pullable, but %s has no link to %v (%v after the PUT)",
+			repo, d, acked.URL, repo, missing, time.Since(put).Round(time.Millisecond))
+	}
+}
+
+// unlinked lists the blobs (layer links) and child manifests (revision
+// links) manifest m references that repo does not link in storage. A
+// manifest whose own revision link is gone (deleted concurrently) is not
+// judged here.
+func (w *workload) unlinked(ctx context.Context, repo string, m digest.Digest, depth int) ([]string, error) {
+	if _, err := w.c.raw.Stat(ctx, storage.RevisionLinkPath(repo, m)); err != nil {
+		return nil, nil
+	}
+	b, err := w.c.raw.GetContent(ctx, storage.BlobDataPath(m))
+	if err != nil {
+		return nil, fmt.Errorf("read manifest %s: %w", m, err)
+	}
+	var mf struct {
+		Config    *v1.Descriptor  `json:"config"`
+		Layers    []v1.Descriptor `json:"layers"`
+		Manifests []v1.Descriptor `json:"manifests"`
+	}
+	if err := json.Unmarshal(b, &mf); err != nil {
+		return nil, fmt.Errorf("parse manifest %s: %w", m, err)
+	}
+	var missing []string
+	for _, c := range mf.Manifests {
+		cd := digest.Digest(c.Digest.String())
+		if _, err := w.c.raw.Stat(ctx, storage.RevisionLinkPath(repo, cd)); err != nil {
+			missing = append(missing, "manifest "+cd.String())
+			continue
+		}
+		if depth < 2 {
+			more, err := w.unlinked(ctx, repo, cd, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			missing = append(missing, more...)
+		}
+	}
+	blobs := mf.Layers
+	if mf.Config != nil {
+		blobs = append([]v1.Descriptor{*mf.Config}, blobs...)
+	}
+	for _, l := range blobs {
+		ld := digest.Digest(l.Digest.String())
+		if _, err := w.c.raw.Stat(ctx, storage.LayerLinkPath(repo, ld)); err != nil {
+			missing = append(missing, "blob "+ld.String())
+		}
+	}
+	return missing, nil
 }
 
 // judgeMount GETs a blob a mount just acknowledged with 201, through the

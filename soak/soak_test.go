@@ -82,7 +82,7 @@ func soak(t *testing.T, addr, cache string) {
 
 	// Everything that must survive, with no workload running: every
 	// failure now is lost data.
-	images, dangling := verifyAll(ctx, t, c.regs[0], soakRepos, w.danglingOK)
+	images, dangling := verifyAll(ctx, t, c.regs[0], soakRepos, w)
 	if images == 0 {
 		t.Error("no tagged image survived the workload: nothing was verified")
 	}
@@ -98,7 +98,7 @@ func soak(t *testing.T, addr, cache string) {
 	if n := after.Counts[linkdb.Reclaimable]; n > 0 {
 		t.Errorf("%d unreferenced blobs older than W survived the final collect and reclaimer pass", n)
 	}
-	verifyAll(ctx, t, c.regs[1], soakRepos, w.danglingOK)
+	verifyAll(ctx, t, c.regs[1], soakRepos, w)
 
 	var reviewed, deleted, freed int64
 	for _, r := range c.regs {
