@@ -133,7 +133,11 @@ func soak(t *testing.T, addr, cache string) {
 	}
 	serverErrors := w.serverErrors.sum("")
 	t.Logf("pushes failed with server errors (%d):\n%s", serverErrors, w.serverErrors.String())
-	if serverErrors*100 > pushes {
+	// Upstream's filesystem tag write racing a delete of the same tag (see
+	// push): a rate, bounded at 1%. One such 500 is not a rate: a subtest
+	// of the short form pushes only 50 to 100 images (each push is pulled
+	// back before the next, and the racers share the CPU).
+	if serverErrors > 1 && serverErrors*100 > pushes {
 		t.Errorf("more than 1%% of pushes failed with server errors: %d of %d", serverErrors, pushes)
 	}
 	if pushes > 0 && refusals*10 > pushes {
