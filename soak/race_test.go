@@ -37,7 +37,8 @@ import (
 //     the manifest PUT that uses them.
 //
 // Judges: every 201 to a manifest PUT is pulled by digest right away
-// (judgeAck); every mount 201 is followed by a GET of the blob; a HEAD of a
+// (judgeAck) and its blobs must be linked in its repository (judgeLinks);
+// every mount 201 is followed by a GET of the blob; a HEAD of a
 // blob whose repository link the collect just removed must not answer 200
 // while storage shows the link absent; an upload or HEAD answer a client
 // acted on within W must not be contradicted by the manifest PUT
