@@ -104,24 +104,6 @@ func (a *testApp) putIndex(t *testing.T, ti *testIndex, header ...string) (int, 
 	return resp.StatusCode, resp.Header.Get("Retry-After")
 }
 
-// passWindow makes everything recorded so far older than the window:
-// miniredis by moving its clock (the clock Fence and touch read), a real
-// Redis by waiting. The process's dedup table measures process time, which
-// a moved Redis clock leaves behind, so it is emptied (as on a fresh
-// instance).
-func passWindow(a *testApp, b backend, clock *time.Time) {
-	if b.mini == nil {
-		time.Sleep(testWindow + 30*time.Millisecond)
-		return
-	}
-	if clock.IsZero() {
-		*clock = time.Now()
-	}
-	*clock = clock.Add(testWindow + 30*time.Millisecond)
-	b.mini.SetTime(*clock)
-	a.forgetDedup()
-}
-
 // forgetDedup empties the process's table of recent checks, as on another
 // registry instance.
 func (a *testApp) forgetDedup() {
@@ -175,8 +157,7 @@ func TestIndexChildren(t *testing.T) {
 func testChildFencedFirst(t *testing.T, a *testApp, b backend, mt types.MediaType) {
 	ctx := context.Background()
 	ti := pushIndexChildren(t, a, mt, 2)
-	var clock time.Time
-	passWindow(a, b, &clock)
+	a.age(t)
 	child := ti.children[1]
 	f := a.fence(t, Object{Blob: child, Repo: "r", Kind: LinkManifest})
 	code, retry := a.putIndex(t, ti)
@@ -205,8 +186,7 @@ func testChildFencedFirst(t *testing.T, a *testApp, b backend, mt types.MediaTyp
 func testIndexTouchesFirst(t *testing.T, a *testApp, b backend, mt types.MediaType) {
 	ctx := context.Background()
 	ti := pushIndexChildren(t, a, mt, 2)
-	var clock time.Time
-	passWindow(a, b, &clock)
+	a.age(t)
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	link := RevisionLinkPath("r", ti.digest)
