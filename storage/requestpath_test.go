@@ -196,57 +196,46 @@ func TestRaceManifestDeleteVsPut(t *testing.T) {
 	})
 }
 
-// Race 2. A HEAD finds a deletion tombstone and checks the storage behind
-// the stale cache entry; a re-push of the blob commits between that check
-// and the cache clear. Distribution's statter Clear also deletes the
-// repository's layer link: the fresh one the push just wrote.
+// Race 2. A request finds a deletion tombstone and checks the storage
+// behind the stale cache entry; a re-push of the blob commits between that
+// check and the cache clear. Distribution's statter Clear also deletes the
+// repository's layer link: the fresh one the push just wrote. The request
+// is a HEAD, or a mount whose check reads the source repository's entry.
 func TestRaceStaleCacheCheckVsReupload(t *testing.T) {
-	forEachCache(t, []string{"inmemory", "redis"}, func(t *testing.T, a *testApp) {
-		img, _ := random.Image(256, 2)
-		x := orphanLayer(t, a, "r", img, 1)
-		// verify's last look at the storage is r's revision-link path of x
-		g := storagetest.NewGate("Stat", RevisionLinkPath("r", x))
-		gated(t, g)
-		head := async(func() int { return a.headBlob("r", x) })
-		reach(t, g)
-		if err := a.push("r:v1", img); err != nil {
-			t.Fatalf("re-push while a HEAD checks the stale entry: %v", err)
-		}
-		g.Release()
-		if code := head(); code != http.StatusNotFound {
-			t.Errorf("HEAD that saw the blob gone = %d, want 404", code)
-		}
-		if _, err := a.env.Raw.Stat(context.Background(), LayerLinkPath("r", x)); err != nil {
-			t.Fatalf("the re-pushed layer link is gone: %v", err)
-		}
-		requireReverseLinks(t, a)
-		a.pullAll("r:v1")
-	})
-}
-
-// Race 2 through a mount: the mount's check of the source repository's
-// stale entry must not delete the source's link that a re-push wrote.
-func TestRaceStaleCacheMountVsReupload(t *testing.T) {
-	forEachCache(t, []string{"inmemory", "redis"}, func(t *testing.T, a *testApp) {
-		img, _ := random.Image(256, 2)
-		x := orphanLayer(t, a, "src", img, 1)
-		g := storagetest.NewGate("Stat", RevisionLinkPath("src", x))
-		gated(t, g)
-		mount := async(func() int { return a.mount("dst", "src", x) })
-		reach(t, g)
-		if err := a.push("src:v1", img); err != nil {
-			t.Fatalf("re-push while a mount checks the stale entry: %v", err)
-		}
-		g.Release()
-		if code := mount(); code != http.StatusAccepted {
-			t.Errorf("mount of a blob seen gone = %d, want 202 (fall back to an upload)", code)
-		}
-		if _, err := a.env.Raw.Stat(context.Background(), LayerLinkPath("src", x)); err != nil {
-			t.Fatalf("the re-pushed source link is gone: %v", err)
-		}
-		requireReverseLinks(t, a)
-		a.pullAll("src:v1")
-	})
+	for _, tc := range []struct {
+		name string
+		do   func(a *testApp, x digest.Digest) int
+		want int // the checking request's answer: it saw the blob gone
+	}{
+		{"head", func(a *testApp, x digest.Digest) int { return a.headBlob("src", x) }, http.StatusNotFound},
+		// the mount falls back to an upload
+		{"mount", func(a *testApp, x digest.Digest) int { return a.mount("dst", "src", x) }, http.StatusAccepted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			forEachCache(t, []string{"inmemory", "redis"}, func(t *testing.T, a *testApp) {
+				img, _ := random.Image(256, 2)
+				x := orphanLayer(t, a, "src", img, 1)
+				// the check's last look at the storage is src's
+				// revision-link path of x
+				g := storagetest.NewGate("Stat", RevisionLinkPath("src", x))
+				gated(t, g)
+				req := async(func() int { return tc.do(a, x) })
+				reach(t, g)
+				if err := a.push("src:v1", img); err != nil {
+					t.Fatalf("re-push while a %s checks the stale entry: %v", tc.name, err)
+				}
+				g.Release()
+				if code := req(); code != tc.want {
+					t.Errorf("%s that saw the blob gone = %d, want %d", tc.name, code, tc.want)
+				}
+				if _, err := a.env.Raw.Stat(context.Background(), LayerLinkPath("src", x)); err != nil {
+					t.Fatalf("the re-pushed layer link is gone: %v", err)
+				}
+				requireReverseLinks(t, a)
+				a.pullAll("src:v1")
+			})
+		})
+	}
 }
 
 // A mount that falls back to an upload (the source does not link the blob)
