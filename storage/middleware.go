@@ -287,6 +287,11 @@ func (d *driver) PutContent(ctx context.Context, path string, content []byte) er
 			}
 		}
 		return err
+	case KindTagCurrent:
+		if err := d.checkTagTarget(ctx, p.Repo, content); err != nil {
+			return err
+		}
+		return d.StorageDriver.PutContent(ctx, path, content)
 	case KindBlobData:
 		if _, err := d.guard(ctx, p.Digest, extra(requestOf(ctx), p.Digest)); err != nil {
 			return err
@@ -467,6 +472,35 @@ func (d *driver) putLink(ctx context.Context, path string, p Path, content []byt
 		return fmt.Errorf("restore reverse link of %s: %w", path, err)
 	}
 	return nil
+}
+
+// checkTagTarget runs right before a tag is pointed at manifest m (the
+// link's content): m's revision link in repo must still exist, checked
+// after a fence-checked touch of it. A manifest PUT writes the revision link
+// before the tag; a push that stalls longer than the window between the
+// two could otherwise see GC delete the (still untagged) revision link and
+// then write a tag that points at nothing. Now either the touch comes first
+// (GC's fence is refused), or GC's delete does and the stat sees it: the
+// PUT fails with a retryable error and the client's retry writes the
+// revision link again.
+func (d *driver) checkTagTarget(ctx context.Context, repo string, content []byte) error {
+	m, err := digest.Parse(string(content))
+	if err != nil || accessRecordsOff(ctx) || !validRepo(repo) {
+		return nil // not a link Distribution writes, or GC's own bookkeeping
+	}
+	if _, err := d.guard(ctx, m, []Object{{Blob: m, Repo: repo, Kind: LinkManifest}}); err != nil {
+		return err
+	}
+	_, err = d.StorageDriver.Stat(ctx, RevisionLinkPath(repo, m))
+	if err == nil {
+		return nil
+	}
+	scopeOf(ctx).refuse()
+	if errors.As(err, new(storagedriver.PathNotFoundError)) {
+		logger(ctx).WithField("manifest", m).Info("reclaim: tag write refused, its manifest's revision link was garbage-collected meanwhile")
+		return fmt.Errorf("%w: manifest %s in %s was garbage-collected before its tag was written", ErrRetryable, m, repo)
+	}
+	return fmt.Errorf("%w: check manifest %s in %s before its tag: %w", ErrRetryable, m, repo, err)
 }
 
 // committed queues a blob just written into the blob store for review,

@@ -314,3 +314,41 @@ func TestStaleCacheCheckFailsClosed(t *testing.T) {
 		}
 	})
 }
+
+// A manifest PUT writes the revision link, then the tag. A push that
+// stalls longer than the window in between must not end with a tag that
+// points at a revision link GC deleted meanwhile: the tag write checks the
+// revision link and fails the PUT with a retryable 503 instead, and the
+// retry writes everything again.
+func TestTagWriteMeetsCollectedRevision(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		for _, cache := range []string{"", "inmemory"} {
+			t.Run("cache="+cache, func(t *testing.T) {
+				a := newWindowApp(t, b, cache)
+				img, _ := random.Image(256, 1)
+				m, _ := imageDigests(t, img)
+				// Distribution writes the tag's index link just before
+				// its current link: pause there
+				g := storagetest.NewGate("PutContent", "/_manifests/tags/v1/index/")
+				gated(t, g)
+				push := async(func() error { return a.push("r:v1", img, noRetry) })
+				reach(t, g)
+				// the push stalls for longer than the window; GC sees an
+				// untagged revision link nobody touched and deletes it
+				a.age(t)
+				f := a.fence(t, Object{Blob: m, Repo: "r", Kind: LinkManifest})
+				a.gcDelete(t, RevisionLinkPath("r", m))
+				a.release(t, f)
+				g.Release()
+				if err := push(); statusOf(err) != http.StatusServiceUnavailable {
+					t.Fatalf("manifest PUT whose revision link was collected before its tag: %v, want 503", err)
+				}
+				if err := a.push("r:v1", img); err != nil {
+					t.Fatalf("retry: %v", err)
+				}
+				a.pullAll("r:v1")
+				requireReverseLinks(t, a)
+			})
+		}
+	})
+}
