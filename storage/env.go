@@ -87,9 +87,6 @@ type Options struct {
 	// EpochInterval is how often the recording epoch is re-asserted
 	// (default 5 s).
 	EpochInterval time.Duration
-	// WriteGrace is accepted for old configs and ignored: a link writer
-	// and a concurrent delete no longer rely on a time bound (see unlink).
-	WriteGrace time.Duration
 }
 
 func (o *Options) defaults() error {
@@ -117,9 +114,6 @@ func (o *Options) defaults() error {
 	if o.EpochInterval == 0 {
 		o.EpochInterval = 5 * time.Second
 	}
-	if o.WriteGrace == 0 {
-		o.WriteGrace = time.Minute
-	}
 	for _, c := range []struct {
 		name string
 		d    time.Duration
@@ -127,7 +121,7 @@ func (o *Options) defaults() error {
 	}{
 		{"window", o.Window, 1}, {"accessttl", o.AccessTTL, 1}, {"dedup", o.Dedup, 0},
 		{"fencewait", o.FenceWait, 0}, {"fencepoll", o.FencePoll, 1}, {"timeout", o.Timeout, 1},
-		{"epochinterval", o.EpochInterval, 1}, {"writegrace", o.WriteGrace, 1},
+		{"epochinterval", o.EpochInterval, 1},
 	} {
 		switch {
 		case c.min > 0 && c.d < c.min:
@@ -467,7 +461,9 @@ func ParseOptions(m map[string]any) (Options, error) {
 		case "epochinterval":
 			o.EpochInterval, err = dur(v)
 		case "writegrace":
-			o.WriteGrace, err = dur(v)
+			// accepted for old configs and ignored: a link writer and a
+			// concurrent delete no longer rely on a time bound (unlink)
+			_, err = dur(v)
 		case "gc", "reclaimer":
 			// GC API and reclaimer settings; registry.ParseGCConfig and
 			// registry.ParseReclaimerConfig read them.
