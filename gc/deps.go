@@ -5,34 +5,22 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
-// LinkKind names a repository's forward link set.
-type LinkKind string
+// The vocabulary is storage/layout's, shared with the middleware and the
+// tracker, so no adapter translates between them.
+type (
+	LinkKind = layout.LinkKind
+	Object   = layout.Object
+	RepoLink = layout.RepoLink
+)
 
 // The two forward link sets that keep a blob alive.
 const (
-	LinkLayer    LinkKind = "_layers"
-	LinkManifest LinkKind = "_manifests"
+	LinkLayer    = layout.LinkLayer
+	LinkManifest = layout.LinkManifest
 )
-
-// Object is what the tracker records access to and fences: a blob
-// (Repo == "") or one repository's link to it.
-type Object struct {
-	Blob digest.Digest
-	Repo string
-	Kind LinkKind
-}
-
-// RepoLink is one reverse link: Repo links the blob through Kind.
-type RepoLink struct {
-	Repo string
-	Kind LinkKind
-	// Problem, when set, says the link path holds something that is not a
-	// link file (a directory, a dangling entry). The link still counts: the
-	// blob is kept and the run reports it.
-	Problem string
-}
 
 // Tracker is the part of the access tracker (Redis) a run needs. Errors wrap
 // ErrFenced, ErrRecentlyAccessed, ErrNotRecording, ErrRedisEvicts,

@@ -3,6 +3,8 @@ package gc
 import (
 	"errors"
 	"fmt"
+
+	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // Errors returned before a run looks at anything: the request is wrong.
@@ -23,10 +25,10 @@ var (
 // Errors returned when a run cannot start now; retry later.
 var (
 	// ErrRepositoryBusy: another run holds the repository lock (on any instance).
-	ErrRepositoryBusy = errors.New("gc: a collection is already running for this repository")
+	ErrRepositoryBusy = layout.ErrRepositoryBusy
 	// ErrLockLost: the run lost its repository lock (it expired or was
 	// taken away) and stopped; what it deleted before is in its report.
-	ErrLockLost = errors.New("gc: repository lock lost, run stopped")
+	ErrLockLost = layout.ErrLockLost
 	// ErrAborted is matched (errors.Is) by every *AbortError: a precondition
 	// failed and the run deleted nothing.
 	ErrAborted = errors.New("gc: run aborted, nothing deleted")
@@ -35,19 +37,19 @@ var (
 // Errors a Tracker wraps (with %w) so the collector can branch on them.
 var (
 	// ErrFenced: another collector fences the object.
-	ErrFenced = errors.New("gc: object is fenced")
+	ErrFenced = layout.ErrFenced
 	// ErrRecentlyAccessed: the object was accessed within the window.
-	ErrRecentlyAccessed = errors.New("gc: object accessed within the window")
+	ErrRecentlyAccessed = layout.ErrRecentlyAccessed
 	// ErrFenceLost: a fence expired before the delete it guards.
-	ErrFenceLost = errors.New("gc: fence expired before the delete")
+	ErrFenceLost = layout.ErrFenceLost
 	// ErrNotRecording: the tracker has no recording epoch (Redis lost its data
 	// or never started recording).
-	ErrNotRecording = errors.New("gc: access tracker is not recording")
+	ErrNotRecording = layout.ErrNotRecording
 	// ErrRedisEvicts: the tracker's Redis may evict access records (its
 	// maxmemory-policy is not noeviction), so their absence proves nothing.
-	ErrRedisEvicts = errors.New("gc: the access tracker's redis may evict records")
+	ErrRedisEvicts = layout.ErrRedisEvicts
 	// ErrTrackerUnavailable: the tracker (Redis) cannot be reached.
-	ErrTrackerUnavailable = errors.New("gc: access tracker unavailable")
+	ErrTrackerUnavailable = layout.ErrTrackerUnavailable
 )
 
 // AbortError is a failed precondition. The run deleted nothing.

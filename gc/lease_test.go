@@ -16,7 +16,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/linkdb"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
+	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // The fence lease against slow deletes, with the real tracker (miniredis),
@@ -104,7 +107,7 @@ func (c *fakeClock) awaitWaiters(n int) bool {
 // redisTracker is gc's Tracker on the storage tracker, as the registry
 // wires it (registry/gcapi_storage.go), plus a hook on every Confirm.
 type redisTracker struct {
-	t *storage.Tracker
+	t *tracker.Tracker
 
 	mu        sync.Mutex
 	onConfirm func(o Object) // runs before each Confirm; may block
@@ -112,12 +115,12 @@ type redisTracker struct {
 
 func gcErr(err error) error {
 	for _, m := range []struct{ from, to error }{
-		{storage.ErrFenced, ErrFenced},
-		{storage.ErrRecentlyAccessed, ErrRecentlyAccessed},
-		{storage.ErrFenceLost, ErrFenceLost},
-		{storage.ErrNotRecording, ErrNotRecording},
-		{storage.ErrRepositoryBusy, ErrRepositoryBusy},
-		{storage.ErrRedisUnavailable, ErrTrackerUnavailable},
+		{layout.ErrFenced, ErrFenced},
+		{layout.ErrRecentlyAccessed, ErrRecentlyAccessed},
+		{layout.ErrFenceLost, ErrFenceLost},
+		{layout.ErrNotRecording, ErrNotRecording},
+		{layout.ErrRepositoryBusy, ErrRepositoryBusy},
+		{layout.ErrTrackerUnavailable, ErrTrackerUnavailable},
 	} {
 		if errors.Is(err, m.from) {
 			return fmt.Errorf("%w: %w", m.to, err)
@@ -126,8 +129,8 @@ func gcErr(err error) error {
 	return err
 }
 
-func toStorage(o Object) storage.Object {
-	return storage.Object{Blob: o.Blob, Repo: o.Repo, Kind: storage.LinkKind(o.Kind)}
+func toStorage(o Object) layout.Object {
+	return layout.Object{Blob: o.Blob, Repo: o.Repo, Kind: layout.LinkKind(o.Kind)}
 }
 
 func (r *redisTracker) setOnConfirm(f func(Object)) { r.mu.Lock(); r.onConfirm = f; r.mu.Unlock() }
@@ -163,7 +166,7 @@ func (r *redisTracker) Now(ctx context.Context) (time.Time, error) {
 type redisHold struct {
 	r     *redisTracker
 	o     Object
-	f     *storage.Fence
+	f     *tracker.Fence
 	lease time.Duration
 }
 
@@ -179,7 +182,7 @@ func (h redisHold) Confirm(ctx context.Context) error {
 
 func (h redisHold) Release(ctx context.Context) error { return gcErr(h.r.t.Release(ctx, h.f)) }
 
-type envLinks struct{ l *storage.ReverseLinks }
+type envLinks struct{ l *linkdb.ReverseLinks }
 
 func (a envLinks) List(ctx context.Context, blob digest.Digest) ([]RepoLink, error) {
 	ls, err := a.l.List(ctx, blob)
@@ -273,10 +276,10 @@ func (f *leaseFixture) layer(repo, content string) digest.Digest {
 	f.t.Helper()
 	ctx := storage.WithoutAccessRecords(context.Background())
 	d := digest.FromString(content)
-	if err := f.env.Driver.PutContent(ctx, storage.BlobDataPath(d), []byte(content)); err != nil {
+	if err := f.env.Driver.PutContent(ctx, layout.BlobDataPath(d), []byte(content)); err != nil {
 		f.t.Fatal(err)
 	}
-	if err := f.env.Driver.PutContent(ctx, storage.LayerLinkPath(repo, d), []byte(d)); err != nil {
+	if err := f.env.Driver.PutContent(ctx, layout.LayerLinkPath(repo, d), []byte(d)); err != nil {
 		f.t.Fatal(err)
 	}
 	return d
@@ -348,16 +351,16 @@ type deleteTarget struct {
 	name string
 	kind ObjectKind
 	dir  func(repo string, d digest.Digest) string
-	obj  func(repo string, d digest.Digest) storage.Object
+	obj  func(repo string, d digest.Digest) layout.Object
 }
 
 var deleteTargets = []deleteTarget{
 	{"layer link", KindLayerLink, layerLinkDir,
-		func(repo string, d digest.Digest) storage.Object {
-			return storage.Object{Blob: d, Repo: repo, Kind: storage.LinkLayer}
+		func(repo string, d digest.Digest) layout.Object {
+			return layout.Object{Blob: d, Repo: repo, Kind: layout.LinkLayer}
 		}},
 	{"blob", KindBlob, func(_ string, d digest.Digest) string { return blobDir(d) },
-		func(_ string, d digest.Digest) storage.Object { return storage.Object{Blob: d} }},
+		func(_ string, d digest.Digest) layout.Object { return layout.Object{Blob: d} }},
 }
 
 // A delete held in the storage for longer than the fence lease keeps its
@@ -387,7 +390,7 @@ func TestSlowDeleteKeepsItsFence(t *testing.T) {
 			}
 			f.mr.FastForward(testLease * 6 / 10)
 			err := f.env.Tracker.Touch(context.Background(), tc.obj(repo, d))
-			if !errors.Is(err, storage.ErrFenced) {
+			if !errors.Is(err, layout.ErrFenced) {
 				close(release)
 				wait(t, done, "the run")
 				t.Fatalf("a writer touched %s while its delete ran, 2.4 leases after it was confirmed: %v (%d renewals)", tc.name, err, renewed)
@@ -433,7 +436,7 @@ func TestDeleteThatLosesItsFenceIsCancelled(t *testing.T) {
 		n := f.deletesSoFar()
 		// A writer passes the expired fence and links the blob into
 		// another repository (reverse link, then forward link).
-		if err := f.env.Driver.PutContent(ctx, storage.LayerLinkPath("writer", d), []byte(d)); err != nil {
+		if err := f.env.Driver.PutContent(ctx, layout.LayerLinkPath("writer", d), []byte(d)); err != nil {
 			t.Fatalf("writer: %v", err)
 		}
 		close(unstall)
@@ -451,7 +454,7 @@ func TestDeleteThatLosesItsFenceIsCancelled(t *testing.T) {
 		if after := f.deletesSince(n); len(after) > 0 {
 			t.Fatalf("deleted after the fence was lost: %v", after)
 		}
-		for _, p := range []string{storage.BlobDataPath(d), storage.LayerLinkPath("writer", d), storage.ReverseLinkPath(d, "writer", storage.LinkLayer)} {
+		for _, p := range []string{layout.BlobDataPath(d), layout.LayerLinkPath("writer", d), layout.ReverseLinkPath(d, "writer", layout.LinkLayer)} {
 			if !f.exists(p) {
 				t.Fatalf("%s is gone: the writer's image is broken", p)
 			}
@@ -483,7 +486,7 @@ func TestDeleteThatLosesItsFenceIsCancelled(t *testing.T) {
 		if after := f.deletesSince(n); len(after) > 0 {
 			t.Fatalf("deleted after the fence was lost: %v", after)
 		}
-		if !f.exists(storage.LayerLinkPath(repo, d)) || !f.exists(storage.ReverseLinkPath(d, repo, storage.LinkLayer)) || !f.exists(storage.BlobDataPath(d)) {
+		if !f.exists(layout.LayerLinkPath(repo, d)) || !f.exists(layout.ReverseLinkPath(d, repo, layout.LinkLayer)) || !f.exists(layout.BlobDataPath(d)) {
 			t.Fatal("link, reverse link or blob gone after a cancelled delete")
 		}
 	})
@@ -523,13 +526,13 @@ func TestDeleteThatLosesItsFenceIsCancelled(t *testing.T) {
 		if got := reasonOf(res.rep, KindLayerLink, d); got != FenceLost {
 			t.Fatalf("layer link: %v, want fence_lost\n%v", got, res.rep.Decisions())
 		}
-		if f.exists(storage.LayerLinkPath(repo, d)) {
+		if f.exists(layout.LayerLinkPath(repo, d)) {
 			t.Fatal("the test driver did not finish the delete")
 		}
-		if !f.exists(storage.ReverseLinkPath(d, repo, storage.LinkLayer)) {
+		if !f.exists(layout.ReverseLinkPath(d, repo, layout.LinkLayer)) {
 			t.Fatal("the reverse link was removed after the delete was called off: nothing may be deleted after the fence was lost")
 		}
-		if !f.exists(storage.BlobDataPath(d)) {
+		if !f.exists(layout.BlobDataPath(d)) {
 			t.Fatal("blob deleted")
 		}
 	})
@@ -577,7 +580,7 @@ func TestDeleteThatLosesItsFenceIsCancelled(t *testing.T) {
 		if got := reasonOf(res.rep, KindBlob, d); got != FenceLost {
 			t.Fatalf("blob: %v, want fence_lost\n%v", got, res.rep.Decisions())
 		}
-		if f.exists(storage.BlobDataPath(d)) {
+		if f.exists(layout.BlobDataPath(d)) {
 			t.Fatal("the test driver did not delete the data")
 		}
 		if !f.mr.Exists("reclaim:{" + d.String() + "}:gone") {
@@ -612,7 +615,7 @@ func TestDeleteThatLosesItsFenceIsCancelled(t *testing.T) {
 		if after := f.deletesSince(n); len(after) > 0 {
 			t.Fatalf("deleted after the deadline: %v", after)
 		}
-		if !f.exists(storage.BlobDataPath(d)) {
+		if !f.exists(layout.BlobDataPath(d)) {
 			t.Fatal("blob deleted after its deadline")
 		}
 	})
@@ -714,7 +717,7 @@ func TestLostRunLockStopsTheRun(t *testing.T) {
 		t.Fatalf("deleted after the lock was lost: %v", after)
 	}
 	for _, d := range []digest.Digest{a, b} {
-		if !f.exists(storage.LayerLinkPath(repo, d)) || !f.exists(storage.BlobDataPath(d)) {
+		if !f.exists(layout.LayerLinkPath(repo, d)) || !f.exists(layout.BlobDataPath(d)) {
 			t.Fatalf("%s deleted by a run that had lost its lock", d)
 		}
 		if r := reasonOf(res.rep, KindLayerLink, d); r.Deletes() {

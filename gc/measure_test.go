@@ -17,6 +17,8 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	rstorage "github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/linkdb"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -34,8 +36,8 @@ func (w *walkCounter) Walk(ctx context.Context, p string, f storagedriver.WalkFn
 	}, opts...)
 }
 
-// reverseLinks adapts storage.ReverseLinks for the measurement.
-type reverseLinks struct{ l *rstorage.ReverseLinks }
+// reverseLinks adapts linkdb.ReverseLinks for the measurement.
+type reverseLinks struct{ l *linkdb.ReverseLinks }
 
 func (r reverseLinks) List(ctx context.Context, d digest.Digest) ([]RepoLink, error) {
 	ls, err := r.l.List(ctx, d)
@@ -171,14 +173,14 @@ func build(f *fixture, R, M int) {
 	}
 	// Reverse links for every forward link.
 	ctx := context.Background()
-	links := rstorage.NewReverseLinks(f.d)
+	links := linkdb.NewReverseLinks(f.d)
 	err := f.d.Walk(ctx, reposRoot, func(fi storagedriver.FileInfo) error {
-		p := rstorage.Classify(fi.Path())
+		p := layout.Classify(fi.Path())
 		switch p.Kind {
-		case rstorage.KindLayerLink:
-			return links.Put(ctx, p.Digest, rstorage.RepoLink{Repo: p.Repo, Kind: rstorage.LinkLayer})
-		case rstorage.KindRevisionLink:
-			return links.Put(ctx, p.Digest, rstorage.RepoLink{Repo: p.Repo, Kind: rstorage.LinkManifest})
+		case layout.KindLayerLink:
+			return links.Put(ctx, p.Digest, layout.RepoLink{Repo: p.Repo, Kind: layout.LinkLayer})
+		case layout.KindRevisionLink:
+			return links.Put(ctx, p.Digest, layout.RepoLink{Repo: p.Repo, Kind: layout.LinkManifest})
 		}
 		return nil
 	})

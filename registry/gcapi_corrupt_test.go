@@ -18,9 +18,9 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc"
-	"github.com/reclaim-registry/reclaim/linkdb"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
-	"github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/linkdb"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -100,7 +100,7 @@ func startCorrupt(t *testing.T) *corruptRegistry {
 		registrytest.WithStorageMiddleware("readfault", map[string]any{"id": id}),
 		registrytest.WithStorageMiddleware("reclaim", reclaimOptions(t, corruptWindow, "")))
 	raw := rawDriver(t, r)
-	if err := storage.MarkLinkDBComplete(t.Context(), raw, time.Now()); err != nil {
+	if err := linkdb.MarkLinkDBComplete(t.Context(), raw, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	return &corruptRegistry{gcRegistry: &gcRegistry{Registry: r, raw: raw}, faults: f}
@@ -230,7 +230,7 @@ func (c *corruptRegistry) collectBoth(t *testing.T, repo string) gcOutcome {
 func (c *corruptRegistry) assertKept(t *testing.T, s *scene) {
 	t.Helper()
 	for _, d := range s.keep {
-		if _, err := os.Lstat(c.file(storage.BlobDataPath(d))); err != nil {
+		if _, err := os.Lstat(c.file(layout.BlobDataPath(d))); err != nil {
 			t.Errorf("blob %s of a tagged image is gone: %v", d, err)
 		}
 	}
@@ -261,7 +261,7 @@ func makeDir(t *testing.T, full string) {
 func TestE2EReverseLinkDirectoryKeepsSharedBlob(t *testing.T) {
 	c := startCorrupt(t)
 	s := buildScene(t, c)
-	makeDir(t, c.file(storage.ReverseLinkPath(s.shared, "corrupt/b", storage.LinkLayer)))
+	makeDir(t, c.file(layout.ReverseLinkPath(s.shared, "corrupt/b", layout.LinkLayer)))
 
 	out := c.collectBoth(t, "corrupt/a")
 	if out.abort != "" {
@@ -290,7 +290,7 @@ func TestE2EReverseLinkDirectoryKeepsSharedBlob(t *testing.T) {
 func TestE2ERevisionLinkDirectoryAborts(t *testing.T) {
 	c := startCorrupt(t)
 	s := buildScene(t, c)
-	makeDir(t, c.file(storage.RevisionLinkPath("corrupt/b", s.b)))
+	makeDir(t, c.file(layout.RevisionLinkPath("corrupt/b", s.b)))
 
 	assertAbort(t, c.gcRegistry, "corrupt/b", string(gc.AbortStorageUnreadable))
 	c.assertKept(t, s)
@@ -305,7 +305,7 @@ func TestE2ERevisionLinkDirectoryAborts(t *testing.T) {
 func TestE2ETagCurrentLinkDirectoryAborts(t *testing.T) {
 	c := startCorrupt(t)
 	s := buildScene(t, c)
-	makeDir(t, c.file(storage.TagCurrentPath("corrupt/b", "v1")))
+	makeDir(t, c.file(layout.TagCurrentPath("corrupt/b", "v1")))
 
 	assertAbort(t, c.gcRegistry, "corrupt/b", string(gc.AbortStorageUnreadable))
 	c.assertKept(t, s)
@@ -331,12 +331,12 @@ func TestE2ECorruptStorage(t *testing.T) {
 		name string
 		path func(s *scene) string
 	}{
-		{"reverse link", func(s *scene) string { return storage.ReverseLinkPath(s.shared, "corrupt/b", storage.LinkLayer) }},
-		{"layer link", func(s *scene) string { return storage.LayerLinkPath("corrupt/b", s.shared) }},
-		{"revision link", func(s *scene) string { return storage.RevisionLinkPath("corrupt/b", s.b) }},
-		{"tag current link", func(s *scene) string { return storage.TagCurrentPath("corrupt/b", "v1") }},
-		{"tag index link", func(s *scene) string { return storage.TagIndexPath("corrupt/b", "v1", s.b) }},
-		{"manifest data", func(s *scene) string { return storage.BlobDataPath(s.b) }},
+		{"reverse link", func(s *scene) string { return layout.ReverseLinkPath(s.shared, "corrupt/b", layout.LinkLayer) }},
+		{"layer link", func(s *scene) string { return layout.LayerLinkPath("corrupt/b", s.shared) }},
+		{"revision link", func(s *scene) string { return layout.RevisionLinkPath("corrupt/b", s.b) }},
+		{"tag current link", func(s *scene) string { return layout.TagCurrentPath("corrupt/b", "v1") }},
+		{"tag index link", func(s *scene) string { return layout.TagIndexPath("corrupt/b", "v1", s.b) }},
+		{"manifest data", func(s *scene) string { return layout.BlobDataPath(s.b) }},
 	}
 	kinds := []struct {
 		name  string

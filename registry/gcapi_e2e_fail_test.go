@@ -16,7 +16,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
-	"github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 type apiErrors struct {
@@ -90,10 +90,10 @@ func TestE2EUnparsableManifestAborts(t *testing.T) {
 	junk := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","layers":`)
 	d := digest.FromBytes(junk)
 	ctx := t.Context()
-	if err := g.raw.PutContent(ctx, storage.BlobDataPath(d), junk); err != nil {
+	if err := g.raw.PutContent(ctx, layout.BlobDataPath(d), junk); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.raw.PutContent(ctx, storage.RevisionLinkPath("bad/app", d), []byte(d)); err != nil {
+	if err := g.raw.PutContent(ctx, layout.RevisionLinkPath("bad/app", d), []byte(d)); err != nil {
 		t.Fatal(err)
 	}
 	g.settle()
@@ -116,10 +116,10 @@ func TestE2EPushReusingBlobWhileGCDeletesIt(t *testing.T) {
 			push(t, g, "src/app:v1", image(t, layer(t))) // shared is now unreferenced in src
 			g.settle()
 			sharedD := digestOf(t, shared)
-			dataPath := storage.BlobDataPath(digest.Digest(sharedD.String()))
+			dataPath := layout.BlobDataPath(digest.Digest(sharedD.String()))
 			target := dataPath
 			if tc.method == "Delete" {
-				target = storage.BlobDir(digest.Digest(sharedD.String()))
+				target = layout.BlobDir(digest.Digest(sharedD.String()))
 			}
 			var fired atomic.Bool
 			pushErr := make(chan error, 1)
@@ -366,7 +366,7 @@ func TestE2EMountWhileGCUnlinksSource(t *testing.T) {
 	push(t, g, "msrc/app:v1", image(t, layer(t)))
 	g.settle()
 	sharedD := digestOf(t, shared)
-	target := storage.LayerLinkPath("msrc/app", digest.Digest(sharedD.String()))
+	target := layout.LayerLinkPath("msrc/app", digest.Digest(sharedD.String()))
 	target = target[:strings.LastIndex(target, "/")] // GC deletes the link's directory
 	var fired atomic.Bool
 	mount := make(chan int, 1)

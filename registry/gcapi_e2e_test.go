@@ -28,9 +28,10 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc"
-	"github.com/reclaim-registry/reclaim/linkdb"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/linkdb"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -102,7 +103,7 @@ func startGC(t *testing.T, opts ...registrytest.Option) *gcRegistry {
 	raw := rawDriver(t, r)
 	// The registry started empty with the middleware: its link database is
 	// complete from the start.
-	if err := storage.MarkLinkDBComplete(t.Context(), raw, time.Now()); err != nil {
+	if err := linkdb.MarkLinkDBComplete(t.Context(), raw, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	g := &gcRegistry{Registry: r, raw: raw}
@@ -199,27 +200,27 @@ func (g *gcRegistry) tree(t *testing.T) string {
 func (g *gcRegistry) checkLinks(t *testing.T) {
 	t.Helper()
 	ctx := t.Context()
-	links := storage.NewReverseLinks(g.raw)
-	err := g.raw.Walk(ctx, storage.RootPath, func(fi storagedriver.FileInfo) error {
+	links := linkdb.NewReverseLinks(g.raw)
+	err := g.raw.Walk(ctx, layout.RootPath, func(fi storagedriver.FileInfo) error {
 		if fi.IsDir() {
 			return nil
 		}
-		p := storage.Classify(fi.Path())
+		p := layout.Classify(fi.Path())
 		switch p.Kind {
-		case storage.KindLayerLink, storage.KindRevisionLink:
-			k := storage.LinkLayer
-			if p.Kind == storage.KindRevisionLink {
-				k = storage.LinkManifest
+		case layout.KindLayerLink, layout.KindRevisionLink:
+			k := layout.LinkLayer
+			if p.Kind == layout.KindRevisionLink {
+				k = layout.LinkManifest
 			}
-			ok, err := links.Has(ctx, p.Digest, storage.RepoLink{Repo: p.Repo, Kind: k})
+			ok, err := links.Has(ctx, p.Digest, layout.RepoLink{Repo: p.Repo, Kind: k})
 			if err != nil {
 				return err
 			}
 			if !ok {
 				t.Errorf("forward link without reverse link: %s", fi.Path())
 			}
-		case storage.KindReverseLink:
-			if _, err := g.raw.Stat(ctx, storage.ForwardLinkPath(p.Repo, p.Digest, p.LinkKind)); err != nil {
+		case layout.KindReverseLink:
+			if _, err := g.raw.Stat(ctx, layout.ForwardLinkPath(p.Repo, p.Digest, p.LinkKind)); err != nil {
 				t.Errorf("reverse link without forward link: %s (%v)", fi.Path(), err)
 			}
 		}

@@ -15,7 +15,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
-	"github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // Regression tests for issue 16 (fail closed on every malformed request),
@@ -64,7 +64,7 @@ func deletable(t *testing.T, g *gcRegistry, repo string) digest.Digest {
 func stored(t *testing.T, g *gcRegistry, repo string, d digest.Digest) bool {
 	t.Helper()
 	n := 0
-	for _, p := range []string{storage.RevisionLinkPath(repo, d), storage.BlobDataPath(d)} {
+	for _, p := range []string{layout.RevisionLinkPath(repo, d), layout.BlobDataPath(d)} {
 		if _, err := g.raw.Stat(t.Context(), p); err == nil {
 			n++
 		}

@@ -3,16 +3,17 @@ package registry
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/distribution/distribution/v3/configuration"
 	registrymiddleware "github.com/distribution/distribution/v3/registry/middleware/registry"
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
-	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/linkdb"
+	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // This file adapts the storage package to the small interfaces gc
@@ -47,9 +48,9 @@ func openStorageGC(ctx context.Context, config *configuration.Configuration, c G
 	col, err := gc.New(gc.Config{
 		Driver:  env.Driver,
 		Tracker: gcTracker{env.Tracker},
-		Links:   gcLinks{env.Links},
+		Links:   env.Links,
 		LinkDBComplete: func(ctx context.Context) (bool, error) {
-			_, ok, err := storage.LinkDBComplete(ctx, env.Raw)
+			_, ok, err := linkdb.LinkDBComplete(ctx, env.Raw)
 			return ok, err
 		},
 		Context:      storage.WithoutAccessRecords,
@@ -69,7 +70,7 @@ func openStorageGC(ctx context.Context, config *configuration.Configuration, c G
 			out["recording_since"] = since.UTC()
 			out["trusted"] = time.Since(since) >= window
 		}
-		if since, ok, err := storage.LinkDBComplete(ctx, env.Raw); err != nil {
+		if since, ok, err := linkdb.LinkDBComplete(ctx, env.Raw); err != nil {
 			out["linkdb"] = err.Error()
 		} else {
 			out["linkdb_complete"] = ok
@@ -87,7 +88,7 @@ func openStorageGC(ctx context.Context, config *configuration.Configuration, c G
 func repositoryExists(d storagedriver.StorageDriver) func(ctx context.Context, repo string) (bool, error) {
 	return func(ctx context.Context, repo string) (bool, error) {
 		for _, sub := range []string{"/_manifests", "/_layers"} {
-			_, err := d.Stat(ctx, storage.RepositoryPath(repo)+sub)
+			_, err := d.Stat(ctx, layout.RepositoryPath(repo)+sub)
 			var nf storagedriver.PathNotFoundError
 			switch {
 			case err == nil:
@@ -100,89 +101,32 @@ func repositoryExists(d storagedriver.StorageDriver) func(ctx context.Context, r
 	}
 }
 
-// gcTracker adapts *storage.Tracker to gc.Tracker (and gc.Clock).
-type gcTracker struct{ t *storage.Tracker }
+// gcTracker is the tracker as gc.Tracker: gc and the tracker share one
+// vocabulary (storage/layout), so only Fence, whose result gc sees as a
+// Hold, needs wrapping.
+type gcTracker struct{ *tracker.Tracker }
 
 var (
-	_ gc.Tracker = gcTracker{}
-	_ gc.Clock   = gcTracker{}
+	_ gc.Tracker   = gcTracker{}
+	_ gc.Clock     = gcTracker{}
+	_ gc.LinkIndex = (*linkdb.ReverseLinks)(nil)
 )
 
-func toStorage(o gc.Object) storage.Object {
-	return storage.Object{Blob: o.Blob, Repo: o.Repo, Kind: storage.LinkKind(o.Kind)}
-}
-
-// trackerErr re-labels storage's sentinels with gc's, keeping both in the
-// chain.
-func trackerErr(err error) error {
-	for _, m := range []struct{ from, to error }{
-		{storage.ErrFenced, gc.ErrFenced},
-		{storage.ErrRecentlyAccessed, gc.ErrRecentlyAccessed},
-		{storage.ErrFenceLost, gc.ErrFenceLost},
-		{storage.ErrNotRecording, gc.ErrNotRecording},
-		{storage.ErrRedisEvicts, gc.ErrRedisEvicts},
-		{storage.ErrRepositoryBusy, gc.ErrRepositoryBusy},
-		{storage.ErrRedisUnavailable, gc.ErrTrackerUnavailable},
-	} {
-		if errors.Is(err, m.from) {
-			return fmt.Errorf("%w: %w", m.to, err)
-		}
-	}
-	return err
-}
-
-func (a gcTracker) RecordingSince(ctx context.Context) (time.Time, error) {
-	t, err := a.t.RecordingSince(ctx)
-	return t, trackerErr(err)
-}
-
-func (a gcTracker) LastAccess(ctx context.Context, o gc.Object) (time.Time, bool, error) {
-	t, ok, err := a.t.LastAccess(ctx, toStorage(o))
-	return t, ok, trackerErr(err)
-}
-
 func (a gcTracker) Fence(ctx context.Context, o gc.Object, window, lease time.Duration) (gc.Hold, error) {
-	f, err := a.t.Fence(ctx, toStorage(o), window, lease)
-	if err != nil {
-		return nil, trackerErr(err)
-	}
-	return gcHold{t: a.t, f: f, lease: lease}, nil
-}
-
-// gcHold is a storage fence as the collector holds it.
-type gcHold struct {
-	t     *storage.Tracker
-	f     *storage.Fence
-	lease time.Duration
-}
-
-func (h gcHold) Confirm(ctx context.Context) error {
-	return trackerErr(h.t.Confirm(ctx, h.f, h.lease))
-}
-
-func (h gcHold) Release(ctx context.Context) error { return trackerErr(h.t.Release(ctx, h.f)) }
-
-func (a gcTracker) LockRepository(ctx context.Context, repo string, lease time.Duration) (context.Context, func(), error) {
-	held, unlock, err := a.t.LockRepository(ctx, repo, lease)
-	return held, unlock, trackerErr(err)
-}
-
-func (a gcTracker) Now(ctx context.Context) (time.Time, error) {
-	t, err := a.t.Now(ctx)
-	return t, trackerErr(err)
-}
-
-// gcLinks adapts *storage.ReverseLinks to gc.LinkIndex.
-type gcLinks struct{ l *storage.ReverseLinks }
-
-func (a gcLinks) List(ctx context.Context, blob digest.Digest) ([]gc.RepoLink, error) {
-	ls, err := a.l.List(ctx, blob)
+	f, err := a.Tracker.Fence(ctx, o, window, lease)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]gc.RepoLink, len(ls))
-	for i, l := range ls {
-		out[i] = gc.RepoLink{Repo: l.Repo, Kind: gc.LinkKind(l.Kind), Problem: l.Problem}
-	}
-	return out, nil
+	return gcHold{t: a.Tracker, f: f, lease: lease}, nil
 }
+
+// gcHold is a tracker fence as the collector holds it.
+type gcHold struct {
+	t     *tracker.Tracker
+	f     *tracker.Fence
+	lease time.Duration
+}
+
+func (h gcHold) Confirm(ctx context.Context) error { return h.t.Confirm(ctx, h.f, h.lease) }
+
+func (h gcHold) Release(ctx context.Context) error { return h.t.Release(ctx, h.f) }

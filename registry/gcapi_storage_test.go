@@ -11,17 +11,18 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/gc"
-	"github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // TestTrackerAdapterSentinels drives the adapter over a real
-// storage.Tracker (miniredis) and checks that every outcome gc branches on
+// tracker.Tracker (miniredis) and checks that every outcome gc branches on
 // arrives as gc's sentinel.
 func TestTrackerAdapterSentinels(t *testing.T) {
 	m := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer c.Close()
-	st, err := storage.NewTracker(c, storage.TrackerOptions{Prefix: "t:"})
+	st, err := tracker.NewTracker(c, tracker.TrackerOptions{Prefix: "t:"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func TestTrackerAdapterSentinels(t *testing.T) {
 	if err := expiring.Confirm(ctx); !errors.Is(err, gc.ErrFenceLost) {
 		t.Fatalf("confirm an expired fence: %v", err)
 	}
-	if err := st.Touch(ctx, storage.Object{Blob: o.Blob, Repo: o.Repo, Kind: storage.LinkLayer}); err != nil {
+	if err := st.Touch(ctx, layout.Object{Blob: o.Blob, Repo: o.Repo, Kind: layout.LinkLayer}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tr.Fence(ctx, o, w, time.Minute); !errors.Is(err, gc.ErrRecentlyAccessed) {

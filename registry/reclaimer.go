@@ -13,6 +13,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // The background reclaimer runs inside `serve`, on every instance whose
@@ -193,7 +194,7 @@ func stopReclaimer(config *configuration.Configuration) {
 
 // newReclaimer builds the reclaimer on the same collector wiring as the GC
 // API (openStorageGC), so the blob step, window and tracker are the same.
-func newReclaimer(ctx context.Context, config *configuration.Configuration, rc ReclaimerConfig) (*gc.Reclaimer, *storage.Queue, error) {
+func newReclaimer(ctx context.Context, config *configuration.Configuration, rc ReclaimerConfig) (*gc.Reclaimer, *tracker.Queue, error) {
 	gcCfg, err := ParseGCConfig(config)
 	if err != nil {
 		return nil, nil, err
@@ -220,7 +221,7 @@ func newReclaimer(ctx context.Context, config *configuration.Configuration, rc R
 // with the kill switch on or off as enabled says: for `registry gc sweep
 // --apply`, which deletes through the same step the background reclaimer
 // uses. It does not start it.
-func OpenReclaimer(ctx context.Context, config *configuration.Configuration, enabled bool) (*gc.Reclaimer, *storage.Queue, error) {
+func OpenReclaimer(ctx context.Context, config *configuration.Configuration, enabled bool) (*gc.Reclaimer, *tracker.Queue, error) {
 	rc, err := ParseReclaimerConfig(config)
 	if err != nil {
 		return nil, nil, err
@@ -229,15 +230,15 @@ func OpenReclaimer(ctx context.Context, config *configuration.Configuration, ena
 	return newReclaimer(ctx, config, rc)
 }
 
-// gcQueue adapts *storage.Queue to gc.Queue.
-type gcQueue struct{ q *storage.Queue }
+// gcQueue adapts *tracker.Queue to gc.Queue.
+type gcQueue struct{ q *tracker.Queue }
 
 var _ gc.Queue = gcQueue{}
 
 func (a gcQueue) Claim(ctx context.Context, n int, lease time.Duration) ([]gc.QueueItem, error) {
 	cs, err := a.q.Claim(ctx, n, lease)
 	if err != nil {
-		return nil, trackerErr(err)
+		return nil, err
 	}
 	out := make([]gc.QueueItem, len(cs))
 	for i, c := range cs {
@@ -246,21 +247,21 @@ func (a gcQueue) Claim(ctx context.Context, n int, lease time.Duration) ([]gc.Qu
 	return out, nil
 }
 
-func toClaimed(it gc.QueueItem) storage.Claimed {
-	return storage.Claimed{Blob: it.Blob, Due: it.Due, Lease: it.Lease}
+func toClaimed(it gc.QueueItem) tracker.Claimed {
+	return tracker.Claimed{Blob: it.Blob, Due: it.Due, Lease: it.Lease}
 }
 
 func (a gcQueue) Done(ctx context.Context, it gc.QueueItem) error {
-	return trackerErr(a.q.Done(ctx, toClaimed(it)))
+	return a.q.Done(ctx, toClaimed(it))
 }
 
 func (a gcQueue) Requeue(ctx context.Context, it gc.QueueItem, due time.Time) error {
-	return trackerErr(a.q.Requeue(ctx, toClaimed(it), due))
+	return a.q.Requeue(ctx, toClaimed(it), due)
 }
 
 func (a gcQueue) Len(ctx context.Context) (int64, int64, error) {
 	t, d, err := a.q.Len(ctx)
-	return t, d, trackerErr(err)
+	return t, d, err
 }
 
 // Reclaimer metrics, in Prometheus' default registry, named like the JSON.

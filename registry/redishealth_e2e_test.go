@@ -7,6 +7,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/storage/linkdb"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -38,7 +39,7 @@ func TestE2ERedisEvictingPolicyRefusesGC(t *testing.T) {
 	opts["reclaimer"] = map[string]any{"enabled": true, "interval": "50ms"}
 	r := registrytest.Start(t, registrytest.WithStorageMiddleware("reclaim", opts))
 	g := &gcRegistry{Registry: r, raw: rawDriver(t, r)}
-	if err := storage.MarkLinkDBComplete(ctx, g.raw, time.Now()); err != nil {
+	if err := linkdb.MarkLinkDBComplete(ctx, g.raw, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	env, err := storage.Open(ctx, r.Config)

@@ -9,7 +9,7 @@ package registry
 //	DELETE /v2/<name>/manifests/<digest>   (passed through)
 //	    on 202: drop the manifest from its subject's index
 //
-// The index itself is storage.Referrers. It is derived data: when an index
+// The index itself is referrers.Index. It is derived data: when an index
 // write fails the push still succeeds, without OCI-Subject, which tells the
 // client to fall back to the referrers tag schema; `linkdb rebuild` repairs
 // the index from the manifests.
@@ -43,6 +43,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/referrers"
 )
 
 const (
@@ -74,11 +76,11 @@ func init() {
 	register(newReferrersHandler)
 }
 
-// referrersIndex is the part of storage.Referrers the HTTP layer needs.
+// referrersIndex is the part of referrers.Index the HTTP layer needs.
 type referrersIndex interface {
 	Add(ctx context.Context, repo string, subject digest.Digest, desc v1.Descriptor) error
 	Remove(ctx context.Context, repo string, subject, referrer digest.Digest) error
-	Page(ctx context.Context, repo string, subject digest.Digest, opts storage.PageOptions) ([]v1.Descriptor, bool, error)
+	Page(ctx context.Context, repo string, subject digest.Digest, opts referrers.PageOptions) ([]v1.Descriptor, bool, error)
 }
 
 // referrersBackend is what the handler reads and writes: the index,
@@ -116,24 +118,24 @@ var openDriver = func(ctx context.Context, config *configuration.Configuration) 
 
 func backendFromDriver(d storagedriver.StorageDriver) *referrersBackend {
 	return &referrersBackend{
-		index: storage.NewReferrers(d),
+		index: referrers.New(d),
 		manifest: func(ctx context.Context, dg digest.Digest) ([]byte, error) {
-			rc, err := d.Reader(ctx, storage.BlobDataPath(dg), 0)
+			rc, err := d.Reader(ctx, layout.BlobDataPath(dg), 0)
 			if err != nil {
 				return nil, err
 			}
 			defer rc.Close()
-			b, err := io.ReadAll(io.LimitReader(rc, storage.MaxManifestSize+1))
+			b, err := io.ReadAll(io.LimitReader(rc, referrers.MaxManifestSize+1))
 			if err != nil {
 				return nil, err
 			}
-			if len(b) > storage.MaxManifestSize {
+			if len(b) > referrers.MaxManifestSize {
 				return nil, fmt.Errorf("blob %s is larger than a manifest can be", dg)
 			}
 			return b, nil
 		},
 		linked: func(ctx context.Context, repo string, dg digest.Digest) (bool, error) {
-			_, err := d.Stat(ctx, storage.RevisionLinkPath(repo, dg))
+			_, err := d.Stat(ctx, layout.RevisionLinkPath(repo, dg))
 			var nf storagedriver.PathNotFoundError
 			if errors.As(err, &nf) {
 				return false, nil
@@ -254,7 +256,7 @@ func (h *referrersHandler) serveReferrers(w http.ResponseWriter, r *http.Request
 		return
 	}
 	q := r.URL.Query()
-	opts := storage.PageOptions{Limit: referrersPageSize, ArtifactType: q.Get(filterArtifactType)}
+	opts := referrers.PageOptions{Limit: referrersPageSize, ArtifactType: q.Get(filterArtifactType)}
 	if s := q.Get(referrersQueryPageKey); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 0 {
@@ -280,7 +282,7 @@ func (h *referrersHandler) serveReferrers(w http.ResponseWriter, r *http.Request
 			page, more, err = b.index.Page(ctx, repo, subject, opts)
 		}
 		if err != nil {
-			if errors.Is(err, storage.ErrInvalidReferrer) {
+			if errors.Is(err, referrers.ErrInvalid) {
 				h.serveError(ctx, w, errcode.ErrorCodeDigestInvalid.WithDetail(err.Error()))
 				return
 			}
@@ -322,7 +324,7 @@ func jsonIndex(manifests []v1.Descriptor) ([]byte, error) {
 
 // nextLink is the RFC 5988 Link to the page after page, relative to the
 // registry root as Distribution's own tag and catalog links are.
-func (h *referrersHandler) nextLink(repo string, subject digest.Digest, opts storage.PageOptions, page []v1.Descriptor) string {
+func (h *referrersHandler) nextLink(repo string, subject digest.Digest, opts referrers.PageOptions, page []v1.Descriptor) string {
 	q := url.Values{}
 	q.Set(referrersQueryPageKey, strconv.Itoa(opts.Limit))
 	q.Set(referrersQueryLastKey, page[len(page)-1].Digest.String())
@@ -379,7 +381,7 @@ func (h *referrersHandler) serveError(ctx context.Context, w http.ResponseWriter
 // (201) and it has a subject, the index entry is written before the response
 // header goes out, so a client that sees OCI-Subject can query it at once.
 func (h *referrersHandler) putManifest(w http.ResponseWriter, r *http.Request, repo string) {
-	body := &cappedTee{ReadCloser: r.Body, limit: storage.MaxManifestSize}
+	body := &cappedTee{ReadCloser: r.Body, limit: referrers.MaxManifestSize}
 	r.Body = body
 	ctx := r.Context()
 	rw := &statusHook{ResponseWriter: w, hook: func(status int) {
@@ -412,7 +414,7 @@ func (h *referrersHandler) indexPushed(ctx context.Context, header http.Header, 
 		return
 	}
 	mt, _, _ := mime.ParseMediaType(contentType)
-	subject, desc, ok, err := storage.ReferrerOf(payload, dgst, mt)
+	subject, desc, ok, err := referrers.Of(payload, dgst, mt)
 	if err != nil {
 		log.Warnf("referrers: manifest %s in %s: %v", dgst, repo, err)
 		return
@@ -489,7 +491,7 @@ func (h *referrersHandler) subjectOf(ctx context.Context, repo string, d digest.
 	if err != nil {
 		return nil, "", v1.Descriptor{}
 	}
-	subject, desc, ok, err := storage.ReferrerOf(payload, d, "")
+	subject, desc, ok, err := referrers.Of(payload, d, "")
 	if err != nil || !ok {
 		return nil, "", v1.Descriptor{}
 	}

@@ -24,10 +24,10 @@ import (
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/referrers"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/crypto/bcrypt"
-
-	"github.com/reclaim-registry/reclaim/storage"
 )
 
 // testRegistry is Distribution's app wrapped by Reclaim, in process, over
@@ -459,7 +459,7 @@ func TestReferrersPagination(t *testing.T) {
 // thousand manifests would test nothing more.
 func TestReferrersDefaultPageSize(t *testing.T) {
 	d := inmemory.New()
-	idx := storage.NewReferrers(d)
+	idx := referrers.New(d)
 	subject := digest.FromString("s")
 	for i := range referrersPageSize + 1 {
 		b := fmt.Appendf(nil, "synthetic %d", i)
@@ -529,7 +529,7 @@ type failingDriver struct{ storagedriver.StorageDriver }
 var errInjected = errors.New("injected storage failure")
 
 func (f failingDriver) PutContent(ctx context.Context, p string, b []byte) error {
-	if storage.Classify(p).Kind == storage.KindReferrerLink {
+	if layout.Classify(p).Kind == layout.KindReferrerLink {
 		return errInjected
 	}
 	return f.StorageDriver.PutContent(ctx, p, b)
@@ -559,7 +559,7 @@ func TestReferrersIndexWriteFails(t *testing.T) {
 // when they are too large to index (Distribution refuses those itself).
 func TestReferrersPutPassThrough(t *testing.T) {
 	r := startRegistry(t, nil)
-	big := make([]byte, storage.MaxManifestSize+10)
+	big := make([]byte, referrers.MaxManifestSize+10)
 	for i := range big {
 		big[i] = ' '
 	}
@@ -587,10 +587,10 @@ func TestReferrersPutPassThrough(t *testing.T) {
 // raceHandler is the referrers handler in front of a fake Distribution that
 // answers status for every request, over an in-memory index, with the
 // revision link reported as linked.
-func raceHandler(t *testing.T, status int, payload []byte, linked bool) (http.Handler, *storage.Referrers) {
+func raceHandler(t *testing.T, status int, payload []byte, linked bool) (http.Handler, *referrers.Index) {
 	t.Helper()
 	d := inmemory.New()
-	if err := d.PutContent(t.Context(), storage.BlobDataPath(digest.FromBytes(payload)), payload); err != nil {
+	if err := d.PutContent(t.Context(), layout.BlobDataPath(digest.FromBytes(payload)), payload); err != nil {
 		t.Fatal(err)
 	}
 	b := backendFromDriver(d)
@@ -602,7 +602,7 @@ func raceHandler(t *testing.T, status int, payload []byte, linked bool) (http.Ha
 	})
 	h := newReferrersHandler(&configuration.Configuration{}, next).(*referrersHandler)
 	h.open = func(context.Context) (*referrersBackend, error) { return b, nil }
-	return h, storage.NewReferrers(d)
+	return h, referrers.New(d)
 }
 
 // The index follows the revision link when a PUT and a DELETE of the same
@@ -620,7 +620,7 @@ func TestReferrersPutDeleteRace(t *testing.T) {
 	del := func(h http.Handler) {
 		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodDelete, "/v2/a/manifests/"+d.String(), nil))
 	}
-	list := func(idx *storage.Referrers) int {
+	list := func(idx *referrers.Index) int {
 		got, err := idx.List(t.Context(), "a", subject)
 		if err != nil {
 			t.Fatal(err)

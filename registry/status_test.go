@@ -14,7 +14,8 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
-	"github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
 
 type reclaimerStatus struct {
@@ -71,7 +72,7 @@ func TestReclaimerFreesDeletedManifestAndReportsStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := storage.MarkLinkDBComplete(t.Context(), raw, time.Now()); err != nil {
+	if err := linkdb.MarkLinkDBComplete(t.Context(), raw, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 
@@ -97,7 +98,7 @@ func TestReclaimerFreesDeletedManifestAndReportsStatus(t *testing.T) {
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("delete manifest: %d", resp.StatusCode)
 	}
-	manifestData := filepath.Join(r.Root, storage.BlobDataPath(digest.Digest(md.String())))
+	manifestData := filepath.Join(r.Root, layout.BlobDataPath(digest.Digest(md.String())))
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if _, err := os.Stat(manifestData); os.IsNotExist(err) {
@@ -112,7 +113,7 @@ func TestReclaimerFreesDeletedManifestAndReportsStatus(t *testing.T) {
 	layers, _ := img.Layers()
 	for _, l := range layers {
 		d, _ := l.Digest()
-		if _, err := os.Stat(filepath.Join(r.Root, storage.BlobDataPath(digest.Digest(d.String())))); err != nil {
+		if _, err := os.Stat(filepath.Join(r.Root, layout.BlobDataPath(digest.Digest(d.String())))); err != nil {
 			t.Fatalf("layer %s (still linked by app) lost: %v", d, err)
 		}
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/sirupsen/logrus"
 
+	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -277,14 +278,14 @@ func walkLinkDB(t testing.TB, d storagedriver.StorageDriver) (fwd, rev map[strin
 	t.Helper()
 	ctx := context.Background()
 	fwd, rev = map[string]bool{}, map[string]bool{}
-	for _, root := range []string{reposRoot, blobsRoot} {
+	for _, root := range []string{layout.RepositoriesRoot, layout.BlobsRoot} {
 		err := d.Walk(ctx, root, func(fi storagedriver.FileInfo) error {
 			if fi.IsDir() {
 				return nil
 			}
-			p := Classify(fi.Path())
+			p := layout.Classify(fi.Path())
 			switch p.Kind {
-			case KindLayerLink, KindRevisionLink:
+			case layout.KindLayerLink, layout.KindRevisionLink:
 				b, err := d.GetContent(ctx, fi.Path())
 				if err != nil {
 					return err
@@ -292,8 +293,8 @@ func walkLinkDB(t testing.TB, d storagedriver.StorageDriver) (fwd, rev map[strin
 				if digest.Digest(b) != p.Digest {
 					t.Errorf("link %s holds %s", fi.Path(), b)
 				}
-				fwd[ReverseLinkPath(p.Digest, p.Repo, p.linkKind())] = true
-			case KindReverseLink:
+				fwd[layout.ReverseLinkPath(p.Digest, p.Repo, p.LinkSet())] = true
+			case layout.KindReverseLink:
 				rev[fi.Path()] = true
 			}
 			return nil
@@ -304,3 +305,8 @@ func walkLinkDB(t testing.TB, d storagedriver.StorageDriver) (fwd, rev map[strin
 	}
 	return fwd, rev
 }
+
+const hexA = "a3ed95caeb02ffe68cdd9fd84406680ae93d633cb16422d00e8a7c22955b46d4"
+
+var dA = digest.Digest("sha256:" + hexA)
+var dB = digest.FromString("b")

@@ -10,6 +10,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
 // Measurements for issue 3: storage-driver calls and Redis round trips per
@@ -75,13 +76,13 @@ func countCalls(a *testApp, substr string, method string) int {
 }
 
 func TestMeasureCalls(t *testing.T) {
-	b := backends(t)[len(backends(t))-1] // real Redis when configured
+	b := storagetest.Backends(t)[len(storagetest.Backends(t))-1] // real Redis when configured
 	img, _ := random.Image(1024, 5)
 	for _, cache := range []string{"", "inmemory"} {
 		for _, reclaim := range []bool{false, true} {
 			name := fmt.Sprintf("cache=%q reclaim=%v", cache, reclaim)
 			root := t.TempDir()
-			a := newTestApp(t, appOptions{noReclaim: !reclaim, cache: cache, redisAddr: b.addr, prefix: b.prefix + "m:" + name + ":", root: root})
+			a := newTestApp(t, appOptions{noReclaim: !reclaim, cache: cache, redisAddr: b.Addr, prefix: b.Prefix + "m:" + name + ":", root: root})
 			// Steady state: connections dialed and scripts loaded by a
 			// warm-up push of another image.
 			warmImg, _ := random.Image(1024, 5) // same parallelism: the pool holds enough connections
@@ -97,7 +98,7 @@ func TestMeasureCalls(t *testing.T) {
 			rev := countCalls(a, "/_repositories/", "PutContent")
 
 			// cold: a new process (empty caches, empty dedup) over the same storage
-			c := newTestApp(t, appOptions{noReclaim: !reclaim, cache: cache, redisAddr: b.addr, prefix: b.prefix + "m:" + name + ":", root: root})
+			c := newTestApp(t, appOptions{noReclaim: !reclaim, cache: cache, redisAddr: b.Addr, prefix: b.Prefix + "m:" + name + ":", root: root})
 			c.pullAll("warmup:v1")
 			c.reset()
 			c.pullAll("m:v1")

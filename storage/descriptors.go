@@ -13,6 +13,7 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // DescriptorServiceFactory wraps every per-repository blob statter
@@ -45,7 +46,7 @@ func (descriptorFactory) BlobAccessController(svc distribution.BlobDescriptorSer
 // (*repository).Manifests (revision links) and does not say which. "" when
 // the caller is unknown (another Distribution version): then both kinds are
 // recorded and checked, which is safe and costs a little more.
-func callerKind() LinkKind {
+func callerKind() layout.LinkKind {
 	var pcs [1]uintptr
 	if runtime.Callers(3, pcs[:]) == 0 {
 		return ""
@@ -53,16 +54,16 @@ func callerKind() LinkKind {
 	f, _ := runtime.CallersFrames(pcs[:]).Next()
 	switch {
 	case strings.HasSuffix(f.Function, "storage.(*repository).Blobs"):
-		return LinkLayer
+		return layout.LinkLayer
 	case strings.HasSuffix(f.Function, "storage.(*repository).Manifests"):
-		return LinkManifest
+		return layout.LinkManifest
 	}
 	return ""
 }
 
 type descriptors struct {
 	distribution.BlobDescriptorService
-	kind LinkKind
+	kind layout.LinkKind
 }
 
 func (s *descriptors) Stat(ctx context.Context, dgst digest.Digest) (v1.Descriptor, error) {
@@ -76,8 +77,8 @@ func (s *descriptors) Stat(ctx context.Context, dgst digest.Digest) (v1.Descript
 	if info.intent == intentMount && dgst == info.mount {
 		repo = info.from
 	}
-	var links []Object
-	if validRepo(repo) {
+	var links []layout.Object
+	if layout.ValidRepo(repo) {
 		// Which link set the wrapped statter serves (callerKind); if that
 		// is unknown, the route tells for reads (blob routes read layer
 		// links, the manifest route revision links), and a manifest PUT,
@@ -85,13 +86,13 @@ func (s *descriptors) Stat(ctx context.Context, dgst digest.Digest) (v1.Descript
 		// access record only makes GC keep more.
 		switch {
 		case s.kind != "":
-			links = []Object{{Blob: dgst, Repo: repo, Kind: s.kind}}
+			links = []layout.Object{{Blob: dgst, Repo: repo, Kind: s.kind}}
 		case info.intent == intentReference:
-			links = []Object{{Blob: dgst, Repo: repo, Kind: LinkLayer}, {Blob: dgst, Repo: repo, Kind: LinkManifest}}
+			links = []layout.Object{{Blob: dgst, Repo: repo, Kind: layout.LinkLayer}, {Blob: dgst, Repo: repo, Kind: layout.LinkManifest}}
 		case info.route == v2.RouteNameManifest:
-			links = []Object{{Blob: dgst, Repo: repo, Kind: LinkManifest}}
+			links = []layout.Object{{Blob: dgst, Repo: repo, Kind: layout.LinkManifest}}
 		default:
-			links = []Object{{Blob: dgst, Repo: repo, Kind: LinkLayer}}
+			links = []layout.Object{{Blob: dgst, Repo: repo, Kind: layout.LinkLayer}}
 		}
 	}
 	var gone bool
@@ -103,7 +104,7 @@ func (s *descriptors) Stat(ctx context.Context, dgst digest.Digest) (v1.Descript
 			wait = 0 // the mount falls back to an upload at once
 		}
 		if gone, err = d.guardWait(ctx, dgst, links, wait); err != nil {
-			if info.intent == intentMount && errors.Is(err, ErrFenced) {
+			if info.intent == intentMount && errors.Is(err, layout.ErrFenced) {
 				if sc := scopeOf(ctx); sc != nil {
 					sc.refused.Store(false)
 				}
@@ -123,7 +124,7 @@ func (s *descriptors) Stat(ctx context.Context, dgst digest.Digest) (v1.Descript
 			return v1.Descriptor{}, distribution.ErrBlobUnknown
 		}
 	}
-	if !gone || !validRepo(repo) {
+	if !gone || !layout.ValidRepo(repo) {
 		return desc, nil
 	}
 	return s.verify(ctx, e, repo, dgst, desc)
@@ -142,13 +143,13 @@ func (s *descriptors) verify(ctx context.Context, e *Env, repo string, dgst dige
 		}
 		return err == nil, err
 	}
-	data, err := exists(BlobDataPath(dgst))
+	data, err := exists(layout.BlobDataPath(dgst))
 	var layer, rev bool
 	if err == nil {
-		layer, err = exists(LayerLinkPath(repo, dgst))
+		layer, err = exists(layout.LayerLinkPath(repo, dgst))
 	}
 	if err == nil {
-		rev, err = exists(RevisionLinkPath(repo, dgst))
+		rev, err = exists(layout.RevisionLinkPath(repo, dgst))
 	}
 	if err != nil {
 		scopeOf(ctx).refuse()
@@ -156,7 +157,7 @@ func (s *descriptors) verify(ctx context.Context, e *Env, repo string, dgst dige
 	}
 	if data && (layer || rev) {
 		// The object is back (re-pushed): its tombstones have done their job.
-		e.clearGone(ctx, Object{Blob: dgst}, Object{Blob: dgst, Repo: repo})
+		e.clearGone(ctx, layout.Object{Blob: dgst}, layout.Object{Blob: dgst, Repo: repo})
 		return desc, nil
 	}
 	metricStaleCache.Inc()

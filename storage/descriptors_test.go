@@ -6,6 +6,7 @@ import (
 
 	diststorage "github.com/distribution/distribution/v3/registry/storage"
 	"github.com/distribution/reference"
+	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // TestDescriptorKindFromCaller pins callerKind to Distribution's call sites:
@@ -15,12 +16,12 @@ import (
 func TestDescriptorKindFromCaller(t *testing.T) {
 	a := newTestApp(t, appOptions{})
 	ctx := context.Background()
-	for _, p := range []string{LayerLinkPath("r", dA), RevisionLinkPath("r", dB)} {
-		c := Classify(p)
+	for _, p := range []string{layout.LayerLinkPath("r", dA), layout.RevisionLinkPath("r", dB)} {
+		c := layout.Classify(p)
 		if err := a.env.Driver.PutContent(ctx, p, []byte(c.Digest)); err != nil {
 			t.Fatal(err)
 		}
-		if err := a.env.Driver.PutContent(ctx, BlobDataPath(c.Digest), []byte("x")); err != nil {
+		if err := a.env.Driver.PutContent(ctx, layout.BlobDataPath(c.Digest), []byte("x")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -45,13 +46,13 @@ func TestDescriptorKindFromCaller(t *testing.T) {
 		t.Fatalf("Exists = %v %v", ok, err)
 	}
 	for _, tc := range []struct {
-		o    Object
+		o    layout.Object
 		want bool
 	}{
-		{Object{Blob: dA, Repo: "r", Kind: LinkLayer}, true},
-		{Object{Blob: dA, Repo: "r", Kind: LinkManifest}, false},
-		{Object{Blob: dB, Repo: "r", Kind: LinkManifest}, true},
-		{Object{Blob: dB, Repo: "r", Kind: LinkLayer}, false},
+		{layout.Object{Blob: dA, Repo: "r", Kind: layout.LinkLayer}, true},
+		{layout.Object{Blob: dA, Repo: "r", Kind: layout.LinkManifest}, false},
+		{layout.Object{Blob: dB, Repo: "r", Kind: layout.LinkManifest}, true},
+		{layout.Object{Blob: dB, Repo: "r", Kind: layout.LinkLayer}, false},
 	} {
 		_, ok, err := a.env.Tracker.LastAccess(ctx, tc.o)
 		if err != nil || ok != tc.want {

@@ -11,6 +11,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
 // TestLinkDatabaseEndToEnd pushes with a real client (shared layers across
@@ -19,10 +21,10 @@ import (
 // reverse link and every reverse link its forward link; Distribution's
 // catalog, tag listing and blob enumeration must not notice our files.
 func TestLinkDatabaseEndToEnd(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
+	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
 		for _, cache := range []string{"", "inmemory"} {
 			t.Run("cache="+cache, func(t *testing.T) {
-				a := newTestApp(t, appOptions{cache: cache, redisAddr: b.addr, prefix: b.prefix})
+				a := newTestApp(t, appOptions{cache: cache, redisAddr: b.Addr, prefix: b.Prefix})
 				img1, _ := random.Image(512, 3)
 				img2, _ := random.Image(512, 2)
 				idx, _ := random.Index(256, 1, 2)
@@ -78,7 +80,7 @@ func TestLinkDatabaseEndToEnd(t *testing.T) {
 
 				// A whole repository removed the way Distribution's vacuum does.
 				for _, sub := range []string{"_manifests", "_layers", "_uploads"} {
-					_ = a.env.Driver.Delete(ctx, RepositoryPath("a/one")+"/"+sub)
+					_ = a.env.Driver.Delete(ctx, layout.RepositoryPath("a/one")+"/"+sub)
 				}
 				checkLinkDB(t, a.env.Raw)
 				if links, _ := a.env.Links.List(ctx, blobs1[1]); len(links) != 1 || links[0].Repo != "b" {
@@ -121,7 +123,7 @@ func assertEnumerationClean(t *testing.T, a *testApp) {
 	n := 0
 	err = reg.Blobs().Enumerate(ctx, func(dg digest.Digest) error {
 		n++
-		if _, err := d.Stat(ctx, BlobDataPath(dg)); err != nil {
+		if _, err := d.Stat(ctx, layout.BlobDataPath(dg)); err != nil {
 			t.Errorf("enumerated %s without data: %v", dg, err)
 		}
 		return nil

@@ -16,6 +16,10 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/distribution/distribution/v3/registry/storage/driver/factory"
 	storagemiddleware "github.com/distribution/distribution/v3/registry/storage/driver/middleware"
+	"github.com/reclaim-registry/reclaim/internal/rlog"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/linkdb"
+	"github.com/reclaim-registry/reclaim/storage/tracker"
 	"github.com/redis/go-redis/v9"
 	"github.com/sirupsen/logrus"
 )
@@ -41,9 +45,9 @@ type Env struct {
 	// Raw is the driver below the middleware.
 	Raw storagedriver.StorageDriver
 	// Tracker records accesses and takes fences.
-	Tracker *Tracker
+	Tracker *tracker.Tracker
 	// Links reads and writes reverse links (on Raw).
-	Links *ReverseLinks
+	Links *linkdb.ReverseLinks
 	// Window is the configured protection window: GC must not delete what
 	// was accessed more recently than this.
 	Window time.Duration
@@ -284,7 +288,7 @@ func NewEnv(ctx context.Context, below storagedriver.StorageDriver, opts Options
 		}
 		e.mini, e.Embedded = m, true
 		ropts.Addrs = []string{m.Addr()}
-		logger(ctx).Warnf("reclaim: no redis configured; using an embedded in-process redis at %s. "+
+		rlog.From(ctx).Warnf("reclaim: no redis configured; using an embedded in-process redis at %s. "+
 			"Access records start now and die with the process, so GC will not delete shared blobs until it has recorded for a full window (%v)", m.Addr(), opts.Window)
 	}
 	if ropts.ReadTimeout == 0 {
@@ -298,13 +302,13 @@ func NewEnv(ctx context.Context, below storagedriver.StorageDriver, opts Options
 	}
 	ropts.ContextTimeoutEnabled = true
 	client := redis.NewUniversalClient(&ropts)
-	t, err := NewTracker(client, TrackerOptions{Prefix: opts.Prefix, AccessTTL: opts.AccessTTL, Timeout: opts.Timeout, Embedded: e.Embedded})
+	t, err := tracker.NewTracker(client, tracker.TrackerOptions{Prefix: opts.Prefix, AccessTTL: opts.AccessTTL, Timeout: opts.Timeout, Embedded: e.Embedded})
 	if err != nil {
 		client.Close()
 		return nil, err
 	}
 	e.Tracker = t
-	e.Links = NewReverseLinks(below)
+	e.Links = linkdb.NewReverseLinks(below)
 	e.Driver = Wrap(below, e)
 	if config != nil && blobDescriptorCache(config) == "redis" && len(config.Redis.Options.Addrs) > 0 {
 		dopts, err := DistributionRedis(config)
@@ -314,13 +318,13 @@ func NewEnv(ctx context.Context, below storagedriver.StorageDriver, opts Options
 		}
 		e.distCache = redis.NewUniversalClient(&dopts)
 	}
-	if marked, err := MarkCompleteIfEmpty(ctx, below); err != nil {
-		logger(ctx).WithError(err).Warn("reclaim: could not check whether the storage is empty; GC deletes no blob until `registry linkdb rebuild` has run")
+	if marked, err := linkdb.MarkCompleteIfEmpty(ctx, below); err != nil {
+		rlog.From(ctx).WithError(err).Warn("reclaim: could not check whether the storage is empty; GC deletes no blob until `registry linkdb rebuild` has run")
 	} else if marked {
-		logger(ctx).Info("reclaim: storage holds no repository yet: link database marked complete")
+		rlog.From(ctx).Info("reclaim: storage holds no repository yet: link database marked complete")
 	}
 	if err := t.StartRecording(ctx); err != nil {
-		logger(ctx).WithError(err).Warn("reclaim: could not set the recording epoch; pushes will fail until redis answers")
+		rlog.From(ctx).WithError(err).Warn("reclaim: could not set the recording epoch; pushes will fail until redis answers")
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.bg, e.stop = bg, cancel
@@ -333,7 +337,7 @@ func NewEnv(ctx context.Context, below storagedriver.StorageDriver, opts Options
 func (e *Env) Close() error {
 	e.closeOnce.Do(func() {
 		e.stop()
-		e.Tracker.c.Close()
+		e.Tracker.Client().Close()
 		if e.distCache != nil {
 			e.distCache.Close()
 		}
@@ -360,7 +364,7 @@ func (e *Env) Close() error {
 // keys when its cache is "redis". The middleware calls it for every forward
 // link or blob it sees deleted; GC deleting through Env.Driver needs nothing
 // else.
-func (e *Env) Evict(ctx context.Context, o Object) error {
+func (e *Env) Evict(ctx context.Context, o layout.Object) error {
 	e.dedup.forget(o)
 	err := e.Tracker.MarkGone(ctx, o)
 	if e.distCache != nil {
@@ -368,19 +372,19 @@ func (e *Env) Evict(ctx context.Context, o Object) error {
 		if o.Repo != "" {
 			keys = []string{"repository::" + o.Repo + "::blobs::" + o.Blob.String()}
 			if cerr := e.distCache.SRem(ctx, "repository::"+o.Repo+"::blobs", o.Blob.String()).Err(); cerr != nil {
-				err = errors.Join(err, fmt.Errorf("%w: %v", ErrRedisUnavailable, cerr))
+				err = errors.Join(err, fmt.Errorf("%w: %v", layout.ErrTrackerUnavailable, cerr))
 			}
 		}
 		if cerr := e.distCache.Del(ctx, keys...).Err(); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("%w: %v", ErrRedisUnavailable, cerr))
+			err = errors.Join(err, fmt.Errorf("%w: %v", layout.ErrTrackerUnavailable, cerr))
 		}
 	}
 	return err
 }
 
-func (e *Env) clearGone(ctx context.Context, objs ...Object) {
+func (e *Env) clearGone(ctx context.Context, objs ...layout.Object) {
 	if err := e.Tracker.ClearGone(ctx, objs...); err != nil {
-		logger(ctx).WithError(err).Debug("reclaim: could not clear a tombstone")
+		rlog.From(ctx).WithError(err).Debug("reclaim: could not clear a tombstone")
 	}
 }
 
@@ -413,7 +417,7 @@ func DistributionRedis(config *configuration.Configuration) (redis.UniversalOpti
 		MasterName: o.MasterName,
 	}
 	if t := config.Redis.TLS; t.Certificate != "" || t.Key != "" || len(t.RootCAs) > 0 {
-		c, err := redisTLS(t.Certificate, t.Key, t.RootCAs)
+		c, err := tracker.TLSConfig(t.Certificate, t.Key, t.RootCAs)
 		if err != nil {
 			return ro, fmt.Errorf("storage: Distribution's redis section: %w", err)
 		}

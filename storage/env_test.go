@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/distribution/distribution/v3/configuration"
+	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
 func TestParseOptions(t *testing.T) {
@@ -84,7 +85,7 @@ func TestParseOptionsNamesTheOption(t *testing.T) {
 }
 
 func TestOpenMemoizesAndFallsBack(t *testing.T) {
-	b := backends(t)[0]
+	b := storagetest.Backends(t)[0]
 	ctx := context.Background()
 	cfg := &configuration.Configuration{}
 	cfg.Storage = configuration.Storage{"inmemory": configuration.Parameters{}}
@@ -92,7 +93,7 @@ func TestOpenMemoizesAndFallsBack(t *testing.T) {
 		t.Fatalf("Open without the middleware: %v", err)
 	}
 	cfg.Middleware = map[string][]configuration.Middleware{"storage": {{Name: MiddlewareName, Options: map[string]any{"prefix": "memo:"}}}}
-	cfg.Redis.Options.Addrs = []string{b.addr} // Distribution's redis: section
+	cfg.Redis.Options.Addrs = []string{b.Addr} // Distribution's redis: section
 	e1, err := Open(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +107,7 @@ func TestOpenMemoizesAndFallsBack(t *testing.T) {
 		t.Fatalf("Embedded=%v Current=%p", e1.Embedded, Current())
 	}
 	// It records into Distribution's Redis.
-	if _, err := b.mini.Get("memo:since"); err != nil {
+	if _, err := b.Mini.Get("memo:since"); err != nil {
 		t.Fatalf("epoch not in the configured redis: %v", err)
 	}
 	// With no redis anywhere: embedded.

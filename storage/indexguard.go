@@ -15,6 +15,8 @@ import (
 	"github.com/distribution/distribution/v3/manifest/manifestlist"
 	"github.com/distribution/distribution/v3/manifest/ocischema"
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/referrers"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -85,7 +87,7 @@ func (b *recordedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	b.mu.Lock()
 	if n > 0 && !b.over {
-		if b.buf.Len()+n > MaxManifestSize {
+		if b.buf.Len()+n > referrers.MaxManifestSize {
 			b.over = true
 			b.buf = bytes.Buffer{}
 		} else {
@@ -156,7 +158,7 @@ func (d *driver) checkChildren(ctx context.Context, w *indexWatch) error {
 		return err
 	}
 	repo, _ := ctx.Value("vars.name").(string)
-	if !validRepo(repo) {
+	if !layout.ValidRepo(repo) {
 		return fmt.Errorf("%w: no repository in the request (%q)", errIndexUnchecked, repo)
 	}
 	g, gctx := errgroup.WithContext(ctx)
@@ -166,9 +168,9 @@ func (d *driver) checkChildren(ctx context.Context, w *indexWatch) error {
 			if err := gctx.Err(); err != nil {
 				return err // another child failed: the PUT fails anyway
 			}
-			_, err := d.guard(gctx, c, []Object{
-				{Blob: c, Repo: repo, Kind: LinkManifest},
-				{Blob: c, Repo: repo, Kind: LinkLayer},
+			_, err := d.guard(gctx, c, []layout.Object{
+				{Blob: c, Repo: repo, Kind: layout.LinkManifest},
+				{Blob: c, Repo: repo, Kind: layout.LinkLayer},
 			})
 			return err
 		})
@@ -186,7 +188,7 @@ func (w *indexWatch) children() ([]digest.Digest, error) {
 	defer b.mu.Unlock()
 	switch {
 	case b.over:
-		return nil, fmt.Errorf("%w: manifest body larger than %d bytes", errIndexUnchecked, MaxManifestSize)
+		return nil, fmt.Errorf("%w: manifest body larger than %d bytes", errIndexUnchecked, referrers.MaxManifestSize)
 	case !b.eof:
 		return nil, fmt.Errorf("%w: manifest body not read to its end before the first storage call", errIndexUnchecked)
 	}

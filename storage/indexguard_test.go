@@ -22,6 +22,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/referrers"
+	"github.com/reclaim-registry/reclaim/storage/storagetest"
+	"github.com/reclaim-registry/reclaim/storage/tracker"
 	"github.com/redis/go-redis/v9"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -112,29 +116,29 @@ func (a *testApp) forgetDedup() {
 	a.env.dedup.mu.Unlock()
 }
 
-func childObjects(repo string, c digest.Digest) []Object {
-	return []Object{{Blob: c}, {Blob: c, Repo: repo, Kind: LinkManifest}, {Blob: c, Repo: repo, Kind: LinkLayer}}
+func childObjects(repo string, c digest.Digest) []layout.Object {
+	return []layout.Object{{Blob: c}, {Blob: c, Repo: repo, Kind: layout.LinkManifest}, {Blob: c, Repo: repo, Kind: layout.LinkLayer}}
 }
 
 // The children of an index PUT are fence-checked whatever Distribution's
 // index validation does, with and without the blob descriptor cache, for
 // OCI indexes and Docker manifest lists, on miniredis and on a real Redis.
 func TestIndexChildren(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, bk backend) {
+	storagetest.ForEachBackend(t, func(t *testing.T, bk storagetest.Backend) {
 		for _, val := range indexValidations {
 			for _, cache := range []string{"", "inmemory"} {
 				for _, mt := range indexTypes {
 					name := fmt.Sprintf("%s/cache=%s/%s", val.name, cache, mt[strings.LastIndex(string(mt), ".")+1:])
 					t.Run(name, func(t *testing.T) {
-						newApp := func(t *testing.T) (*testApp, backend) {
-							var b backend
-							for _, c := range backends(t) {
-								if c.name == bk.name {
+						newApp := func(t *testing.T) (*testApp, storagetest.Backend) {
+							var b storagetest.Backend
+							for _, c := range storagetest.Backends(t) {
+								if c.Name == bk.Name {
 									b = c
 								}
 							}
 							v := val.v
-							return newTestApp(t, appOptions{window: testWindow, redisAddr: b.addr, prefix: b.prefix,
+							return newTestApp(t, appOptions{window: testWindow, redisAddr: b.Addr, prefix: b.Prefix,
 								cache: cache, validation: &v}), b
 						}
 						t.Run("ChildFencedFirst", func(t *testing.T) {
@@ -154,22 +158,22 @@ func TestIndexChildren(t *testing.T) {
 
 // GC holds the fence on a child's revision link: the index PUT is refused
 // with 503 + Retry-After and writes nothing of the index.
-func testChildFencedFirst(t *testing.T, a *testApp, b backend, mt types.MediaType) {
+func testChildFencedFirst(t *testing.T, a *testApp, b storagetest.Backend, mt types.MediaType) {
 	ctx := context.Background()
 	ti := pushIndexChildren(t, a, mt, 2)
 	a.age(t)
 	child := ti.children[1]
-	f := a.fence(t, Object{Blob: child, Repo: "r", Kind: LinkManifest})
+	f := a.fence(t, layout.Object{Blob: child, Repo: "r", Kind: layout.LinkManifest})
 	code, retry := a.putIndex(t, ti)
 	if code != http.StatusServiceUnavailable || retry == "" {
 		t.Fatalf("index PUT while GC fences a child's revision link: %d (Retry-After %q), want 503 with Retry-After", code, retry)
 	}
-	for _, p := range []string{RevisionLinkPath("r", ti.digest), BlobDataPath(ti.digest), TagCurrentPath("r", "idx")} {
+	for _, p := range []string{layout.RevisionLinkPath("r", ti.digest), layout.BlobDataPath(ti.digest), layout.TagCurrentPath("r", "idx")} {
 		if _, err := a.env.Raw.Stat(ctx, p); !errors.As(err, new(storagedriver.PathNotFoundError)) {
 			t.Errorf("refused index PUT left %s (stat: %v)", p, err)
 		}
 	}
-	if has, err := a.env.Links.Has(ctx, ti.digest, RepoLink{Repo: "r", Kind: LinkManifest}); err != nil || has {
+	if has, err := a.env.Links.Has(ctx, ti.digest, layout.RepoLink{Repo: "r", Kind: layout.LinkManifest}); err != nil || has {
 		t.Errorf("refused index PUT left the index's reverse link (%v, %v)", has, err)
 	}
 	// GC looked again and kept the child: the retry goes through.
@@ -183,13 +187,13 @@ func testChildFencedFirst(t *testing.T, a *testApp, b backend, mt types.MediaTyp
 // The index PUT is held right before it writes the index's revision link:
 // by then every child (blob, revision link, layer link) has been touched,
 // and GC can fence none of them.
-func testIndexTouchesFirst(t *testing.T, a *testApp, b backend, mt types.MediaType) {
+func testIndexTouchesFirst(t *testing.T, a *testApp, b storagetest.Backend, mt types.MediaType) {
 	ctx := context.Background()
 	ti := pushIndexChildren(t, a, mt, 2)
 	a.age(t)
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	link := RevisionLinkPath("r", ti.digest)
+	link := layout.RevisionLinkPath("r", ti.digest)
 	setHook(t, func(_ context.Context, method, path string) error {
 		if method == "PutContent" && path == link {
 			once.Do(func() { close(held) })
@@ -219,7 +223,7 @@ func testIndexTouchesFirst(t *testing.T, a *testApp, b backend, mt types.MediaTy
 			if f != nil {
 				_ = a.env.Tracker.Release(ctx, f)
 			}
-			if !errors.Is(err, ErrRecentlyAccessed) {
+			if !errors.Is(err, layout.ErrRecentlyAccessed) {
 				t.Errorf("GC fence on %v while the index PUT is about to link: %v, want ErrRecentlyAccessed", o, err)
 			}
 		}
@@ -244,7 +248,7 @@ func (h *inflight) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 
 func (h *inflight) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if a := cmd.Args(); cmd.Name() != "evalsha" || len(a) < 2 || a[1] != touchScript.Hash() {
+		if a := cmd.Args(); cmd.Name() != "evalsha" || len(a) < 2 || a[1] != tracker.TouchScriptHash() {
 			return next(ctx, cmd) // the epoch keeper's script, say
 		}
 		h.touches.Add(1)
@@ -260,14 +264,14 @@ func (h *inflight) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // indexCheckConcurrency at a time; with platforms=all, Distribution's own
 // reads of the children reuse those checks (no second round trip).
 func TestIndexChildrenRoundTrips(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
+	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
 		for _, val := range indexValidations[:2] { // all, none
 			t.Run(val.name, func(t *testing.T) {
 				v := val.v
 				// a window (and so a dedup interval, window/20) far above
 				// the test's duration: what this request checked stays
 				// covered, as in production (dedup 1 s)
-				a := newTestApp(t, appOptions{window: time.Hour, redisAddr: b.addr, prefix: b.prefix + val.name + ":", validation: &v})
+				a := newTestApp(t, appOptions{window: time.Hour, redisAddr: b.Addr, prefix: b.Prefix + val.name + ":", validation: &v})
 				h := &inflight{}
 				a.env.Tracker.Client().AddHook(h)
 				for _, n := range []int{0, 1, 32} {
@@ -315,7 +319,7 @@ func TestIndexChildrenAfterAuth(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, c := range ti.children {
-		if _, ok, err := a.env.Tracker.LastAccess(ctx, Object{Blob: c}); ok || err != nil {
+		if _, ok, err := a.env.Tracker.LastAccess(ctx, layout.Object{Blob: c}); ok || err != nil {
 			t.Errorf("anonymous index PUT recorded access to child %s (%v)", c, err)
 		}
 	}
@@ -323,7 +327,7 @@ func TestIndexChildrenAfterAuth(t *testing.T) {
 		t.Fatalf("authenticated index PUT: %d, want 201", code)
 	}
 	for _, c := range ti.children {
-		if _, ok, err := a.env.Tracker.LastAccess(ctx, Object{Blob: c, Repo: "r", Kind: LinkManifest}); !ok || err != nil {
+		if _, ok, err := a.env.Tracker.LastAccess(ctx, layout.Object{Blob: c, Repo: "r", Kind: layout.LinkManifest}); !ok || err != nil {
 			t.Errorf("authenticated index PUT did not record child %s (%v)", c, err)
 		}
 	}
@@ -351,7 +355,7 @@ func TestIndexWatchChildren(t *testing.T) {
 		{name: "image manifest", ctype: "application/vnd.oci.image.manifest.v1+json", body: image},
 		{name: "unparsable", ctype: "application/vnd.oci.image.index.v1+json", body: `{"schemaVersion":2,"manif`, err: true},
 		{name: "not read to its end", ctype: "application/vnd.oci.image.index.v1+json", body: index(d1.String()), short: true, err: true},
-		{name: "too large", ctype: "application/vnd.oci.image.index.v1+json", body: index(d1.String()) + strings.Repeat(" ", MaxManifestSize), err: true},
+		{name: "too large", ctype: "application/vnd.oci.image.index.v1+json", body: index(d1.String()) + strings.Repeat(" ", referrers.MaxManifestSize), err: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, _ := http.NewRequest(http.MethodPut, "http://x/v2/a/b/manifests/v1", strings.NewReader(tc.body))

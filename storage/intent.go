@@ -10,6 +10,7 @@ import (
 	v2 "github.com/distribution/distribution/v3/registry/api/v2"
 	"github.com/gorilla/mux"
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 type ctxKey int
@@ -110,7 +111,7 @@ func requestOf(ctx context.Context) requestInfo {
 // already fence-checked, and whether the middleware refused it.
 type scope struct {
 	mu      sync.Mutex
-	guarded map[Object]time.Time
+	guarded map[layout.Object]time.Time
 	// linked: blobs this request reached through a repository link (the
 	// references a manifest PUT verifies, as opposed to the manifest itself)
 	linked  map[digest.Digest]bool
@@ -161,7 +162,7 @@ func scopeOf(ctx context.Context) *scope {
 // within maxAge. A successful check at t records an access at t, and GC
 // refuses to fence an object accessed within its window, so no fence can
 // appear on those objects for a window after t.
-func (s *scope) covered(objs []Object, maxAge time.Duration) bool {
+func (s *scope) covered(objs []layout.Object, maxAge time.Duration) bool {
 	if s == nil {
 		return false
 	}
@@ -177,14 +178,14 @@ func (s *scope) covered(objs []Object, maxAge time.Duration) bool {
 	return true
 }
 
-func (s *scope) record(objs []Object, at time.Time) {
+func (s *scope) record(objs []layout.Object, at time.Time) {
 	if s == nil {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.guarded == nil {
-		s.guarded = map[Object]time.Time{}
+		s.guarded = map[layout.Object]time.Time{}
 	}
 	for _, o := range objs {
 		s.guarded[o] = at
@@ -192,7 +193,7 @@ func (s *scope) record(objs []Object, at time.Time) {
 }
 
 // noteLinks remembers the blobs of link objects among objs.
-func (s *scope) noteLinks(objs []Object) {
+func (s *scope) noteLinks(objs []layout.Object) {
 	if s == nil {
 		return
 	}

@@ -15,6 +15,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/storagetest"
+	"github.com/reclaim-registry/reclaim/storage/tracker"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -26,8 +29,8 @@ import (
 // itself on a loaded machine: tests move time on with age, not sleeps.
 const testWindow = time.Minute
 
-func newWindowApp(t *testing.T, b backend, cache string) *testApp {
-	a := newTestApp(t, appOptions{window: testWindow, redisAddr: b.addr, prefix: b.prefix, cache: cache})
+func newWindowApp(t *testing.T, b storagetest.Backend, cache string) *testApp {
+	a := newTestApp(t, appOptions{window: testWindow, redisAddr: b.Addr, prefix: b.Prefix, cache: cache})
 	a.age(t) // the epoch must be a window old
 	return a
 }
@@ -100,7 +103,7 @@ func (s *fencedSignal) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	return next
 }
 
-func (a *testApp) fence(t *testing.T, o Object) *Fence {
+func (a *testApp) fence(t *testing.T, o layout.Object) *tracker.Fence {
 	t.Helper()
 	f, err := a.env.Tracker.Fence(context.Background(), o, testWindow, time.Minute)
 	if err != nil {
@@ -109,7 +112,7 @@ func (a *testApp) fence(t *testing.T, o Object) *Fence {
 	return f
 }
 
-func (a *testApp) release(t *testing.T, f *Fence) {
+func (a *testApp) release(t *testing.T, f *tracker.Fence) {
 	t.Helper()
 	if err := a.env.Tracker.Release(context.Background(), f); err != nil {
 		t.Fatal(err)
@@ -139,14 +142,14 @@ func layerDigest(t *testing.T, img v1.Image, i int) digest.Digest {
 }
 
 func TestInterleavings(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
+	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
 		for _, cache := range []string{"", "inmemory", "redis"} {
 			t.Run("cache="+cache, func(t *testing.T) { testInterleavings(t, b, cache) })
 		}
 	})
 }
 
-func testInterleavings(t *testing.T, b backend, cache string) {
+func testInterleavings(t *testing.T, b storagetest.Backend, cache string) {
 	ctx := context.Background()
 
 	// Access first: whatever was touched within the window cannot be fenced.
@@ -158,14 +161,14 @@ func testInterleavings(t *testing.T, b backend, cache string) {
 		}
 		x := layerDigest(t, img, 1)
 		// a window long enough for a slow push on a loaded machine
-		for _, o := range []Object{{Blob: x}, {Blob: x, Repo: "r", Kind: LinkLayer}} {
-			if _, err := a.env.Tracker.Fence(ctx, o, 10*time.Second, time.Minute); !errors.Is(err, ErrRecentlyAccessed) {
+		for _, o := range []layout.Object{{Blob: x}, {Blob: x, Repo: "r", Kind: layout.LinkLayer}} {
+			if _, err := a.env.Tracker.Fence(ctx, o, 10*time.Second, time.Minute); !errors.Is(err, layout.ErrRecentlyAccessed) {
 				t.Fatalf("fence %v right after the push: %v", o, err)
 			}
 		}
 		a.age(t)
 		a.headBlob("r", x) // a pull renews the protection
-		if _, err := a.env.Tracker.Fence(ctx, Object{Blob: x}, testWindow, time.Minute); !errors.Is(err, ErrRecentlyAccessed) {
+		if _, err := a.env.Tracker.Fence(ctx, layout.Object{Blob: x}, testWindow, time.Minute); !errors.Is(err, layout.ErrRecentlyAccessed) {
 			t.Fatalf("fence right after a HEAD: %v", err)
 		}
 	})
@@ -180,9 +183,9 @@ func testInterleavings(t *testing.T, b backend, cache string) {
 			t.Fatal(err)
 		}
 		x := layerDigest(t, img, 1)
-		a.gcDelete(t, LayerLinkPath("old", x)) // old no longer links x
+		a.gcDelete(t, layout.LayerLinkPath("old", x)) // old no longer links x
 		a.age(t)
-		f := a.fence(t, Object{Blob: x})
+		f := a.fence(t, layout.Object{Blob: x})
 		err := a.push("new:v1", img, noRetry)
 		if statusOf(err) != http.StatusServiceUnavailable {
 			t.Fatalf("push during fence: %v, want 503", err)
@@ -190,10 +193,10 @@ func testInterleavings(t *testing.T, b backend, cache string) {
 		if _, err := a.env.Links.List(ctx, x); err != nil {
 			t.Fatal(err)
 		}
-		if has, _ := a.env.Links.Has(ctx, x, RepoLink{Repo: "new", Kind: LinkLayer}); has {
+		if has, _ := a.env.Links.Has(ctx, x, layout.RepoLink{Repo: "new", Kind: layout.LinkLayer}); has {
 			t.Fatal("a refused commit left a reverse link")
 		}
-		a.gcDelete(t, BlobDir(x))
+		a.gcDelete(t, layout.BlobDir(x))
 		a.release(t, f)
 		if err := a.push("new:v1", img); err != nil {
 			t.Fatalf("retried push: %v", err)
@@ -211,7 +214,7 @@ func testInterleavings(t *testing.T, b backend, cache string) {
 		if err := a.env.Tracker.StartRecording(ctx); err != nil {
 			t.Fatal(err)
 		}
-		f := a.fence(t, Object{Blob: x})
+		f := a.fence(t, layout.Object{Blob: x})
 		waiting := watchFenced(a)
 		go func() {
 			<-waiting.C // the commit met the fence and polls
@@ -243,12 +246,12 @@ func testInterleavings(t *testing.T, b backend, cache string) {
 		}
 		x := layerDigest(t, img, 1)
 		a.age(t)
-		f := a.fence(t, Object{Blob: x, Repo: "r", Kind: LinkLayer})
+		f := a.fence(t, layout.Object{Blob: x, Repo: "r", Kind: layout.LinkLayer})
 		err := remote.Put(a.ref("r:v1"), img, noRetry)
 		if statusOf(err) != http.StatusServiceUnavailable {
 			t.Fatalf("manifest PUT during link fence: %v, want 503", err)
 		}
-		a.gcDelete(t, LayerLinkPath("r", x))
+		a.gcDelete(t, layout.LayerLinkPath("r", x))
 		a.release(t, f)
 		err = remote.Put(a.ref("r:v1"), img, noRetry)
 		if statusOf(err) != http.StatusBadRequest || !strings.Contains(err.Error(), "BLOB_UNKNOWN") {
@@ -276,7 +279,7 @@ func testInterleavings(t *testing.T, b backend, cache string) {
 		}
 		m1, _ := imageDigests(t, img1)
 		a.age(t)
-		f := a.fence(t, Object{Blob: m1, Repo: "r", Kind: LinkManifest})
+		f := a.fence(t, layout.Object{Blob: m1, Repo: "r", Kind: layout.LinkManifest})
 		if err := remote.Tag(a.ref("r:v1").Context().Tag("again"), img1, noRetry); statusOf(err) != http.StatusServiceUnavailable {
 			t.Fatalf("re-tag during revision fence: %v, want 503", err)
 		}
@@ -302,7 +305,7 @@ func testInterleavings(t *testing.T, b backend, cache string) {
 		}
 		a.age(t)
 		child := digest.Digest(im.Manifests[0].Digest.String())
-		f := a.fence(t, Object{Blob: child, Repo: "r", Kind: LinkManifest})
+		f := a.fence(t, layout.Object{Blob: child, Repo: "r", Kind: layout.LinkManifest})
 		if err := remote.Put(a.ref("r:idx"), idx, noRetry); statusOf(err) != http.StatusServiceUnavailable {
 			t.Fatalf("index PUT during child fence: %v, want 503", err)
 		}
@@ -323,11 +326,11 @@ func testInterleavings(t *testing.T, b backend, cache string) {
 		}
 		x := layerDigest(t, img, 1)
 		a.age(t)
-		f := a.fence(t, Object{Blob: x})
+		f := a.fence(t, layout.Object{Blob: x})
 		if code := a.mount("dst", "src", x); code != http.StatusAccepted {
 			t.Fatalf("mount during fence = %d, want 202", code)
 		}
-		if has, _ := a.env.Links.Has(ctx, x, RepoLink{Repo: "dst", Kind: LinkLayer}); has {
+		if has, _ := a.env.Links.Has(ctx, x, layout.RepoLink{Repo: "dst", Kind: layout.LinkLayer}); has {
 			t.Fatal("mount linked a fenced blob")
 		}
 		a.release(t, f)
@@ -351,7 +354,7 @@ func testInterleavings(t *testing.T, b backend, cache string) {
 			t.Fatalf("HEAD = %d", code)
 		}
 		a.age(t)
-		f := a.fence(t, Object{Blob: x})
+		f := a.fence(t, layout.Object{Blob: x})
 		if code := a.headBlob("r", x); code != http.StatusNotFound {
 			t.Fatalf("HEAD during fence = %d, want 404", code)
 		}
@@ -377,10 +380,10 @@ func testInterleavings(t *testing.T, b backend, cache string) {
 			t.Fatalf("HEAD = %d", code)
 		}
 		m, _ := imageDigests(t, img)
-		a.gcDelete(t, TagCurrentPath("r", "v1")[:len(TagCurrentPath("r", "v1"))-len("/current/link")])
-		a.gcDelete(t, RevisionLinkPath("r", m))
-		a.gcDelete(t, LayerLinkPath("r", x))
-		a.gcDelete(t, BlobDir(x))
+		a.gcDelete(t, layout.TagCurrentPath("r", "v1")[:len(layout.TagCurrentPath("r", "v1"))-len("/current/link")])
+		a.gcDelete(t, layout.RevisionLinkPath("r", m))
+		a.gcDelete(t, layout.LayerLinkPath("r", x))
+		a.gcDelete(t, layout.BlobDir(x))
 		if code := a.headBlob("r", x); code != http.StatusNotFound {
 			t.Fatalf("HEAD after GC = %d, want 404", code)
 		}
@@ -395,11 +398,11 @@ func testInterleavings(t *testing.T, b backend, cache string) {
 // A forward link re-created while its deletion is removing the reverse
 // link: the deleter re-checks and restores the reverse link.
 func TestUnlinkRace(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		a := newTestApp(t, appOptions{redisAddr: b.addr, prefix: b.prefix})
+	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
+		a := newTestApp(t, appOptions{redisAddr: b.Addr, prefix: b.Prefix})
 		ctx := context.Background()
 		d := a.env.Driver
-		if err := d.PutContent(ctx, LayerLinkPath("r", dA), []byte(dA)); err != nil {
+		if err := d.PutContent(ctx, layout.LayerLinkPath("r", dA), []byte(dA)); err != nil {
 			t.Fatal(err)
 		}
 		raced := false
@@ -407,17 +410,17 @@ func TestUnlinkRace(t *testing.T) {
 			if m == "Delete" && strings.Contains(p, "/_repositories/") && !raced {
 				raced = true
 				// a pusher re-links between the forward and reverse delete
-				return d.PutContent(context.Background(), LayerLinkPath("r", dA), []byte(dA))
+				return d.PutContent(context.Background(), layout.LayerLinkPath("r", dA), []byte(dA))
 			}
 			return nil
 		})
-		if err := d.Delete(ctx, LayerLinkPath("r", dA)); err != nil {
+		if err := d.Delete(ctx, layout.LayerLinkPath("r", dA)); err != nil {
 			t.Fatal(err)
 		}
 		if !raced {
 			t.Fatal("hook never ran")
 		}
-		if has, _ := a.env.Links.Has(ctx, dA, RepoLink{Repo: "r", Kind: LinkLayer}); !has {
+		if has, _ := a.env.Links.Has(ctx, dA, layout.RepoLink{Repo: "r", Kind: layout.LinkLayer}); !has {
 			t.Fatal("forward link exists but its reverse link was lost")
 		}
 		checkLinkDB(t, a.env.Raw)
@@ -435,10 +438,10 @@ func TestReverseLinkWriteFailureFailsForward(t *testing.T) {
 		}
 		return nil
 	})
-	if err := a.env.Driver.PutContent(ctx, LayerLinkPath("r", dA), []byte(dA)); err == nil {
+	if err := a.env.Driver.PutContent(ctx, layout.LayerLinkPath("r", dA), []byte(dA)); err == nil {
 		t.Fatal("forward write succeeded without its reverse link")
 	}
-	if _, err := a.env.Raw.Stat(ctx, LayerLinkPath("r", dA)); err == nil {
+	if _, err := a.env.Raw.Stat(ctx, layout.LayerLinkPath("r", dA)); err == nil {
 		t.Fatal("forward link written")
 	}
 }
@@ -446,21 +449,21 @@ func TestReverseLinkWriteFailureFailsForward(t *testing.T) {
 // Redis down: pulls keep working, pushes fail with a retryable 503, and
 // when Redis is back the epoch moves past the gap.
 func TestRedisDown(t *testing.T) {
-	b := backends(t)[0]
-	a := newTestApp(t, appOptions{redisAddr: b.addr, prefix: b.prefix})
+	b := storagetest.Backends(t)[0]
+	a := newTestApp(t, appOptions{redisAddr: b.Addr, prefix: b.Prefix})
 	img, _ := random.Image(256, 2)
 	if err := a.push("r:v1", img); err != nil {
 		t.Fatal(err)
 	}
 	e0, _ := a.env.Tracker.RecordingSince(context.Background())
-	b.mini.SetError("LOADING injected outage")
+	b.Mini.SetError("LOADING injected outage")
 	a.pullAll("r:v1")
 	img2, _ := random.Image(256, 1)
 	err := a.push("r:v2", img2, noRetry)
 	if statusOf(err) != http.StatusServiceUnavailable {
 		t.Fatalf("push with redis down: %v, want 503", err)
 	}
-	b.mini.SetError("")
+	b.Mini.SetError("")
 	time.Sleep(5 * time.Millisecond)
 	if err := a.push("r:v2", img2); err != nil {
 		t.Fatal(err)
@@ -474,10 +477,10 @@ func TestRedisDown(t *testing.T) {
 
 // Retry-After comes with the 503.
 func TestRefusalHasRetryAfter(t *testing.T) {
-	b := backends(t)[0]
-	a := newTestApp(t, appOptions{redisAddr: b.addr, prefix: b.prefix})
-	b.mini.SetError("LOADING injected outage")
-	defer b.mini.SetError("")
+	b := storagetest.Backends(t)[0]
+	a := newTestApp(t, appOptions{redisAddr: b.Addr, prefix: b.Prefix})
+	b.Mini.SetError("LOADING injected outage")
+	defer b.Mini.SetError("")
 	// an upload whose commit cannot be fence-checked
 	resp := a.do(http.MethodPost, "/v2/r/blobs/uploads/")
 	loc := resp.Header.Get("Location")
@@ -500,11 +503,11 @@ func TestRefusalHasRetryAfter(t *testing.T) {
 // cannot see the forward link yet, so the deleter must learn of the
 // in-flight write from the access record the pusher's fence check left.
 func TestUnlinkRaceWriterStraddles(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		a := newTestApp(t, appOptions{redisAddr: b.addr, prefix: b.prefix})
+	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
+		a := newTestApp(t, appOptions{redisAddr: b.Addr, prefix: b.Prefix})
 		ctx := context.Background()
 		d := a.env.Driver
-		fwd := LayerLinkPath("r", dA)
+		fwd := layout.LayerLinkPath("r", dA)
 		if err := d.PutContent(ctx, fwd, []byte(dA)); err != nil {
 			t.Fatal(err)
 		}
@@ -538,7 +541,7 @@ func TestUnlinkRaceWriterStraddles(t *testing.T) {
 		if err := <-writerDone; err != nil {
 			t.Fatal(err)
 		}
-		if has, _ := a.env.Links.Has(ctx, dA, RepoLink{Repo: "r", Kind: LinkLayer}); !has {
+		if has, _ := a.env.Links.Has(ctx, dA, layout.RepoLink{Repo: "r", Kind: layout.LinkLayer}); !has {
 			t.Fatal("forward link exists but its reverse link was lost")
 		}
 		checkLinkDB(t, a.env.Raw)

@@ -11,6 +11,9 @@ import (
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/internal/rlog"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
 
 // driver is the "reclaim" storage-driver middleware. It embeds the driver
@@ -19,27 +22,27 @@ import (
 type driver struct {
 	storagedriver.StorageDriver
 	env   *Env
-	links *ReverseLinks // on the driver below: our own writes are not re-classified
+	links *linkdb.ReverseLinks // on the driver below: our own writes are not re-classified
 }
 
 var _ storagedriver.StorageDriver = (*driver)(nil)
 
 // Wrap returns the reclaim middleware around next, recording into env.
 func Wrap(next storagedriver.StorageDriver, env *Env) storagedriver.StorageDriver {
-	return &driver{StorageDriver: next, env: env, links: NewReverseLinks(next)}
+	return &driver{StorageDriver: next, env: env, links: linkdb.NewReverseLinks(next)}
 }
 
 // linkObject is the tracker object of a forward (or reverse) link path.
-func linkObject(p Path) Object {
-	return Object{Blob: p.Digest, Repo: p.Repo, Kind: p.linkKind()}
+func linkObject(p layout.Path) layout.Object {
+	return layout.Object{Blob: p.Digest, Repo: p.Repo, Kind: p.LinkSet()}
 }
 
 // extra returns the objects a request adds to every fence check: the layer
 // link an upload commit or a mount is about to write. Checking it together
 // with the blob saves the separate round trip the link write would cost.
-func extra(info requestInfo, blob digest.Digest) []Object {
-	if (info.intent == intentCommit || info.intent == intentMount) && validRepo(info.repo) {
-		return []Object{{Blob: blob, Repo: info.repo, Kind: LinkLayer}}
+func extra(info requestInfo, blob digest.Digest) []layout.Object {
+	if (info.intent == intentCommit || info.intent == intentMount) && layout.ValidRepo(info.repo) {
+		return []layout.Object{{Blob: blob, Repo: info.repo, Kind: layout.LinkLayer}}
 	}
 	return nil
 }
@@ -53,7 +56,7 @@ var ErrRetryable = errors.New("storage: retry later")
 // proceeds.
 //
 // gone reports a deletion tombstone on one of the objects (descriptors.go).
-func (d *driver) guard(ctx context.Context, blob digest.Digest, links []Object) (gone bool, err error) {
+func (d *driver) guard(ctx context.Context, blob digest.Digest, links []layout.Object) (gone bool, err error) {
 	return d.guardWait(ctx, blob, links, d.env.opts.FenceWait)
 }
 
@@ -66,14 +69,14 @@ func (d *driver) guard(ctx context.Context, blob digest.Digest, links []Object) 
 // Within a request, a check that found no fence and no tombstone set the
 // access time, and GC refuses to fence anything accessed within its window,
 // so the request's later steps need no second round trip.
-func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []Object, wait time.Duration) (gone bool, err error) {
+func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []layout.Object, wait time.Duration) (gone bool, err error) {
 	if accessRecordsOff(ctx) {
 		return false, nil
 	}
 	if err := d.indexChildren(ctx); err != nil { // a manifest PUT checks its index children first
 		return false, err
 	}
-	objs := append([]Object{{Blob: blob}}, links...)
+	objs := append([]layout.Object{{Blob: blob}}, links...)
 	s := scopeOf(ctx)
 	s.noteLinks(links)
 	if s.covered(objs, d.env.opts.Dedup) {
@@ -83,7 +86,7 @@ func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []Obje
 	waited := false
 	for {
 		start := time.Now()
-		gone, err := d.env.Tracker.touch(ctx, blob, links)
+		gone, err := d.env.Tracker.TouchBlob(ctx, blob, links)
 		if err == nil {
 			if waited {
 				metricFenceWaits.WithLabelValues("cleared").Inc()
@@ -95,7 +98,7 @@ func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []Obje
 			}
 			return gone, nil
 		}
-		if errors.Is(err, ErrFenced) && time.Now().Before(deadline) {
+		if errors.Is(err, layout.ErrFenced) && time.Now().Before(deadline) {
 			waited = true
 			select {
 			case <-ctx.Done():
@@ -105,10 +108,10 @@ func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []Obje
 			continue
 		}
 		s.refuse()
-		if errors.Is(err, ErrFenced) {
+		if errors.Is(err, layout.ErrFenced) {
 			metricFenceWaits.WithLabelValues("refused").Inc()
 			metricRefusals.WithLabelValues("fenced").Inc()
-			logger(ctx).WithField("blob", blob).Info("reclaim: write refused, object is being garbage-collected")
+			rlog.From(ctx).WithField("blob", blob).Info("reclaim: write refused, object is being garbage-collected")
 		} else {
 			metricRefusals.WithLabelValues("redis").Inc()
 		}
@@ -120,19 +123,19 @@ func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []Obje
 // It reports whether the blob or link is fenced (being deleted): the caller
 // then answers "not found" instead of serving something half-deleted.
 // gone reports a deletion tombstone (see descriptors.go).
-func (d *driver) read(ctx context.Context, blob digest.Digest, links []Object) (fenced, gone bool) {
+func (d *driver) read(ctx context.Context, blob digest.Digest, links []layout.Object) (fenced, gone bool) {
 	if accessRecordsOff(ctx) {
 		return false, false
 	}
-	objs := append([]Object{{Blob: blob}}, links...)
+	objs := append([]layout.Object{{Blob: blob}}, links...)
 	if d.env.dedup.recent(objs) {
 		metricTouchesDeduped.Inc()
 		return false, false
 	}
 	start := time.Now()
-	gone, err := d.env.Tracker.touch(ctx, blob, links)
+	gone, err := d.env.Tracker.TouchBlob(ctx, blob, links)
 	switch {
-	case errors.Is(err, ErrFenced):
+	case errors.Is(err, layout.ErrFenced):
 		return true, false
 	case err != nil:
 		// serving comes first: the tracker has noted the gap
@@ -153,20 +156,20 @@ func (d *driver) read(ctx context.Context, blob digest.Digest, links []Object) (
 // references (a later manifest PUT is checked on its own), the access is
 // still recorded before the client learns the answer, and a read of
 // something that does not exist costs no Redis round trip.
-func (d *driver) before(ctx context.Context, path string, p Path) (readAfter bool, err error) {
+func (d *driver) before(ctx context.Context, path string, p layout.Path) (readAfter bool, err error) {
 	info := requestOf(ctx)
-	var links []Object
-	if p.Kind == KindLayerLink || p.Kind == KindRevisionLink {
-		links = []Object{linkObject(p)}
+	var links []layout.Object
+	if p.Kind == layout.KindLayerLink || p.Kind == layout.KindRevisionLink {
+		links = []layout.Object{linkObject(p)}
 	}
 	switch info.intent {
 	case intentReference:
-		if p.Kind == KindBlobData && validRepo(info.repo) && !scopeOf(ctx).reachedByLink(p.Digest) {
+		if p.Kind == layout.KindBlobData && layout.ValidRepo(info.repo) && !scopeOf(ctx).reachedByLink(p.Digest) {
 			// Blob data a manifest PUT did not reach through a link is the
 			// manifest itself (Distribution stats it before writing it and
 			// its revision link): check the revision link now too, so the
 			// link write that follows needs no round trip of its own.
-			links = append(links, Object{Blob: p.Digest, Repo: info.repo, Kind: LinkManifest})
+			links = append(links, layout.Object{Blob: p.Digest, Repo: info.repo, Kind: layout.LinkManifest})
 		}
 		_, err := d.guard(ctx, p.Digest, links)
 		return false, err
@@ -175,7 +178,7 @@ func (d *driver) before(ctx context.Context, path string, p Path) (readAfter boo
 		return false, err
 	case intentMount:
 		_, err := d.guardWait(ctx, p.Digest, append(links, extra(info, p.Digest)...), 0)
-		if errors.Is(err, ErrFenced) {
+		if errors.Is(err, layout.ErrFenced) {
 			// the mount fails and the client uploads instead; that is no
 			// refusal of the request
 			if s := scopeOf(ctx); s != nil {
@@ -189,10 +192,10 @@ func (d *driver) before(ctx context.Context, path string, p Path) (readAfter boo
 }
 
 // after records a successful read; a fenced object answers "not found".
-func (d *driver) after(ctx context.Context, path string, p Path) error {
-	var links []Object
-	if p.Kind == KindLayerLink || p.Kind == KindRevisionLink {
-		links = []Object{linkObject(p)}
+func (d *driver) after(ctx context.Context, path string, p layout.Path) error {
+	var links []layout.Object
+	if p.Kind == layout.KindLayerLink || p.Kind == layout.KindRevisionLink {
+		links = []layout.Object{linkObject(p)}
 	}
 	if fenced, _ := d.read(ctx, p.Digest, links); fenced {
 		return storagedriver.PathNotFoundError{Path: path, DriverName: "reclaim"}
@@ -200,14 +203,14 @@ func (d *driver) after(ctx context.Context, path string, p Path) error {
 	return nil
 }
 
-func isLinkOrData(k Kind) bool {
-	return k == KindLayerLink || k == KindRevisionLink || k == KindBlobData
+func isLinkOrData(k layout.Kind) bool {
+	return k == layout.KindLayerLink || k == layout.KindRevisionLink || k == layout.KindBlobData
 }
 
 // GetContent reads links (pull, manifest verification, mount source) and
 // small blobs (manifests).
 func (d *driver) GetContent(ctx context.Context, path string) ([]byte, error) {
-	p := Classify(path)
+	p := layout.Classify(path)
 	if !isLinkOrData(p.Kind) {
 		return d.StorageDriver.GetContent(ctx, path)
 	}
@@ -226,7 +229,7 @@ func (d *driver) GetContent(ctx context.Context, path string) ([]byte, error) {
 
 // Stat of blob data is how Distribution checks that a blob exists.
 func (d *driver) Stat(ctx context.Context, path string) (storagedriver.FileInfo, error) {
-	p := Classify(path)
+	p := layout.Classify(path)
 	if !isLinkOrData(p.Kind) {
 		return d.StorageDriver.Stat(ctx, path)
 	}
@@ -245,8 +248,8 @@ func (d *driver) Stat(ctx context.Context, path string) (storagedriver.FileInfo,
 
 // Reader serves blob content.
 func (d *driver) Reader(ctx context.Context, path string, offset int64) (io.ReadCloser, error) {
-	p := Classify(path)
-	if p.Kind != KindBlobData {
+	p := layout.Classify(path)
+	if p.Kind != layout.KindBlobData {
 		return d.StorageDriver.Reader(ctx, path, offset)
 	}
 	r, err := d.StorageDriver.Reader(ctx, path, offset)
@@ -263,7 +266,7 @@ func (d *driver) Reader(ctx context.Context, path string, offset int64) (io.Read
 // middleware sees it, so list reclaim last when it is combined with others.
 func (d *driver) RedirectURL(r *http.Request, path string) (string, error) {
 	u, err := d.StorageDriver.RedirectURL(r, path)
-	if p := Classify(path); err == nil && u != "" && p.Kind == KindBlobData {
+	if p := layout.Classify(path); err == nil && u != "" && p.Kind == layout.KindBlobData {
 		if err := d.after(r.Context(), path, p); err != nil {
 			return "", err
 		}
@@ -274,9 +277,9 @@ func (d *driver) RedirectURL(r *http.Request, path string) (string, error) {
 // PutContent: a forward link write is preceded by the fence check and the
 // reverse link; blob data written whole (manifests) is fence-checked.
 func (d *driver) PutContent(ctx context.Context, path string, content []byte) error {
-	p := Classify(path)
+	p := layout.Classify(path)
 	switch p.Kind {
-	case KindLayerLink, KindRevisionLink:
+	case layout.KindLayerLink, layout.KindRevisionLink:
 		err := d.putLink(ctx, path, p, content)
 		if s := scopeOf(ctx); s != nil {
 			// A blob this request committed is now linked, or it never
@@ -287,12 +290,12 @@ func (d *driver) PutContent(ctx context.Context, path string, content []byte) er
 			}
 		}
 		return err
-	case KindTagCurrent:
+	case layout.KindTagCurrent:
 		if err := d.checkTagTarget(ctx, p.Repo, content); err != nil {
 			return err
 		}
 		return d.StorageDriver.PutContent(ctx, path, content)
-	case KindBlobData:
+	case layout.KindBlobData:
 		if _, err := d.guard(ctx, p.Digest, extra(requestOf(ctx), p.Digest)); err != nil {
 			return err
 		}
@@ -308,7 +311,7 @@ func (d *driver) PutContent(ctx context.Context, path string, content []byte) er
 
 // Move into blob data is an upload commit.
 func (d *driver) Move(ctx context.Context, src, dst string) error {
-	if p := Classify(dst); p.Kind == KindBlobData {
+	if p := layout.Classify(dst); p.Kind == layout.KindBlobData {
 		if _, err := d.guard(ctx, p.Digest, extra(requestOf(ctx), p.Digest)); err != nil {
 			return err
 		}
@@ -329,28 +332,28 @@ func (d *driver) Move(ctx context.Context, src, dst string) error {
 // something gone) and the caller gets a retryable error.
 func (d *driver) Delete(ctx context.Context, path string) error {
 	if cacheOnly(ctx) {
-		if p := Classify(path); p.Kind == KindLayerLink || p.Kind == KindRevisionLink {
+		if p := layout.Classify(path); p.Kind == layout.KindLayerLink || p.Kind == layout.KindRevisionLink {
 			// Distribution's statter Clear after a cache entry was dropped
 			// (descriptors.go): the link itself stays.
 			return nil
 		}
 	}
-	p := Classify(path)
-	var links []Path
+	p := layout.Classify(path)
+	var links []layout.Path
 	switch p.Kind {
-	case KindLayerLink, KindRevisionLink:
-		links = []Path{p}
-	case KindLayerLinkDir:
-		links = []Path{{Kind: KindLayerLink, Repo: p.Repo, Digest: p.Digest}}
-	case KindRevisionLinkDir:
-		links = []Path{{Kind: KindRevisionLink, Repo: p.Repo, Digest: p.Digest}}
-	case KindRepositoryDir:
+	case layout.KindLayerLink, layout.KindRevisionLink:
+		links = []layout.Path{p}
+	case layout.KindLayerLinkDir:
+		links = []layout.Path{{Kind: layout.KindLayerLink, Repo: p.Repo, Digest: p.Digest}}
+	case layout.KindRevisionLinkDir:
+		links = []layout.Path{{Kind: layout.KindRevisionLink, Repo: p.Repo, Digest: p.Digest}}
+	case layout.KindRepositoryDir:
 		var err error
 		if links, err = d.forwardLinksUnder(ctx, path); err != nil {
 			return err
 		}
-	case KindBlobData, KindBlobDir:
-		o := Object{Blob: p.Digest}
+	case layout.KindBlobData, layout.KindBlobDir:
+		o := layout.Object{Blob: p.Digest}
 		if err := d.env.Evict(ctx, o); err != nil {
 			return fmt.Errorf("%w: delete %s: %w", ErrRetryable, path, err)
 		}
@@ -381,16 +384,16 @@ func (d *driver) Delete(ctx context.Context, path string) error {
 
 // forwardLinksUnder lists the layer and revision links in a directory that
 // is about to be deleted whole (a repository, or its _layers/_manifests).
-func (d *driver) forwardLinksUnder(ctx context.Context, dir string) ([]Path, error) {
-	var out []Path
+func (d *driver) forwardLinksUnder(ctx context.Context, dir string) ([]layout.Path, error) {
+	var out []layout.Path
 	err := d.StorageDriver.Walk(ctx, dir, func(fi storagedriver.FileInfo) error {
 		if fi.IsDir() {
-			if c := Classify(fi.Path()); c.Kind == KindTagDir || c.Kind == KindUpload {
+			if c := layout.Classify(fi.Path()); c.Kind == layout.KindTagDir || c.Kind == layout.KindUpload {
 				return storagedriver.ErrSkipDir
 			}
 			return nil
 		}
-		if c := Classify(fi.Path()); c.Kind == KindLayerLink || c.Kind == KindRevisionLink {
+		if c := layout.Classify(fi.Path()); c.Kind == layout.KindLayerLink || c.Kind == layout.KindRevisionLink {
 			out = append(out, c)
 		}
 		return nil
@@ -414,9 +417,9 @@ func (d *driver) forwardLinksUnder(ctx context.Context, dir string) ([]Path, err
 // sees the deleter's delete. Neither side depends on timing. The cost is a
 // stale reverse link when the deleter wins the forward link: a leak that
 // linkdb verify reports and rebuild removes, never a loss.
-func (d *driver) unlink(ctx context.Context, p Path) {
+func (d *driver) unlink(ctx context.Context, p layout.Path) {
 	l := linkObject(p)
-	rl := RepoLink{Repo: l.Repo, Kind: l.Kind}
+	rl := layout.RepoLink{Repo: l.Repo, Kind: l.Kind}
 	if ctx.Err() != nil {
 		// The delete was called off (GC lost its fence or passed its
 		// deadline) and the forward delete finished anyway (a driver that
@@ -428,14 +431,14 @@ func (d *driver) unlink(ctx context.Context, p Path) {
 	}
 	if err := d.links.Delete(ctx, p.Digest, rl); err != nil {
 		metricReverseLinks.WithLabelValues("delete", "error").Inc()
-		logger(ctx).WithError(err).Warn("reclaim: stale reverse link left behind (a safe leak; linkdb verify removes it)")
+		rlog.From(ctx).WithError(err).Warn("reclaim: stale reverse link left behind (a safe leak; linkdb verify removes it)")
 		return
 	}
 	metricReverseLinks.WithLabelValues("delete", "ok").Inc()
 	if _, err := d.StorageDriver.Stat(ctx, p.String()); !errors.As(err, new(storagedriver.PathNotFoundError)) {
 		// back, or cannot tell (fail safe): the reverse link stays
 		if err := d.links.Put(ctx, p.Digest, rl); err != nil {
-			logger(ctx).WithError(err).Error("reclaim: could not restore the reverse link of a re-created forward link")
+			rlog.From(ctx).WithError(err).Error("reclaim: could not restore the reverse link of a re-created forward link")
 		}
 		metricReverseLinks.WithLabelValues("restore", "ok").Inc()
 		return
@@ -448,10 +451,10 @@ func (d *driver) unlink(ctx context.Context, p Path) {
 // putLink writes a forward link: fence check, reverse link, forward link,
 // then a look at the reverse link: a concurrent delete of the same link may
 // have removed it between the two writes (see unlink).
-func (d *driver) putLink(ctx context.Context, path string, p Path, content []byte) error {
+func (d *driver) putLink(ctx context.Context, path string, p layout.Path, content []byte) error {
 	l := linkObject(p)
-	rl := RepoLink{Repo: l.Repo, Kind: l.Kind}
-	if _, err := d.guard(ctx, p.Digest, []Object{l}); err != nil {
+	rl := layout.RepoLink{Repo: l.Repo, Kind: l.Kind}
+	if _, err := d.guard(ctx, p.Digest, []layout.Object{l}); err != nil {
 		return err
 	}
 	if err := d.links.Put(ctx, p.Digest, rl); err != nil {
@@ -485,19 +488,19 @@ func (d *driver) putLink(ctx context.Context, path string, p Path, content []byt
 // revision link again.
 func (d *driver) checkTagTarget(ctx context.Context, repo string, content []byte) error {
 	m, err := digest.Parse(string(content))
-	if err != nil || accessRecordsOff(ctx) || !validRepo(repo) {
+	if err != nil || accessRecordsOff(ctx) || !layout.ValidRepo(repo) {
 		return nil // not a link Distribution writes, or GC's own bookkeeping
 	}
-	if _, err := d.guard(ctx, m, []Object{{Blob: m, Repo: repo, Kind: LinkManifest}}); err != nil {
+	if _, err := d.guard(ctx, m, []layout.Object{{Blob: m, Repo: repo, Kind: layout.LinkManifest}}); err != nil {
 		return err
 	}
-	_, err = d.StorageDriver.Stat(ctx, RevisionLinkPath(repo, m))
+	_, err = d.StorageDriver.Stat(ctx, layout.RevisionLinkPath(repo, m))
 	if err == nil {
 		return nil
 	}
 	scopeOf(ctx).refuse()
 	if errors.As(err, new(storagedriver.PathNotFoundError)) {
-		logger(ctx).WithField("manifest", m).Info("reclaim: tag write refused, its manifest's revision link was garbage-collected meanwhile")
+		rlog.From(ctx).WithField("manifest", m).Info("reclaim: tag write refused, its manifest's revision link was garbage-collected meanwhile")
 		return fmt.Errorf("%w: manifest %s in %s was garbage-collected before its tag was written", ErrRetryable, m, repo)
 	}
 	return fmt.Errorf("%w: check manifest %s in %s before its tag: %w", ErrRetryable, m, repo, err)
@@ -517,9 +520,9 @@ func (d *driver) committed(ctx context.Context, blob digest.Digest) {
 	d.env.enqueue(ctx, "commit", blob)
 }
 
-func (d *driver) markGone(ctx context.Context, o Object) {
+func (d *driver) markGone(ctx context.Context, o layout.Object) {
 	if err := d.env.Evict(ctx, o); err != nil {
-		logger(ctx).WithError(err).Warn("reclaim: could not record deletion for the blob descriptor cache")
+		rlog.From(ctx).WithError(err).Warn("reclaim: could not record deletion for the blob descriptor cache")
 	}
 }
 
@@ -528,12 +531,12 @@ func (d *driver) markGone(ctx context.Context, o Object) {
 type dedup struct {
 	interval time.Duration
 	mu       sync.Mutex
-	seen     map[Object]time.Time
+	seen     map[layout.Object]time.Time
 }
 
 const dedupMaxEntries = 1 << 16
 
-func (d *dedup) recent(objs []Object) bool {
+func (d *dedup) recent(objs []layout.Object) bool {
 	if d.interval <= 0 {
 		return false
 	}
@@ -551,13 +554,13 @@ func (d *dedup) recent(objs []Object) bool {
 
 // forget drops o, so the next access of it goes to Redis (and sees the
 // tombstone just written).
-func (d *dedup) forget(o Object) {
+func (d *dedup) forget(o layout.Object) {
 	d.mu.Lock()
 	delete(d.seen, o)
 	d.mu.Unlock()
 }
 
-func (d *dedup) record(objs []Object, at time.Time) {
+func (d *dedup) record(objs []layout.Object, at time.Time) {
 	if d.interval <= 0 {
 		return
 	}
@@ -566,7 +569,7 @@ func (d *dedup) record(objs []Object, at time.Time) {
 	if d.seen == nil || len(d.seen) >= dedupMaxEntries {
 		// entries older than the interval are worthless; dropping all is
 		// simpler than an LRU and costs at most one extra touch per blob
-		d.seen = make(map[Object]time.Time)
+		d.seen = make(map[layout.Object]time.Time)
 	}
 	for _, o := range objs {
 		d.seen[o] = at

@@ -1,51 +1,16 @@
 package storage
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/distribution/distribution/v3/configuration"
+	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
-// writeCA writes a self-signed CA certificate and its key as PEM files.
-func writeCA(t *testing.T) (certPath, keyPath string) {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "reclaim test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certPath, keyPath = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca.key")
-	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certPath, keyPath
-}
-
 func TestRedisTLSOptions(t *testing.T) {
-	cert, key := writeCA(t)
+	cert, key := storagetest.WriteCA(t)
 	notPEM := filepath.Join(t.TempDir(), "empty.pem")
 	if err := os.WriteFile(notPEM, []byte("nothing here"), 0o600); err != nil {
 		t.Fatal(err)
@@ -79,8 +44,9 @@ func TestRedisTLSOptions(t *testing.T) {
 
 // Falling back to Distribution's `redis:` section keeps its TLS settings:
 // dropping them would talk plaintext to a Redis configured for TLS.
+
 func TestDistributionRedisKeepsTLS(t *testing.T) {
-	cert, key := writeCA(t)
+	cert, key := storagetest.WriteCA(t)
 	c := &configuration.Configuration{}
 	c.Redis.Options.Addrs = []string{"redis.internal:6380"}
 	c.Redis.TLS.Certificate, c.Redis.TLS.Key, c.Redis.TLS.RootCAs = cert, key, []string{cert}

@@ -16,6 +16,7 @@ import (
 	v1spec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -29,10 +30,10 @@ import (
 
 // forEachCache runs f for every backend and each blob descriptor cache kind.
 func forEachCache(t *testing.T, caches []string, f func(t *testing.T, a *testApp)) {
-	forEachBackend(t, func(t *testing.T, b backend) {
+	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
 		for _, cache := range caches {
 			t.Run("cache="+cache, func(t *testing.T) {
-				f(t, newTestApp(t, appOptions{cache: cache, redisAddr: b.addr, prefix: b.prefix}))
+				f(t, newTestApp(t, appOptions{cache: cache, redisAddr: b.Addr, prefix: b.Prefix}))
 			})
 		}
 	})
@@ -110,8 +111,8 @@ func orphanLayer(t *testing.T, a *testApp, repo string, img v1.Image, i int) dig
 		t.Fatalf("DELETE manifest = %d", code)
 	}
 	x := blobs[i]
-	a.gcDelete(t, LayerLinkPath(repo, x))
-	a.gcDelete(t, BlobDir(x))
+	a.gcDelete(t, layout.LayerLinkPath(repo, x))
+	a.gcDelete(t, layout.BlobDir(x))
 	a.staleCacheEntry(t, repo, x)
 	return x
 }
@@ -181,7 +182,7 @@ func TestRaceManifestDeleteVsPut(t *testing.T) {
 		m, _ := imageDigests(t, img)
 		// the DELETE reads the link with GetContent; its only Stat of
 		// the forward link is unlink's look after removing both links
-		g := storagetest.NewGate("Stat", RevisionLinkPath("r", m))
+		g := storagetest.NewGate("Stat", layout.RevisionLinkPath("r", m))
 		gated(t, g)
 		del := async(func() int { return a.do(http.MethodDelete, "/v2/r/manifests/"+m.String()).StatusCode })
 		reach(t, g)
@@ -217,7 +218,7 @@ func TestRaceStaleCacheCheckVsReupload(t *testing.T) {
 				x := orphanLayer(t, a, "src", img, 1)
 				// the check's last look at the storage is src's
 				// revision-link path of x
-				g := storagetest.NewGate("Stat", RevisionLinkPath("src", x))
+				g := storagetest.NewGate("Stat", layout.RevisionLinkPath("src", x))
 				gated(t, g)
 				req := async(func() int { return tc.do(a, x) })
 				reach(t, g)
@@ -228,7 +229,7 @@ func TestRaceStaleCacheCheckVsReupload(t *testing.T) {
 				if code := req(); code != tc.want {
 					t.Errorf("%s that saw the blob gone = %d, want %d", tc.name, code, tc.want)
 				}
-				if _, err := a.env.Raw.Stat(context.Background(), LayerLinkPath("src", x)); err != nil {
+				if _, err := a.env.Raw.Stat(context.Background(), layout.LayerLinkPath("src", x)); err != nil {
 					t.Fatalf("the re-pushed layer link is gone: %v", err)
 				}
 				requireReverseLinks(t, a)
@@ -255,7 +256,7 @@ func TestFailedMountKeepsTombstones(t *testing.T) {
 		}
 		_, blobs := imageDigests(t, img)
 		x := blobs[1]
-		a.gcDelete(t, LayerLinkPath("dst", x)) // the data stays: only the link goes
+		a.gcDelete(t, layout.LayerLinkPath("dst", x)) // the data stays: only the link goes
 		a.staleCacheEntry(t, "dst", x)
 		if code := a.mount("dst", "other", x); code != http.StatusAccepted {
 			t.Fatalf("mount from a repository that does not link the blob = %d, want 202", code)
@@ -275,7 +276,7 @@ func TestRaceDedupHidesTombstone(t *testing.T) {
 	forEachCache(t, []string{"inmemory", "redis"}, func(t *testing.T, a *testApp) {
 		img, _ := random.Image(256, 2)
 		x := orphanLayer(t, a, "r", img, 1)
-		g := storagetest.NewGate("Stat", BlobDataPath(x))
+		g := storagetest.NewGate("Stat", layout.BlobDataPath(x))
 		gated(t, g)
 		first := async(func() int { return a.headBlob("r", x) })
 		reach(t, g)
@@ -304,7 +305,7 @@ func TestStaleCacheCheckFailsClosed(t *testing.T) {
 		img, _ := random.Image(256, 2)
 		x := orphanLayer(t, a, "r", img, 1)
 		setHook(t, func(_ context.Context, m, p string) error {
-			if m == "Stat" && p == BlobDataPath(x) {
+			if m == "Stat" && p == layout.BlobDataPath(x) {
 				return errors.New("injected: storage unavailable")
 			}
 			return nil
@@ -321,7 +322,7 @@ func TestStaleCacheCheckFailsClosed(t *testing.T) {
 // revision link and fails the PUT with a retryable 503 instead, and the
 // retry writes everything again.
 func TestTagWriteMeetsCollectedRevision(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
+	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
 		for _, cache := range []string{"", "inmemory"} {
 			t.Run("cache="+cache, func(t *testing.T) {
 				a := newWindowApp(t, b, cache)
@@ -336,8 +337,8 @@ func TestTagWriteMeetsCollectedRevision(t *testing.T) {
 				// the push stalls for longer than the window; GC sees an
 				// untagged revision link nobody touched and deletes it
 				a.age(t)
-				f := a.fence(t, Object{Blob: m, Repo: "r", Kind: LinkManifest})
-				a.gcDelete(t, RevisionLinkPath("r", m))
+				f := a.fence(t, layout.Object{Blob: m, Repo: "r", Kind: layout.LinkManifest})
+				a.gcDelete(t, layout.RevisionLinkPath("r", m))
 				a.release(t, f)
 				g.Release()
 				if err := push(); statusOf(err) != http.StatusServiceUnavailable {

@@ -17,7 +17,7 @@ import (
 	"github.com/distribution/distribution/v3/registry/storage/driver/factory"
 	"github.com/spf13/cobra"
 
-	"github.com/reclaim-registry/reclaim/linkdb"
+	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
 
 // Exit codes of `registry linkdb rebuild`.

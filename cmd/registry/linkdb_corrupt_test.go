@@ -12,8 +12,8 @@ import (
 	distregistry "github.com/distribution/distribution/v3/registry"
 	"github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
 	"github.com/opencontainers/go-digest"
-
-	"github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
 
 // linkdbStorage writes a config for a filesystem storage in a temporary
@@ -77,11 +77,11 @@ func runRebuildJSON(t *testing.T, cfg string) (int, rebuildJSON) {
 func TestLinkdbRebuildRewritesGarbageReverseLink(t *testing.T) {
 	cfg, root, d := linkdbStorage(t)
 	blob := digest.FromString("layer")
-	rl := storage.ReverseLinkPath(blob, "team/app", storage.LinkLayer)
+	rl := layout.ReverseLinkPath(blob, "team/app", layout.LinkLayer)
 	put(t, d, map[string]string{
-		storage.BlobDataPath(blob):              "layer",
-		storage.LayerLinkPath("team/app", blob): blob.String(),
-		rl:                                      "garbage\n",
+		layout.BlobDataPath(blob):              "layer",
+		layout.LayerLinkPath("team/app", blob): blob.String(),
+		rl:                                     "garbage\n",
 	})
 	if code, _ := runLinkdb(t, "verify", cfg); code != 2 {
 		t.Fatalf("verify before rebuild: exit %d, want 2 (corrupt)", code)
@@ -114,24 +114,24 @@ func TestLinkdbRebuildDamageIsNotMarkedComplete(t *testing.T) {
 	}{
 		{"truncated manifest", func(t *testing.T, root string, d *filesystem.Driver) {
 			put(t, d, map[string]string{
-				storage.BlobDataPath(m):                 string(manifest[:len(manifest)/2]),
-				storage.RevisionLinkPath("team/app", m): m.String(),
+				layout.BlobDataPath(m):                 string(manifest[:len(manifest)/2]),
+				layout.RevisionLinkPath("team/app", m): m.String(),
 			})
 		}},
 		{"reverse link directory", func(t *testing.T, root string, d *filesystem.Driver) {
 			put(t, d, map[string]string{
-				storage.BlobDataPath(blob):              "layer",
-				storage.LayerLinkPath("team/app", blob): blob.String(),
+				layout.BlobDataPath(blob):              "layer",
+				layout.LayerLinkPath("team/app", blob): blob.String(),
 			})
-			rl := filepath.Join(root, filepath.FromSlash(storage.ReverseLinkPath(blob, "team/app", storage.LinkLayer)))
+			rl := filepath.Join(root, filepath.FromSlash(layout.ReverseLinkPath(blob, "team/app", layout.LinkLayer)))
 			if err := os.MkdirAll(rl, 0o755); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"forward link garbage", func(t *testing.T, root string, d *filesystem.Driver) {
 			put(t, d, map[string]string{
-				storage.BlobDataPath(blob):              "layer",
-				storage.LayerLinkPath("team/app", blob): "not a digest",
+				layout.BlobDataPath(blob):              "layer",
+				layout.LayerLinkPath("team/app", blob): "not a digest",
 			})
 		}},
 	} {
@@ -141,7 +141,7 @@ func TestLinkdbRebuildDamageIsNotMarkedComplete(t *testing.T) {
 			// A marker from an earlier rebuild: it must not be renewed.
 			earlier := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
 			ctx := context.Background()
-			if err := storage.MarkLinkDBComplete(ctx, d, earlier); err != nil {
+			if err := linkdb.MarkLinkDBComplete(ctx, d, earlier); err != nil {
 				t.Fatal(err)
 			}
 
@@ -149,7 +149,7 @@ func TestLinkdbRebuildDamageIsNotMarkedComplete(t *testing.T) {
 			if code != 2 || res.Complete || res.Damaged == 0 {
 				t.Fatalf("rebuild: exit %d, %+v; want exit 2, not complete, damage counted", code, res)
 			}
-			since, ok, err := storage.LinkDBComplete(ctx, d)
+			since, ok, err := linkdb.LinkDBComplete(ctx, d)
 			if err != nil || !ok || !since.Equal(earlier) {
 				t.Fatalf("marker after rebuild: %v %v %v, want the earlier %v untouched", since, ok, err, earlier)
 			}

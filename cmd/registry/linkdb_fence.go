@@ -8,8 +8,9 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/reclaim-registry/reclaim/linkdb"
 	"github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/storage/linkdb"
+	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // fenceLease bounds how long a crashed rebuild blocks pushes of one link:
@@ -54,12 +55,12 @@ func openFencer(_ context.Context, config *configuration.Configuration) (f linkd
 		ropts.ReadTimeout, ropts.WriteTimeout, ropts.DialTimeout = opts.Timeout, opts.Timeout, opts.Timeout
 	}
 	c := redis.NewUniversalClient(&ropts)
-	t, err := storage.NewTracker(c, storage.TrackerOptions{Prefix: opts.Prefix, AccessTTL: opts.AccessTTL, Timeout: opts.Timeout})
+	t, err := tracker.NewTracker(c, tracker.TrackerOptions{Prefix: opts.Prefix, AccessTTL: opts.AccessTTL, Timeout: opts.Timeout})
 	if err != nil {
 		c.Close()
 		return nil, nil, nil, err
 	}
-	q := storage.NewQueue(c, opts.Prefix, opts.Timeout)
+	q := tracker.NewQueue(c, opts.Prefix, opts.Timeout)
 	review = func(ctx context.Context, blob digest.Digest) {
 		// best effort: `registry gc sweep --enqueue` finds what this misses
 		_ = q.Enqueue(ctx, opts.Window, blob)

@@ -13,8 +13,7 @@ import (
 	distregistry "github.com/distribution/distribution/v3/registry"
 	"github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
 	"github.com/opencontainers/go-digest"
-
-	"github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // runLinkdb runs `registry linkdb <args>` and returns its exit code and stdout.
@@ -49,8 +48,8 @@ func TestLinkdbCommands(t *testing.T) {
 	d := filesystem.New(filesystem.DriverParameters{RootDirectory: root, MaxThreads: 10})
 	blob := digest.FromString("layer")
 	for p, c := range map[string]string{
-		storage.BlobDataPath(blob):              "layer",
-		storage.LayerLinkPath("team/app", blob): blob.String(),
+		layout.BlobDataPath(blob):              "layer",
+		layout.LayerLinkPath("team/app", blob): blob.String(),
 	} {
 		if err := d.PutContent(ctx, p, []byte(c)); err != nil {
 			t.Fatal(err)

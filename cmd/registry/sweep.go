@@ -19,9 +19,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reclaim-registry/reclaim/gc"
-	"github.com/reclaim-registry/reclaim/linkdb"
 	"github.com/reclaim-registry/reclaim/registry"
 	"github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
 
 // `registry gc sweep <config>` is the slow path: a walk of the whole blob
@@ -244,7 +245,7 @@ type blobEntry struct {
 // bounded by the largest shard, and hands each shard's blobs (with data) to
 // fn.
 func walkBlobShards(ctx context.Context, d storagedriver.StorageDriver, st *sweepStats, fn func(map[digest.Digest]*blobEntry)) error {
-	root := storage.RootPath + "/blobs"
+	root := layout.RootPath + "/blobs"
 	algs, err := d.List(ctx, root)
 	if errors.As(err, new(storagedriver.PathNotFoundError)) {
 		return nil
@@ -279,11 +280,11 @@ func walkBlobShards(ctx context.Context, d storagedriver.StorageDriver, st *swee
 			if fi.IsDir() {
 				return nil
 			}
-			switch p := storage.Classify(fi.Path()); p.Kind {
-			case storage.KindBlobData:
+			switch p := layout.Classify(fi.Path()); p.Kind {
+			case layout.KindBlobData:
 				e := entry(p.Digest)
 				e.data, e.size = true, fi.Size()
-			case storage.KindReverseLink:
+			case layout.KindReverseLink:
 				entry(p.Digest).linked = true
 			}
 			return nil

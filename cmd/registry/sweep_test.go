@@ -14,9 +14,10 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/linkdb"
+	"github.com/reclaim-registry/reclaim/storage/tracker"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/reclaim-registry/reclaim/storage"
 )
 
 // sweepFixture is a storage root with three blobs: one a repository links,
@@ -38,23 +39,23 @@ func newSweepFixture(t *testing.T) *sweepFixture {
 	}
 	put := func(content string) digest.Digest {
 		d := digest.FromString(content)
-		if err := raw.PutContent(ctx, storage.BlobDataPath(d), []byte(content)); err != nil {
+		if err := raw.PutContent(ctx, layout.BlobDataPath(d), []byte(content)); err != nil {
 			t.Fatal(err)
 		}
 		return d
 	}
 	f.linked, f.queued, f.lost = put("linked"), put("queued"), put("lost when redis lost its data")
-	if err := storage.NewReverseLinks(raw).Put(ctx, f.linked, storage.RepoLink{Repo: "app", Kind: storage.LinkLayer}); err != nil {
+	if err := linkdb.NewReverseLinks(raw).Put(ctx, f.linked, layout.RepoLink{Repo: "app", Kind: layout.LinkLayer}); err != nil {
 		t.Fatal(err)
 	}
-	if err := storage.MarkLinkDBComplete(ctx, raw, time.Now().Add(-time.Hour)); err != nil {
+	if err := linkdb.MarkLinkDBComplete(ctx, raw, time.Now().Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	rc := redis.NewClient(&redis.Options{Addr: f.mini.Addr()})
 	defer rc.Close()
 	// recording for an hour already: GC may trust the tracker
 	rc.Set(ctx, "reclaim:since", strconv.FormatInt(time.Now().Add(-time.Hour).UnixMilli(), 10), 0)
-	if err := storage.NewQueue(rc, "", 0).Enqueue(ctx, time.Hour, f.queued); err != nil {
+	if err := tracker.NewQueue(rc, "", 0).Enqueue(ctx, time.Hour, f.queued); err != nil {
 		t.Fatal(err)
 	}
 	f.config = filepath.Join(t.TempDir(), "config.yml")
@@ -100,14 +101,14 @@ func (f *sweepFixture) run(t *testing.T, args ...string) (int, string) {
 }
 
 func (f *sweepFixture) exists(d digest.Digest) bool {
-	_, err := os.Stat(filepath.Join(f.root, storage.BlobDataPath(d)))
+	_, err := os.Stat(filepath.Join(f.root, layout.BlobDataPath(d)))
 	return err == nil
 }
 
 func (f *sweepFixture) inQueue(t *testing.T, d digest.Digest) bool {
 	rc := redis.NewClient(&redis.Options{Addr: f.mini.Addr()})
 	defer rc.Close()
-	ok, err := storage.NewQueue(rc, "", 0).Contains(context.Background(), d)
+	ok, err := tracker.NewQueue(rc, "", 0).Contains(context.Background(), d)
 	if err != nil {
 		t.Fatal(err)
 	}

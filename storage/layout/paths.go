@@ -1,0 +1,355 @@
+package layout
+
+import (
+	"path"
+	"strings"
+
+	"github.com/distribution/reference"
+	"github.com/opencontainers/go-digest"
+)
+
+// The storage tree, as Distribution lays it out, plus what Reclaim adds (+):
+//
+//	/docker/registry/v2
+//	├── blobs/<alg>/<hex[:2]>/<hex>/
+//	│   ├── data                                          KindBlobData
+//	│   └── _repositories/<name>/                       + reverse links
+//	│       ├── _layers/link                            + KindReverseLink: <name> has a layer link to the blob
+//	│       └── _manifests/link                         + KindReverseLink: <name> has a manifest revision of it
+//	├── repositories/<name>/                              KindRepositoryDir (also _layers, _manifests, revisions)
+//	│   ├── _layers/<alg>/<hex>/link                      KindLayerLink   (dir: KindLayerLinkDir)
+//	│   ├── _manifests/revisions/<alg>/<hex>/link         KindRevisionLink (dir: KindRevisionLinkDir)
+//	│   ├── _manifests/tags/<tag>/current/link            KindTagCurrent
+//	│   ├── _manifests/tags/<tag>/index/<alg>/<hex>/link  KindTagIndex
+//	│   ├── _manifests/tags/<tag>/...                     KindTagDir
+//	│   ├── _manifests/referrers/<alg>/<hex>/<alg>/<hex>/link
+//	│   │                                               + KindReferrerLink (subject, then referrer)
+//	│   └── _uploads/<id>/...                             KindUpload
+//	└── (reclaim/ at the driver root)                   + markers, see marker.go
+//
+// Every file Reclaim adds under blobs/ is named "link", so Distribution's
+// blob enumeration (which only looks at files named "data") never sees one,
+// and everything we add under repositories/ lives below a component that
+// starts with "_", which the catalog walk skips. Repository name components
+// never start with "_" (reference grammar), so "_repositories", "_layers" and
+// "_manifests" cannot collide with a name.
+
+// RootPath is the prefix of every path Distribution gives its driver.
+const RootPath = "/docker/registry/v2"
+
+// BlobsRoot holds every blob; RepositoriesRoot every repository.
+const (
+	BlobsRoot        = RootPath + "/blobs"
+	RepositoriesRoot = RootPath + "/repositories"
+)
+
+// Kind is what a storage path is, as far as the link database cares.
+type Kind int
+
+// The kinds of path. The *Dir kinds are directories Distribution deletes
+// whole (a revision, a layer link, a repository).
+const (
+	KindOther Kind = iota
+	KindBlobData
+	KindBlobDir
+	KindReverseLink
+	KindLayerLink
+	KindLayerLinkDir
+	KindRevisionLink
+	KindRevisionLinkDir
+	KindTagCurrent
+	KindTagIndex
+	KindTagDir
+	KindReferrerLink
+	KindUpload
+	// KindRepositoryDir is a directory that may hold forward links of one
+	// or more repositories: repositories/<name>, <name>/_layers,
+	// <name>/_manifests, <name>/_manifests/revisions.
+	KindRepositoryDir
+)
+
+var kindNames = [...]string{
+	KindOther:           "other",
+	KindBlobData:        "blob-data",
+	KindBlobDir:         "blob-dir",
+	KindReverseLink:     "reverse-link",
+	KindLayerLink:       "layer-link",
+	KindLayerLinkDir:    "layer-link-dir",
+	KindRevisionLink:    "revision-link",
+	KindRevisionLinkDir: "revision-link-dir",
+	KindTagCurrent:      "tag-current",
+	KindTagIndex:        "tag-index",
+	KindTagDir:          "tag-dir",
+	KindReferrerLink:    "referrer-link",
+	KindUpload:          "upload",
+	KindRepositoryDir:   "repository-dir",
+}
+
+func (k Kind) String() string {
+	if k >= 0 && int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "unknown"
+}
+
+// Path is a classified storage path. Fields that do not apply to Kind are
+// zero. For KindReferrerLink, Digest is the subject and Referrer the
+// referrer. For KindRepositoryDir, Sub is the part below the repository
+// ("", "_layers", "_manifests" or "_manifests/revisions").
+type Path struct {
+	Kind     Kind
+	Repo     string
+	Digest   digest.Digest
+	Referrer digest.Digest
+	Tag      string
+	LinkKind LinkKind
+	Sub      string
+}
+
+// LinkSet returns the forward link set a (forward or reverse) link path belongs to.
+func (p Path) LinkSet() LinkKind {
+	switch p.Kind {
+	case KindLayerLink, KindLayerLinkDir:
+		return LinkLayer
+	case KindRevisionLink, KindRevisionLinkDir:
+		return LinkManifest
+	case KindReverseLink:
+		return p.LinkKind
+	}
+	return ""
+}
+
+// String rebuilds the storage path. For every path Classify recognises
+// (Kind != KindOther, KindUpload, KindTagDir), Classify(p).String() == p.
+func (p Path) String() string {
+	switch p.Kind {
+	case KindBlobData:
+		return BlobDataPath(p.Digest)
+	case KindBlobDir:
+		return BlobDir(p.Digest)
+	case KindReverseLink:
+		return ReverseLinkPath(p.Digest, p.Repo, p.LinkKind)
+	case KindLayerLink:
+		return LayerLinkPath(p.Repo, p.Digest)
+	case KindLayerLinkDir:
+		return path.Dir(LayerLinkPath(p.Repo, p.Digest))
+	case KindRevisionLink:
+		return RevisionLinkPath(p.Repo, p.Digest)
+	case KindRevisionLinkDir:
+		return path.Dir(RevisionLinkPath(p.Repo, p.Digest))
+	case KindTagCurrent:
+		return TagCurrentPath(p.Repo, p.Tag)
+	case KindTagIndex:
+		return TagIndexPath(p.Repo, p.Tag, p.Digest)
+	case KindReferrerLink:
+		return ReferrerLinkPath(p.Repo, p.Digest, p.Referrer)
+	case KindRepositoryDir:
+		return path.Join(RepositoryPath(p.Repo), p.Sub)
+	}
+	return ""
+}
+
+func digestDir(d digest.Digest) string {
+	return d.Algorithm().String() + "/" + d.Encoded()
+}
+
+// BlobDir is the directory of blob d: its data and its reverse links.
+func BlobDir(d digest.Digest) string {
+	enc := d.Encoded()
+	if len(enc) < 2 {
+		return BlobsRoot + "/" + d.Algorithm().String() + "/" + enc + "/" + enc
+	}
+	return BlobsRoot + "/" + d.Algorithm().String() + "/" + enc[:2] + "/" + enc
+}
+
+// BlobDataPath is where the content of blob d lives.
+func BlobDataPath(d digest.Digest) string { return BlobDir(d) + "/data" }
+
+// ReverseLinksDir holds every reverse link of blob d.
+func ReverseLinksDir(d digest.Digest) string { return BlobDir(d) + "/_repositories" }
+
+// ReverseLinkPath is the reverse link "repo has a k link to blob d".
+func ReverseLinkPath(d digest.Digest, repo string, k LinkKind) string {
+	return ReverseLinksDir(d) + "/" + repo + "/" + string(k) + "/link"
+}
+
+// RepositoryPath is the directory of repository repo.
+func RepositoryPath(repo string) string { return RepositoriesRoot + "/" + repo }
+
+// LayerLinkPath is repo's layer link to blob d.
+func LayerLinkPath(repo string, d digest.Digest) string {
+	return RepositoryPath(repo) + "/_layers/" + digestDir(d) + "/link"
+}
+
+// RevisionLinkPath is repo's manifest revision link to manifest d.
+func RevisionLinkPath(repo string, d digest.Digest) string {
+	return RepositoryPath(repo) + "/_manifests/revisions/" + digestDir(d) + "/link"
+}
+
+// ForwardLinkPath is the forward link that reverse link (d, repo, k) mirrors.
+func ForwardLinkPath(repo string, d digest.Digest, k LinkKind) string {
+	if k == LinkManifest {
+		return RevisionLinkPath(repo, d)
+	}
+	return LayerLinkPath(repo, d)
+}
+
+// TagCurrentPath is the link to the manifest tag points at.
+func TagCurrentPath(repo, tag string) string {
+	return RepositoryPath(repo) + "/_manifests/tags/" + tag + "/current/link"
+}
+
+// TagIndexPath records that tag once pointed at manifest d.
+func TagIndexPath(repo, tag string, d digest.Digest) string {
+	return RepositoryPath(repo) + "/_manifests/tags/" + tag + "/index/" + digestDir(d) + "/link"
+}
+
+// ReferrersDir holds the referrers of subject in repo.
+func ReferrersDir(repo string, subject digest.Digest) string {
+	return RepositoryPath(repo) + "/_manifests/referrers/" + digestDir(subject)
+}
+
+// ReferrerLinkPath records that manifest referrer has subject as its subject.
+func ReferrerLinkPath(repo string, subject, referrer digest.Digest) string {
+	return ReferrersDir(repo, subject) + "/" + digestDir(referrer) + "/link"
+}
+
+// Classify says what a raw storage path is. It is pure and total: anything
+// it does not recognise exactly (including malformed digests or repository
+// names) is KindOther, so callers that act on a kind never act on a guess.
+func Classify(p string) Path {
+	switch {
+	case strings.HasPrefix(p, BlobsRoot+"/"):
+		return classifyBlob(strings.Split(p[len(BlobsRoot)+1:], "/"))
+	case strings.HasPrefix(p, RepositoriesRoot+"/"):
+		return classifyRepo(strings.Split(p[len(RepositoriesRoot)+1:], "/"))
+	}
+	return Path{}
+}
+
+// parseDigest accepts alg/hex only in canonical, validated form.
+func parseDigest(alg, enc string) (digest.Digest, bool) {
+	d := digest.NewDigestFromEncoded(digest.Algorithm(alg), enc)
+	if d.Validate() != nil || d.Encoded() != enc || d.Algorithm().String() != alg {
+		return "", false
+	}
+	return d, true
+}
+
+// ValidRepo reports whether name is a repository name in canonical form.
+func ValidRepo(name string) bool {
+	if name == "" {
+		return false
+	}
+	n, err := reference.WithName(name)
+	return err == nil && n.Name() == name
+}
+
+// classifyBlob handles <alg>/<hex[:2]>/<hex>/...
+func classifyBlob(c []string) Path {
+	if len(c) < 3 {
+		return Path{}
+	}
+	d, ok := parseDigest(c[0], c[2])
+	if !ok || len(c[2]) < 2 || c[1] != c[2][:2] {
+		return Path{}
+	}
+	rest := c[3:]
+	switch {
+	case len(rest) == 0:
+		return Path{Kind: KindBlobDir, Digest: d}
+	case len(rest) == 1 && rest[0] == "data":
+		return Path{Kind: KindBlobData, Digest: d}
+	case len(rest) >= 4 && rest[0] == "_repositories" && rest[len(rest)-1] == "link":
+		k := LinkKind(rest[len(rest)-2])
+		repo := strings.Join(rest[1:len(rest)-2], "/")
+		if (k != LinkLayer && k != LinkManifest) || !ValidRepo(repo) {
+			return Path{}
+		}
+		return Path{Kind: KindReverseLink, Digest: d, Repo: repo, LinkKind: k}
+	}
+	return Path{}
+}
+
+// classifyRepo handles <name...>/_<section>/...
+func classifyRepo(c []string) Path {
+	i := 0
+	for i < len(c) && !strings.HasPrefix(c[i], "_") {
+		i++
+	}
+	repo := strings.Join(c[:i], "/")
+	if !ValidRepo(repo) {
+		return Path{}
+	}
+	rest := c[i:]
+	if len(rest) == 0 {
+		return Path{Kind: KindRepositoryDir, Repo: repo}
+	}
+	switch rest[0] {
+	case "_uploads":
+		return Path{Kind: KindUpload, Repo: repo}
+	case "_layers":
+		return classifyDigestLink(repo, rest[1:], KindLayerLink, KindLayerLinkDir, "_layers")
+	case "_manifests":
+		if len(rest) == 1 {
+			return Path{Kind: KindRepositoryDir, Repo: repo, Sub: "_manifests"}
+		}
+		switch rest[1] {
+		case "revisions":
+			return classifyDigestLink(repo, rest[2:], KindRevisionLink, KindRevisionLinkDir, "_manifests/revisions")
+		case "tags":
+			return classifyTag(repo, rest[2:])
+		case "referrers":
+			return classifyReferrer(repo, rest[2:])
+		}
+	}
+	return Path{}
+}
+
+// classifyDigestLink handles [<alg>/<hex>[/link]] below _layers or revisions.
+func classifyDigestLink(repo string, c []string, file, dir Kind, sub string) Path {
+	switch len(c) {
+	case 0:
+		return Path{Kind: KindRepositoryDir, Repo: repo, Sub: sub}
+	case 2, 3:
+		d, ok := parseDigest(c[0], c[1])
+		if !ok {
+			return Path{}
+		}
+		if len(c) == 2 {
+			return Path{Kind: dir, Repo: repo, Digest: d}
+		}
+		if c[2] == "link" {
+			return Path{Kind: file, Repo: repo, Digest: d}
+		}
+	}
+	return Path{}
+}
+
+func classifyTag(repo string, c []string) Path {
+	if len(c) == 0 {
+		return Path{Kind: KindTagDir, Repo: repo}
+	}
+	tag := c[0]
+	switch {
+	case len(c) == 3 && c[1] == "current" && c[2] == "link":
+		return Path{Kind: KindTagCurrent, Repo: repo, Tag: tag}
+	case len(c) == 5 && c[1] == "index" && c[4] == "link":
+		if d, ok := parseDigest(c[2], c[3]); ok {
+			return Path{Kind: KindTagIndex, Repo: repo, Tag: tag, Digest: d}
+		}
+	}
+	return Path{Kind: KindTagDir, Repo: repo, Tag: tag}
+}
+
+func classifyReferrer(repo string, c []string) Path {
+	if len(c) != 5 || c[4] != "link" {
+		return Path{}
+	}
+	s, ok1 := parseDigest(c[0], c[1])
+	r, ok2 := parseDigest(c[2], c[3])
+	if !ok1 || !ok2 {
+		return Path{}
+	}
+	return Path{Kind: KindReferrerLink, Repo: repo, Digest: s, Referrer: r}
+}

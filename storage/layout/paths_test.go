@@ -1,0 +1,127 @@
+package layout
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/opencontainers/go-digest"
+)
+
+const hexA = "a3ed95caeb02ffe68cdd9fd84406680ae93d633cb16422d00e8a7c22955b46d4"
+
+var dA = digest.Digest("sha256:" + hexA)
+
+// TestClassifyDistributionLayout pins Classify to the exact strings
+// Distribution's own pathFor produces (copied from its paths_test.go layout).
+func TestClassifyDistributionLayout(t *testing.T) {
+	for _, tc := range []struct {
+		path string
+		want Path
+	}{
+		{"/docker/registry/v2/blobs/sha256/a3/" + hexA + "/data", Path{Kind: KindBlobData, Digest: dA}},
+		{"/docker/registry/v2/blobs/sha256/a3/" + hexA, Path{Kind: KindBlobDir, Digest: dA}},
+		{"/docker/registry/v2/repositories/foo/bar/_layers/sha256/" + hexA + "/link", Path{Kind: KindLayerLink, Repo: "foo/bar", Digest: dA}},
+		{"/docker/registry/v2/repositories/foo/bar/_layers/sha256/" + hexA, Path{Kind: KindLayerLinkDir, Repo: "foo/bar", Digest: dA}},
+		{"/docker/registry/v2/repositories/foo/bar/_manifests/revisions/sha256/" + hexA + "/link", Path{Kind: KindRevisionLink, Repo: "foo/bar", Digest: dA}},
+		{"/docker/registry/v2/repositories/foo/bar/_manifests/revisions/sha256/" + hexA, Path{Kind: KindRevisionLinkDir, Repo: "foo/bar", Digest: dA}},
+		{"/docker/registry/v2/repositories/foo/bar/_manifests/tags/thetag/current/link", Path{Kind: KindTagCurrent, Repo: "foo/bar", Tag: "thetag"}},
+		{"/docker/registry/v2/repositories/foo/bar/_manifests/tags/thetag/index/sha256/" + hexA + "/link", Path{Kind: KindTagIndex, Repo: "foo/bar", Tag: "thetag", Digest: dA}},
+		{"/docker/registry/v2/repositories/foo/bar/_manifests/tags/thetag", Path{Kind: KindTagDir, Repo: "foo/bar", Tag: "thetag"}},
+		{"/docker/registry/v2/repositories/foo/bar/_uploads/asdf-asdf-asdf-adsf/data", Path{Kind: KindUpload, Repo: "foo/bar"}},
+		{"/docker/registry/v2/repositories/foo/bar/_uploads/asdf-asdf-asdf-adsf/startedat", Path{Kind: KindUpload, Repo: "foo/bar"}},
+		{"/docker/registry/v2/repositories/foo/bar", Path{Kind: KindRepositoryDir, Repo: "foo/bar"}},
+		{"/docker/registry/v2/repositories/foo/bar/_layers", Path{Kind: KindRepositoryDir, Repo: "foo/bar", Sub: "_layers"}},
+		{"/docker/registry/v2/repositories/foo/bar/_manifests", Path{Kind: KindRepositoryDir, Repo: "foo/bar", Sub: "_manifests"}},
+		{"/docker/registry/v2/repositories/foo/bar/_manifests/revisions", Path{Kind: KindRepositoryDir, Repo: "foo/bar", Sub: "_manifests/revisions"}},
+		{"/docker/registry/v2/blobs/sha256/a3/" + hexA + "/_repositories/foo/bar/_layers/link", Path{Kind: KindReverseLink, Repo: "foo/bar", Digest: dA, LinkKind: LinkLayer}},
+		{"/docker/registry/v2/blobs/sha256/a3/" + hexA + "/_repositories/x/_manifests/link", Path{Kind: KindReverseLink, Repo: "x", Digest: dA, LinkKind: LinkManifest}},
+		{"/docker/registry/v2/repositories/r/_manifests/referrers/sha256/" + hexA + "/sha256/" + hexA + "/link", Path{Kind: KindReferrerLink, Repo: "r", Digest: dA, Referrer: dA}},
+		// Not ours to interpret: malformed or foreign paths are KindOther.
+		{"/docker/registry/v2/blobs/sha256/ff/" + hexA + "/data", Path{}},
+		{"/docker/registry/v2/blobs/sha256/a3/" + hexA[:10] + "/data", Path{}},
+		{"/docker/registry/v2/blobs/sha256/a3/" + hexA + "/_repositories/Foo/_layers/link", Path{}},
+		{"/docker/registry/v2/blobs/sha256/a3/" + hexA + "/_repositories/foo/_other/link", Path{}},
+		{"/docker/registry/v2/repositories/foo/_layers/sha256/" + strings.ToUpper(hexA) + "/link", Path{}},
+		{"/docker/registry/v2/repositories/_layers/sha256/" + hexA + "/link", Path{}},
+		{"/docker/registry/v2/repositories", Path{}},
+		{"/reclaim/linkdb-complete", Path{}},
+		{"", Path{}},
+	} {
+		got := Classify(tc.path)
+		if got != tc.want {
+			t.Errorf("Classify(%q) = %+v, want %+v", tc.path, got, tc.want)
+		}
+	}
+}
+
+func TestBuildersRoundTrip(t *testing.T) {
+	repo := "library/ubuntu"
+	for _, p := range []string{
+		BlobDataPath(dA), BlobDir(dA), LayerLinkPath(repo, dA), RevisionLinkPath(repo, dA),
+		ReverseLinkPath(dA, repo, LinkLayer), ReverseLinkPath(dA, repo, LinkManifest),
+		TagCurrentPath(repo, "v1"), TagIndexPath(repo, "v1", dA), ReferrerLinkPath(repo, dA, dA),
+	} {
+		c := Classify(p)
+		if c.Kind == KindOther {
+			t.Fatalf("Classify(%q) = other", p)
+		}
+		if c.String() != p {
+			t.Errorf("Classify(%q).String() = %q", p, c.String())
+		}
+	}
+}
+
+// FuzzClassify: Classify never panics, and whatever it recognises rebuilds
+// to the same string (so acting on a classification acts on that path).
+func FuzzClassify(f *testing.F) {
+	for _, s := range []string{
+		BlobDataPath(dA), BlobDir(dA), LayerLinkPath("a/b", dA), RevisionLinkPath("a", dA),
+		ReverseLinkPath(dA, "a/b/c", LinkLayer), TagCurrentPath("a", "latest"), TagIndexPath("a", "t", dA),
+		ReferrerLinkPath("a", dA, dA), RepositoryPath("a/b") + "/_manifests/revisions",
+		"/docker/registry/v2/repositories/a/_uploads/x/data", "/docker/registry/v2/blobs/sha256/a3//data",
+		"/docker/registry/v2/repositories//_layers", "/docker/registry/v2/blobs/x",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		c := Classify(p)
+		switch c.Kind {
+		case KindOther, KindUpload, KindTagDir:
+			return
+		}
+		if c.String() != p {
+			t.Fatalf("Classify(%q) = %+v rebuilds to %q", p, c, c.String())
+		}
+		if c.Kind != KindBlobData && c.Kind != KindBlobDir && !ValidRepo(c.Repo) {
+			t.Fatalf("Classify(%q) accepted invalid repo %q", p, c.Repo)
+		}
+	})
+}
+
+// FuzzBuildersClassify: paths built from any valid repository name and digest
+// classify back to those values.
+func FuzzBuildersClassify(f *testing.F) {
+	f.Add("library/ubuntu", hexA)
+	f.Add("a", "00"+hexA[2:])
+	f.Add("localhost:5000/x/y", hexA)
+	f.Fuzz(func(t *testing.T, repo, hex string) {
+		d := digest.NewDigestFromEncoded(digest.SHA256, hex)
+		if d.Validate() != nil || !ValidRepo(repo) {
+			return
+		}
+		for _, tc := range []struct {
+			p    string
+			kind Kind
+		}{
+			{LayerLinkPath(repo, d), KindLayerLink},
+			{RevisionLinkPath(repo, d), KindRevisionLink},
+			{ReverseLinkPath(d, repo, LinkLayer), KindReverseLink},
+			{ReverseLinkPath(d, repo, LinkManifest), KindReverseLink},
+		} {
+			c := Classify(tc.p)
+			if c.Kind != tc.kind || c.Repo != repo || c.Digest != d {
+				t.Fatalf("Classify(%q) = %+v", tc.p, c)
+			}
+		}
+	})
+}

@@ -1,0 +1,209 @@
+package linkdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+)
+
+// ReverseLinks reads and writes the reverse links stored next to each blob:
+// blobs/<alg>/<hex[:2]>/<hex>/_repositories/<repo>/<kind>/link, whose content
+// is the blob digest (the same format as Distribution's own link files).
+//
+// It works on whatever driver it is given; the middleware gives it the driver
+// below itself, so its writes are not classified again.
+type ReverseLinks struct {
+	driver storagedriver.StorageDriver
+}
+
+// NewReverseLinks returns the reverse-link store on d.
+func NewReverseLinks(d storagedriver.StorageDriver) *ReverseLinks {
+	return &ReverseLinks{driver: d}
+}
+
+// ErrMalformedLink means something sits at a reverse link path that is not a
+// well-formed link file: a directory, a dangling entry, or a file whose
+// content is not exactly the blob digest. It is never "absent".
+var ErrMalformedLink = errors.New("storage: malformed reverse link")
+
+// reverseLinkOf returns the link p is the reverse link path of, for blob.
+func reverseLinkOf(blob digest.Digest, p string) (layout.RepoLink, bool) {
+	c := layout.Classify(p)
+	if c.Kind != layout.KindReverseLink || c.Digest != blob {
+		return layout.RepoLink{}, false
+	}
+	return layout.RepoLink{Repo: c.Repo, Kind: c.LinkKind}, true
+}
+
+// List returns every repository link recorded for blob, sorted. A blob with
+// no reverse links (or no directory at all) has none; any other error is
+// returned, never an empty list: callers decide deletions from this.
+//
+// It lists; it does not read link contents (a blob shared by a thousand
+// repositories would cost a thousand reads per check), so any file at a
+// link path counts as a link whatever it holds: bad content can only keep a
+// blob, and `linkdb verify` reports it. What is at a link path but is not a
+// file is returned with Problem set, never skipped: a directory, or a
+// "<kind>/link" entry that the listing of its directory shows and Stat does
+// not (a dangling symlink, which the driver's Walk silently leaves out).
+func (r *ReverseLinks) List(ctx context.Context, blob digest.Digest) ([]layout.RepoLink, error) {
+	if err := blob.Validate(); err != nil {
+		return nil, fmt.Errorf("reverse links of %q: %w", blob, err)
+	}
+	found := map[layout.RepoLink]string{} // link (without Problem) -> problem
+	kindDirs := map[layout.RepoLink]bool{}
+	err := r.driver.Walk(ctx, layout.ReverseLinksDir(blob), func(fi storagedriver.FileInfo) error {
+		p := fi.Path()
+		if !fi.IsDir() {
+			if l, ok := reverseLinkOf(blob, p); ok {
+				found[l] = ""
+			}
+			return nil
+		}
+		if l, ok := reverseLinkOf(blob, p); ok {
+			found[l] = "is a directory"
+		}
+		if l, ok := reverseLinkOf(blob, p+"/link"); ok {
+			kindDirs[l] = true
+		}
+		return nil
+	})
+	if err != nil && !layout.IsNotFound(err) {
+		return nil, fmt.Errorf("reverse links of %s: %w", blob, err)
+	}
+	// A <kind> directory holds only its link file (Delete removes the
+	// directory with it). One where the walk saw no link file is looked at
+	// again: a link entry that Stat cannot see is not an absent link.
+	for l := range kindDirs {
+		if _, ok := found[l]; ok {
+			continue
+		}
+		present, problem, err := r.probe(ctx, blob, l)
+		if err != nil {
+			return nil, fmt.Errorf("reverse links of %s: %w", blob, err)
+		}
+		if present {
+			found[l] = problem
+		}
+	}
+	out := make([]layout.RepoLink, 0, len(found))
+	for l, problem := range found {
+		l.Problem = problem
+		out = append(out, l)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Repo != out[j].Repo {
+			return out[i].Repo < out[j].Repo
+		}
+		return out[i].Kind < out[j].Kind
+	})
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// probe looks at the link path of l by listing its directory. present is
+// false when the listing has no link entry (a write in flight, an
+// interrupted delete) or the directory is gone.
+func (r *ReverseLinks) probe(ctx context.Context, blob digest.Digest, l layout.RepoLink) (present bool, problem string, err error) {
+	p := layout.ReverseLinkPath(blob, l.Repo, l.Kind)
+	for round := 0; ; round++ {
+		if listed, err := layout.Listed(ctx, r.driver, p); err != nil || !listed {
+			return false, "", err
+		}
+		fi, err := r.driver.Stat(ctx, p)
+		switch {
+		case layout.IsNotFound(err) && round == 0:
+			// Deleted (perhaps re-created) between the listing and
+			// the stat, or there to stay: look once more.
+			continue
+		case layout.IsNotFound(err):
+			return true, "listed but not found by stat (a dangling symlink?)", nil
+		case err != nil:
+			return false, "", err
+		case fi.IsDir():
+			return true, "is a directory", nil
+		}
+		return true, "", nil // written since the walk
+	}
+}
+
+// Has reports whether a well-formed reverse link (blob, l) is there: a file
+// holding exactly the blob digest. It is false only when nothing is at the
+// link path. Anything else there (a directory, other content) is an error
+// wrapping ErrMalformedLink, and a failed read is an error too: neither may
+// be taken for "absent".
+func (r *ReverseLinks) Has(ctx context.Context, blob digest.Digest, l layout.RepoLink) (bool, error) {
+	p := layout.ReverseLinkPath(blob, l.Repo, l.Kind)
+	b, err := r.driver.GetContent(ctx, p)
+	if layout.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		// A directory fails to read on some drivers and lists as a
+		// prefix on others; name it when Stat can tell.
+		if fi, serr := r.driver.Stat(ctx, p); serr == nil && fi.IsDir() {
+			return false, fmt.Errorf("%w: %s is a directory", ErrMalformedLink, p)
+		}
+		return false, fmt.Errorf("read reverse link %s: %w", p, err)
+	}
+	if !WellFormedLink(b, blob) {
+		return false, fmt.Errorf("%w: %s holds %q, not %s", ErrMalformedLink, p, truncated(b), blob)
+	}
+	return true, nil
+}
+
+// WellFormedLink reports whether b is the content of a link file to d as
+// Distribution writes it: exactly the digest, nothing around it.
+func WellFormedLink(b []byte, d digest.Digest) bool { return string(b) == d.String() }
+
+func truncated(b []byte) string {
+	if len(b) > 80 {
+		return string(b[:80]) + "..."
+	}
+	return string(b)
+}
+
+// Put records that l.Repo links blob. It is idempotent, and it replaces
+// whatever file is at the link path (PutContent writes atomically on every
+// driver), so it also repairs a reverse link with bad content.
+func (r *ReverseLinks) Put(ctx context.Context, blob digest.Digest, l layout.RepoLink) error {
+	if err := checkLink(blob, l); err != nil {
+		return err
+	}
+	if err := r.driver.PutContent(ctx, layout.ReverseLinkPath(blob, l.Repo, l.Kind), []byte(blob)); err != nil {
+		return fmt.Errorf("write reverse link %s <- %s %s: %w", blob, l.Repo, l.Kind, err)
+	}
+	return nil
+}
+
+// Delete removes the reverse link; one already gone counts as deleted. It
+// deletes the link's directory so that no empty directories pile up.
+func (r *ReverseLinks) Delete(ctx context.Context, blob digest.Digest, l layout.RepoLink) error {
+	if err := checkLink(blob, l); err != nil {
+		return err
+	}
+	p := layout.ReverseLinksDir(blob) + "/" + l.Repo + "/" + string(l.Kind)
+	err := r.driver.Delete(ctx, p)
+	if err != nil && !layout.IsNotFound(err) {
+		return fmt.Errorf("delete reverse link %s <- %s %s: %w", blob, l.Repo, l.Kind, err)
+	}
+	return nil
+}
+
+// ErrInvalidLink is returned for a reverse link with a bad digest, repository
+// name or kind.
+var ErrInvalidLink = errors.New("storage: invalid link")
+
+func checkLink(blob digest.Digest, l layout.RepoLink) error {
+	if blob.Validate() != nil || !layout.ValidRepo(l.Repo) || (l.Kind != layout.LinkLayer && l.Kind != layout.LinkManifest) {
+		return fmt.Errorf("%w: %s <- %q %q", ErrInvalidLink, blob, l.Repo, l.Kind)
+	}
+	return nil
+}

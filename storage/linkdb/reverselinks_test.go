@@ -1,0 +1,124 @@
+package linkdb
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/storagetest"
+)
+
+func fsDriver(t *testing.T) (*filesystem.Driver, string) {
+	t.Helper()
+	root := t.TempDir()
+	return filesystem.New(filesystem.DriverParameters{RootDirectory: root, MaxThreads: 10}), root
+}
+
+// TestReverseLinksListCountsWhatIsNotAFile: anything at a reverse link path
+// is listed, never skipped. A file counts whatever it holds; a directory and
+// a dangling symlink (which the filesystem driver's Walk leaves out) come
+// with a Problem.
+func TestReverseLinksListCountsWhatIsNotAFile(t *testing.T) {
+	ctx := context.Background()
+	d, root := fsDriver(t)
+	rl := NewReverseLinks(d)
+	b := digest.FromString("blob")
+	file := func(p string) string { return filepath.Join(root, filepath.FromSlash(p)) }
+	if err := rl.Put(ctx, b, layout.RepoLink{Repo: "good", Kind: layout.LinkLayer}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.PutContent(ctx, layout.ReverseLinkPath(b, "team/garbage", layout.LinkManifest), []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(file(layout.ReverseLinkPath(b, "dir", layout.LinkLayer)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dangling := file(layout.ReverseLinkPath(b, "dangling", layout.LinkLayer))
+	if err := os.MkdirAll(filepath.Dir(dangling), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(root, "nowhere"), dangling); err != nil {
+		t.Fatal(err)
+	}
+	// A kind directory holding only a write in flight is not a link.
+	inflight := file(layout.ReverseLinkPath(b, "inflight", layout.LinkLayer))
+	if err := os.MkdirAll(filepath.Dir(inflight), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(inflight+".x.tmp", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	links, err := rl.List(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, l := range links {
+		got[l.Repo+" "+string(l.Kind)] = l.Problem
+	}
+	want := map[string]string{
+		"dangling _layers":        "dangling",
+		"dir _layers":             "directory",
+		"good _layers":            "",
+		"team/garbage _manifests": "",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("links %v, want %v", got, want)
+	}
+	for k, w := range want {
+		p, ok := got[k]
+		if !ok || (w == "") != (p == "") || !strings.Contains(p, w) {
+			t.Errorf("%s: problem %q (listed %v), want one mentioning %q", k, p, ok, w)
+		}
+	}
+
+	for repo, want := range map[string]error{"good": nil, "team/garbage": ErrMalformedLink, "dir": ErrMalformedLink} {
+		kind := layout.LinkLayer
+		if repo == "team/garbage" {
+			kind = layout.LinkManifest
+		}
+		has, err := rl.Has(ctx, b, layout.RepoLink{Repo: repo, Kind: kind})
+		if !errors.Is(err, want) || has != (want == nil) {
+			t.Errorf("Has(%s): %v %v, want error %v", repo, has, err, want)
+		}
+	}
+	if has, err := rl.Has(ctx, b, layout.RepoLink{Repo: "absent", Kind: layout.LinkLayer}); has || err != nil {
+		t.Errorf("Has(absent): %v %v", has, err)
+	}
+}
+
+// TestReverseLinksListIgnoresALinkDeletedDuringTheLook: a link the walk did
+// not see, that the listing names and that is deleted before the stat, was
+// deleted, not dangling: the second listing tells.
+func TestReverseLinksListIgnoresALinkDeletedDuringTheLook(t *testing.T) {
+	ctx := context.Background()
+	fs, root := fsDriver(t)
+	b := digest.FromString("blob")
+	p := layout.ReverseLinkPath(b, "r", layout.LinkLayer)
+	full := filepath.Join(root, filepath.FromSlash(p))
+	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Invisible to the walk, named by the listing.
+	if err := os.Symlink(filepath.Join(root, "nowhere"), full); err != nil {
+		t.Fatal(err)
+	}
+	d := &storagetest.HookDriver{StorageDriver: fs, Before: func(_ context.Context, method, path string) error {
+		if method == "Stat" && path == p {
+			return os.Remove(full) // the link is deleted between listing and stat
+		}
+		return nil
+	}}
+	links, err := NewReverseLinks(d).List(ctx, b)
+	if err != nil || len(links) != 0 {
+		t.Fatalf("links %+v, %v; want none", links, err)
+	}
+}

@@ -1,0 +1,102 @@
+package linkdb
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
+	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+)
+
+// listHook runs before every List, also the ones of its own Walk, which
+// lists one directory at a time like the filesystem driver's.
+type listHook struct {
+	storagedriver.StorageDriver
+	before func(p string)
+}
+
+func (h listHook) List(ctx context.Context, p string) ([]string, error) {
+	h.before(p)
+	return h.StorageDriver.List(ctx, p)
+}
+
+func (h listHook) Walk(ctx context.Context, p string, f storagedriver.WalkFn, opts ...func(*storagedriver.WalkOptions)) error {
+	return storagedriver.WalkFallback(ctx, h, p, f, opts...)
+}
+
+// A layer link deleted while the rebuild walks the repository (listed,
+// then gone when the walk enters its directory) ends the walk with "not
+// found". Taken for the end of _layers, it left every later link without
+// its reverse link, and the rebuild still wrote the marker.
+func TestRebuildWalkCutByConcurrentDeleteResumes(t *testing.T) {
+	ctx := context.Background()
+	mem := inmemory.New()
+	const repo = "team/app"
+	var blobs []digest.Digest
+	for i := range 6 {
+		b := digest.FromString(fmt.Sprintf("layer %d", i))
+		for p, c := range map[string]string{layout.BlobDataPath(b): "x", layout.LayerLinkPath(repo, b): b.String()} {
+			if err := mem.PutContent(ctx, p, []byte(c)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		blobs = append(blobs, b)
+	}
+	// The first link dir in walk order is deleted as the walk enters it.
+	first := blobs[0]
+	for _, b := range blobs {
+		if b < first {
+			first = b
+		}
+	}
+	dir := layersRoot(repo) + "/sha256/" + first.Encoded()
+	var once sync.Once
+	d := listHook{StorageDriver: mem, before: func(p string) {
+		if p == dir {
+			once.Do(func() {
+				if err := mem.Delete(ctx, dir); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	}}
+
+	res, err := Rebuild(ctx, d, RebuildOptions{Workers: 1})
+	if err != nil || !res.Complete {
+		t.Fatalf("rebuild: %+v %v", res, err)
+	}
+	links := NewReverseLinks(mem)
+	for _, b := range blobs {
+		if b == first {
+			continue
+		}
+		if ok, err := links.Has(ctx, b, layout.RepoLink{Repo: repo, Kind: layout.LinkLayer}); !ok || err != nil {
+			t.Errorf("layer link to %s has no reverse link after the rebuild: %v", b, err)
+		}
+	}
+	if rep := verify(t, mem); rep.ExitCode != ExitClean {
+		t.Errorf("verify: exit %d, %+v", rep.ExitCode, rep.Findings)
+	}
+}
+
+func TestWalksAfter(t *testing.T) {
+	for _, c := range []struct {
+		p, q string
+		want bool
+	}{
+		{"/t/v1-rc", "/t/v1/current/link", true}, // '-' sorts before '/', but v1's subtree comes first
+		{"/t/v1/current/link", "/t/v1", true},
+		{"/t/v1", "/t/v1/current/link", false},
+		{"/t/a", "/t/b", false},
+		{"/t/b", "/t/a/x", true},
+		{"/t/a", "/t/a", false},
+	} {
+		if got := walksAfter(c.p, c.q); got != c.want {
+			t.Errorf("walksAfter(%q, %q) = %v, want %v", c.p, c.q, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,37 @@
+package storage
+
+import (
+	"context"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/reclaim-registry/reclaim/internal/rlog"
+	"github.com/reclaim-registry/reclaim/storage/tracker"
+)
+
+// Queue returns the Env's review queue (same Redis and prefix as the tracker).
+func (e *Env) Queue() *tracker.Queue {
+	return tracker.NewQueue(e.Tracker.Client(), e.opts.Prefix, e.opts.Timeout)
+}
+
+var metricEnqueued = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: "reclaim", Subsystem: "storage", Name: "review_enqueued_total",
+	Help: "Blobs the middleware queued for review by the reclaimer, by cause (unlink, commit) and result (ok, error).",
+}, []string{"cause", "result"})
+
+func init() { prometheus.MustRegister(metricEnqueued) }
+
+// enqueue is the middleware's hook: queue blob for review after the window,
+// best effort. A lost enqueue is a leak the slow-path sweep finds, never a
+// wrong delete, so a Redis failure here does not fail the request.
+func (e *Env) enqueue(ctx context.Context, cause string, blob digest.Digest) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.Timeout)
+	defer cancel()
+	if err := e.Queue().Enqueue(ctx, e.Window, blob); err != nil {
+		metricEnqueued.WithLabelValues(cause, "error").Inc()
+		rlog.From(ctx).WithError(err).WithField("blob", blob).Warn("reclaim: could not queue blob for review (a leak until `registry gc sweep`)")
+		return
+	}
+	metricEnqueued.WithLabelValues(cause, "ok").Inc()
+}

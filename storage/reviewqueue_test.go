@@ -1,0 +1,82 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+)
+
+// An upload commit whose layer link is never written (here: the reverse
+// link write fails, so the forward write fails) leaves a blob nobody links:
+// the request queues it for review when it ends. A push that links every
+// blob it commits queues nothing: the review costs no Redis round trip on
+// the push path.
+func TestCommitWithoutLinkIsQueued(t *testing.T) {
+	a := newTestApp(t, appOptions{})
+	ctx := context.Background()
+	q := a.env.Queue()
+
+	ok, err := random.Image(512, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.push("fine:v1", ok); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := q.Len(ctx); err != nil || n != 0 {
+		t.Fatalf("a linked push queued %d blobs (%v)", n, err)
+	}
+
+	setHook(t, func(ctx context.Context, m, p string) error {
+		if m == "PutContent" && strings.Contains(p, "/_repositories/broken/_layers/") {
+			return errors.New("injected")
+		}
+		return nil
+	})
+	img, err := random.Image(512, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.push("broken:v1", img, remote.WithRetryBackoff(remote.Backoff{Steps: 1})); err == nil {
+		t.Fatal("push succeeded although no layer link could be written")
+	}
+	// The client uploads blobs concurrently and gives up at the first
+	// failed link write: which blobs got committed varies, at least one did.
+	var blobs []digest.Digest
+	cfg, err := img.ConfigName()
+	if err != nil {
+		t.Fatal(err)
+	}
+	blobs = append(blobs, digest.Digest(cfg.String()))
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range layers {
+		h, err := l.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		blobs = append(blobs, digest.Digest(h.String()))
+	}
+	committed := 0
+	for _, b := range blobs {
+		if _, err := a.env.Raw.Stat(ctx, layout.BlobDataPath(b)); err != nil {
+			continue
+		}
+		committed++
+		queued, err := q.Contains(ctx, b)
+		if err != nil || !queued {
+			t.Fatalf("committed, unlinked blob %s not queued for review (%v)", b, err)
+		}
+	}
+	if committed == 0 {
+		t.Fatal("no blob was committed, nothing to test")
+	}
+}

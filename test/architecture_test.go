@@ -1,0 +1,60 @@
+// Package test holds the tests that look at the whole program: the
+// end-to-end suite (e2e), the soak (soak), and here the guards of its shape.
+package test
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/reclaim-registry/reclaim"
+
+// deps returns every package pkg depends on, directly or not.
+func deps(t *testing.T, pkg string) map[string]bool {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", "-json=ImportPath", module+"/"+pkg).Output()
+	if err != nil {
+		t.Fatalf("go list %s: %v", pkg, err)
+	}
+	got := map[string]bool{}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p struct{ ImportPath string }
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		got[p.ImportPath] = true
+	}
+	return got
+}
+
+// TestDependencies keeps the package graph of docs/architecture.md: the
+// decision core knows nothing of Redis or HTTP, the link database tools run
+// without the registry's handlers, and the vocabulary is a leaf.
+func TestDependencies(t *testing.T) {
+	const (
+		redis    = "github.com/redis/go-redis/v9"
+		handlers = "github.com/distribution/distribution/v3/registry/handlers"
+		mw       = module + "/storage"
+	)
+	for _, tc := range []struct {
+		pkg       string
+		forbidden []string
+	}{
+		{"gc", []string{mw, module + "/storage/tracker", module + "/storage/linkdb", module + "/registry", redis, handlers}},
+		{"storage/layout", []string{mw, module + "/storage/tracker", module + "/storage/linkdb", module + "/gc", redis, handlers, "github.com/prometheus/client_golang/prometheus"}},
+		{"storage/tracker", []string{mw, module + "/storage/linkdb", module + "/gc", module + "/registry", handlers}},
+		{"storage/referrers", []string{mw, module + "/storage/tracker", module + "/gc", redis, handlers}},
+		{"storage/linkdb", []string{mw, module + "/gc", module + "/registry", handlers}},
+		{"storage", []string{module + "/gc", module + "/registry"}},
+	} {
+		got := deps(t, tc.pkg)
+		for _, f := range tc.forbidden {
+			if got[f] {
+				t.Errorf("%s depends on %s", tc.pkg, f)
+			}
+		}
+	}
+}
