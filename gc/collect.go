@@ -204,7 +204,7 @@ func (c *Collector) gcLocked(now time.Time) {
 		}
 	}
 	for id, r := range c.runs {
-		if now.After(r.expires) || len(c.runs) > maxStoredRuns && r.report.Status != "running" {
+		if now.After(r.expires) || len(c.runs) > maxStoredRuns && r.report.Status != StatusRunning {
 			delete(c.runs, id)
 		}
 	}
@@ -276,9 +276,9 @@ func (c *Collector) begin(ctx context.Context, repo string, o RunOptions) (*run,
 func (r *run) abort(err error) error {
 	var ae *AbortError
 	if errors.As(err, &ae) {
-		r.rep.Status, r.rep.Abort = "aborted", string(ae.Reason)
+		r.rep.Status, r.rep.Abort = StatusAborted, string(ae.Reason)
 	} else {
-		r.rep.Status = "failed"
+		r.rep.Status = StatusFailed
 	}
 	r.rep.Errors = append(r.rep.Errors, Decision{Kind: KindRun, Reason: CheckFailed, Detail: err.Error()})
 	r.rep.FinishedAt = r.c.cfg.Now()
@@ -372,7 +372,7 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 			}
 		}
 	}
-	rep.Status = "done"
+	rep.Status = StatusDone
 	rep.FinishedAt = t3
 	rep.Timings = Timings{SnapshotMS: t1.Sub(t0).Milliseconds(), PlanMS: t2.Sub(t1).Milliseconds(),
 		SweepMS: t3.Sub(t2).Milliseconds(), TotalMS: t3.Sub(r.start).Milliseconds()}

@@ -10,7 +10,7 @@ import (
 )
 
 // goldenReport fills every field of a report the way a run does.
-func goldenReport(status string) *Report {
+func goldenReport(status RunStatus) *Report {
 	rep := newReport("r1", "team/app", false, time.Hour, t0)
 	la := t0.Add(-2 * time.Hour)
 	rep.add(Decision{Kind: KindManifest, Digest: digest.FromString("m"), Reason: Tagged, Size: 7, Detail: "tag v1"})
@@ -29,7 +29,7 @@ const reportGolden = `{"run_id":"r1","repository":"team/app","dry_run":false,"pl
 
 // The report's JSON is an API: these bytes must not change.
 func TestReportJSONIsStable(t *testing.T) {
-	for _, status := range []string{"running", "done", "aborted", "failed"} {
+	for _, status := range []RunStatus{StatusRunning, StatusDone, StatusAborted, StatusFailed} {
 		b, err := json.Marshal(goldenReport(status))
 		if err != nil {
 			t.Fatal(err)
