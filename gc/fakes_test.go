@@ -308,6 +308,9 @@ func checkOneDecisionEach(t *testing.T, r *Report) {
 		if !d.Reason.valid() {
 			t.Fatalf("invalid reason for %s %s", d.Kind, d.Digest)
 		}
+		if strings.Contains(d.Detail, errNoFact.Error()) {
+			t.Fatalf("%s %s: decide read a fact that was not gathered: %s", d.Kind, d.Digest, d.Detail)
+		}
 		seen[k] = true
 	}
 }
