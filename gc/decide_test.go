@@ -110,8 +110,8 @@ type decideCase struct {
 
 var decideCases = []decideCase{
 	{name: "tagged image keeps its layers",
-		snap: func(b *snapBuilder) { b.tag("v1", b.image("img", "a", "b")) },
-		want: map[string]Reason{"manifest img": Tagged, "layer_link a": Referenced, "layer_link b": Referenced},
+		snap:    func(b *snapBuilder) { b.tag("v1", b.image("img", "a", "b")) },
+		want:    map[string]Reason{"manifest img": Tagged, "layer_link a": Referenced, "layer_link b": Referenced},
 		details: map[string]string{"manifest img": "tag v1"}},
 	{name: "untagged image goes with its layers and blobs",
 		snap: func(b *snapBuilder) { b.image("img", "a") },
@@ -123,7 +123,7 @@ var decideCases = []decideCase{
 			b.referrer("sig", ix)
 			b.tag("v1", ix)
 		},
-		want: map[string]Reason{"manifest ix": Tagged, "manifest child": IndexChild, "manifest sig": Referrer},
+		want:    map[string]Reason{"manifest ix": Tagged, "manifest child": IndexChild, "manifest sig": Referrer},
 		details: map[string]string{"manifest child": "kept by sha256:"}},
 	{name: "recently accessed untagged manifest",
 		snap:  func(b *snapBuilder) { b.image("img", "a") },
