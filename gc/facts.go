@@ -31,7 +31,7 @@ func newFacts() *facts {
 }
 
 // errNoFact: decide needed a fact nobody read. It keeps the object, like
-// any failed read; wanted and gatherBlob must make it impossible.
+// any failed read; wanted and gatherer.blob must make it impossible.
 var errNoFact = errors.New("fact not gathered")
 
 func lookup[K comparable, T any](m map[K]result[T], k K) (T, error) {

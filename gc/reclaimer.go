@@ -205,7 +205,7 @@ func (r *Reclaimer) tick(ctx context.Context, rep *TickReport) {
 		var ae *AbortError
 		if errors.As(err, &ae) {
 			rep.Abort = ae.Reason
-			// Redis down is a failure to back off from; a young epoch or an
+			// Redis down or storage unreadable is a failure to back off from; a young epoch or an
 			// incomplete link database is a normal state that passes.
 			rep.Failed = ae.Reason == AbortRedisUnavailable || ae.Reason == AbortStorageUnreadable
 		} else {
