@@ -6,9 +6,13 @@ manifest references, and deletes blobs that no repository links any more.
 # Basics
 
 A run reads the repository once (tags, manifest revisions, layer links, and
-every revision's manifest), marks what is kept, and decides every object it
-looked at: one Decision with one typed Reason each. A dry run stops there and
-reports exactly what a real run would delete now. A real run then sweeps:
+every revision's manifest: the snapshot), then gathers the facts a decision
+may need (pins, access records, reverse links, blob sizes; a few at a time,
+a failed read being a fact too), then decides every object it looked at:
+one Decision with one typed Reason each. Deciding does no I/O, so the same
+snapshot and facts always give the same decisions. A dry run stops there
+and reports exactly what a real run would delete now. A real run then
+sweeps:
 
 	for each deletable object (manifests first, an index before its children,
 	then layer links, then blobs whose last link the run removed):
@@ -35,8 +39,10 @@ repository links is never touched.
 
 A run deletes nothing and returns an *AbortError when the tracker is
 unreachable, when it has been recording for less than W (Redis lost its
-data), or when any tag or manifest of the repository cannot be read or
-parsed: an unreadable manifest never looks like one that references nothing.
+data), when the reverse-link database's completeness marker cannot be read,
+or when any tag or manifest of the repository cannot be read or parsed: an
+unreadable manifest never looks like one that references nothing. The
+reclaimer checks the same preconditions before every tick.
 A manifest of an unknown media type is kept, and because its references are
 unknown, so is every other manifest and layer link of the repository. Until
 the reverse-link database is known to be complete, links may be removed but

@@ -30,6 +30,7 @@ type fakeTracker struct {
 	locks    map[string]bool
 	onFence  func(o Object)      // runs before the fence is decided: a racing client
 	expire   func(o Object) bool // true: o's fence has expired by the time of its delete
+	onUnlock func(repo string)   // runs after a repository lock was given back
 	fenceErr error
 }
 
@@ -115,7 +116,16 @@ func (f *fakeTracker) LockRepository(ctx context.Context, repo string, lease tim
 	}
 	f.locks[repo] = true
 	held, cancel := context.WithCancel(ctx)
-	return held, func() { cancel(); f.mu.Lock(); delete(f.locks, repo); f.mu.Unlock() }, nil
+	onUnlock := f.onUnlock
+	return held, func() {
+		cancel()
+		f.mu.Lock()
+		delete(f.locks, repo)
+		f.mu.Unlock()
+		if onUnlock != nil {
+			onUnlock(repo)
+		}
+	}, nil
 }
 
 // scanLinks is a LinkIndex computed from the forward links, the way the
@@ -307,6 +317,9 @@ func checkOneDecisionEach(t *testing.T, r *Report) {
 		}
 		if !d.Reason.valid() {
 			t.Fatalf("invalid reason for %s %s", d.Kind, d.Digest)
+		}
+		if strings.Contains(d.Detail, errNoFact.Error()) {
+			t.Fatalf("%s %s: decide read a fact that was not gathered: %s", d.Kind, d.Digest, d.Detail)
 		}
 		seen[k] = true
 	}

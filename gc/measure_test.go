@@ -14,7 +14,6 @@ import (
 	"github.com/distribution/distribution/v3/registry/storage"
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
-	"github.com/opencontainers/go-digest"
 
 	rstorage "github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
@@ -34,18 +33,6 @@ func (w *walkCounter) Walk(ctx context.Context, p string, f storagedriver.WalkFn
 		w.entries.Add(1)
 		return f(fi)
 	}, opts...)
-}
-
-// reverseLinks adapts linkdb.ReverseLinks for the measurement.
-type reverseLinks struct{ l *linkdb.ReverseLinks }
-
-func (r reverseLinks) List(ctx context.Context, d digest.Digest) ([]RepoLink, error) {
-	ls, err := r.l.List(ctx, d)
-	out := make([]RepoLink, len(ls))
-	for i, l := range ls {
-		out[i] = RepoLink{Repo: l.Repo, Kind: LinkKind(l.Kind)}
-	}
-	return out, err
 }
 
 type measured struct {
@@ -102,7 +89,7 @@ func TestMeasureCollectDoesNotGrowWithRegistry(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer env.Close()
-		c, err := New(Config{Driver: env.Driver, Tracker: f.tr, Links: reverseLinks{env.Links}, Context: rstorage.WithoutAccessRecords,
+		c, err := New(Config{Driver: env.Driver, Tracker: f.tr, Links: env.Links, Context: rstorage.WithoutAccessRecords,
 			LinkDBComplete: func(context.Context) (bool, error) { return true, nil }, Window: time.Hour, Now: f.tr.clock})
 		if err != nil {
 			t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 // (due W later) whenever one of its reverse links is removed and whenever an
 // upload is committed; every registry instance may run a reclaimer; each
 // tick claims a batch of due items and gives each the same deletion step a
-// collection gives a blob whose last link it removed (runState.deleteBlob):
+// collection gives a blob whose last link it removed (deleter.deleteBlob):
 //
 //	reverse links listed: any -> dropped (linked_elsewhere); the next unlink queues it again
 //	accessed within W      -> re-queued at last access + W (recently_accessed)
@@ -85,54 +85,6 @@ type ReclaimerConfig struct {
 	Logf func(format string, args ...any)
 	// Observe, when set, sees every decision and every tick (metrics).
 	Observe func(TickReport)
-}
-
-// TickReport is what one tick did.
-type TickReport struct {
-	Started  time.Time
-	Duration time.Duration
-	// Abort is set when the tick stopped before claiming anything.
-	Abort     AbortReason
-	Err       error
-	Decisions []Decision
-	// Failed is true when the tick counts as failing (backoff).
-	Failed bool
-}
-
-// Deleted counts the deletions of the tick.
-func (t TickReport) Deleted() (n int, bytes int64) {
-	for _, d := range t.Decisions {
-		if d.Deleted() {
-			n++
-			bytes += d.Size
-		}
-	}
-	return n, bytes
-}
-
-// ReclaimerStatus is the reclaimer's state for GET /gc/v1/status.
-type ReclaimerStatus struct {
-	Enabled        bool             `json:"enabled"`
-	IntervalSecs   float64          `json:"interval_seconds"`
-	Batch          int              `json:"batch"`
-	WindowSecs     int64            `json:"window_seconds"`
-	LastTick       time.Time        `json:"last_tick,omitzero"`
-	LastTickMS     int64            `json:"last_tick_ms"`
-	LastAbort      string           `json:"last_abort,omitempty"`
-	Ticks          int64            `json:"ticks"`
-	FailedTicks    int64            `json:"failed_ticks"`
-	Reviewed       int64            `json:"reviewed"`
-	Deleted        int64            `json:"deleted"`
-	BytesFreed     int64            `json:"bytes_freed"`
-	DeletedBy      map[string]int64 `json:"deleted_by_reason"`
-	KeptBy         map[string]int64 `json:"kept_by_reason"`
-	LastError      string           `json:"last_error,omitempty"`
-	LastErrorAt    time.Time        `json:"last_error_at,omitzero"`
-	BackoffSecs    float64          `json:"backoff_seconds,omitempty"`
-	QueueLength    int64            `json:"queue_length"`
-	Due            int64            `json:"due"`
-	QueueError     string           `json:"queue_error,omitempty"`
-	ReviewedPerSec float64          `json:"reviewed_per_second"`
 }
 
 // Reclaimer reviews queued blobs in the background.
@@ -248,12 +200,12 @@ func (r *Reclaimer) Tick(ctx context.Context) TickReport {
 }
 
 func (r *Reclaimer) tick(ctx context.Context, rep *TickReport) {
-	rs, err := r.preconditions(ctx)
+	ctx, dl, err := r.preconditions(ctx)
 	if err != nil {
 		var ae *AbortError
 		if errors.As(err, &ae) {
 			rep.Abort = ae.Reason
-			// Redis down is a failure to back off from; a young epoch or an
+			// Redis down or storage unreadable is a failure to back off from; a young epoch or an
 			// incomplete link database is a normal state that passes.
 			rep.Failed = ae.Reason == AbortRedisUnavailable || ae.Reason == AbortStorageUnreadable
 		} else {
@@ -262,7 +214,6 @@ func (r *Reclaimer) tick(ctx context.Context, rep *TickReport) {
 		rep.Err = err
 		return
 	}
-	ctx = rs.ctx
 	items, err := r.q.Claim(ctx, r.cfg.Batch, r.cfg.Lease)
 	if err != nil {
 		rep.Err, rep.Failed = fmt.Errorf("claim: %w", err), true
@@ -285,7 +236,7 @@ func (r *Reclaimer) tick(ctx context.Context, rep *TickReport) {
 				return nil
 			}
 			scratch[i] = &Report{}
-			decs[i] = r.review(gctx, rs, it, scratch[i])
+			decs[i] = r.review(gctx, dl, it, scratch[i])
 			return nil
 		})
 	}
@@ -309,82 +260,43 @@ func (r *Reclaimer) tick(ctx context.Context, rep *TickReport) {
 	}
 }
 
-func firstFailure(decs []Decision) string {
-	for _, d := range decs {
-		if d.Reason == CheckFailed || d.Reason == DeleteFailed {
-			return d.Digest.String() + ": " + d.Detail
-		}
+// preconditions are the collection's (fail closed), and the link database
+// must be known complete: the reclaimer only deletes blobs, and an empty
+// reverse-link list proves nothing until it is. The deleter has no
+// repository, so every reverse link is another repository's.
+func (r *Reclaimer) preconditions(ctx context.Context) (context.Context, *deleter, error) {
+	ctx = r.c.runContext(ctx)
+	tr, err := r.c.preconditions(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
-	return ""
-}
-
-// tickState is a runState for the reclaimer: no repository, the link
-// database checked complete, "now" from the tracker's clock.
-type tickState struct {
-	*runState
-	ctx context.Context
-}
-
-// preconditions are the collection's, plus the link database: fail closed.
-func (r *Reclaimer) preconditions(ctx context.Context) (*tickState, error) {
-	c := r.c
-	if c.cfg.Context != nil {
-		ctx = c.cfg.Context(ctx)
+	if !tr.linkdbOK {
+		return nil, nil, abort(AbortLinkDBIncomplete, errors.New(tr.linkdbNote))
 	}
-	since, err := c.tracker.RecordingSince(ctx)
-	switch {
-	case errors.Is(err, ErrRedisEvicts):
-		return nil, abort(AbortRedisEvicts, err)
-	case errors.Is(err, ErrNotRecording):
-		return nil, abort(AbortRedisUntrusted, err)
-	case err != nil:
-		return nil, abort(AbortRedisUnavailable, err)
-	}
-	now := c.cfg.Now()
-	if clk, ok := c.tracker.(Clock); ok {
-		if now, err = clk.Now(ctx); err != nil {
-			return nil, abort(AbortRedisUnavailable, err)
-		}
-	}
-	if now.Sub(since) < c.cfg.Window {
-		return nil, abort(AbortRedisRecordingTooShort,
-			fmt.Errorf("recording since %s, less than the window %s", since.UTC().Format(time.RFC3339), c.cfg.Window))
-	}
-	if c.cfg.LinkDBComplete == nil {
-		return nil, abort(AbortLinkDBIncomplete, errors.New("no completeness check configured"))
-	}
-	ok, err := c.cfg.LinkDBComplete(ctx)
-	switch {
-	case err != nil:
-		return nil, abort(AbortStorageUnreadable, fmt.Errorf("completeness marker: %w", err))
-	case !ok:
-		return nil, abort(AbortLinkDBIncomplete, errors.New("run `registry linkdb rebuild` to complete it"))
-	}
-	rs := &runState{c: c, window: c.cfg.Window, now: now, linkdbOK: true}
-	return &tickState{runState: rs, ctx: ctx}, nil
+	return ctx, &deleter{c: r.c, pol: policy{window: r.c.cfg.Window, now: tr.now, linkdbOK: true}}, nil
 }
 
 // review decides one item with the collection's blob step and settles it
 // in the queue.
-func (r *Reclaimer) review(ctx context.Context, ts *tickState, it QueueItem, scratch *Report) Decision {
-	dec := ts.deleteBlob(ctx, it.Blob, scratch)
+func (r *Reclaimer) review(ctx context.Context, dl *deleter, it QueueItem, scratch *Report) Decision {
+	dec := dl.deleteBlob(ctx, it.Blob, scratch)
 	var qerr error
 	switch dec.Reason {
 	case Unreferenced, AlreadyGone, LinkedElsewhere, StillLinked:
 		// Deleted, or linked: a later unlink queues it again.
 		qerr = r.q.Done(ctx, it)
 	case RecentlyAccessed:
-		due := ts.now.Add(r.c.cfg.Window)
+		due := dl.pol.now.Add(r.c.cfg.Window)
 		if dec.LastAccess != nil {
 			due = dec.LastAccess.Add(r.c.cfg.Window)
 		}
 		// The fence may have seen an access newer than the one read
 		// before it: never re-claim before the next interval.
-		due = maxTime(due, ts.now.Add(r.cfg.Interval))
+		due = maxTime(due, dl.pol.now.Add(r.cfg.Interval))
 		qerr = r.q.Requeue(ctx, it, due)
 	case Fenced:
 		// Someone else is deleting it right now; look again soon.
-		qerr = r.q.Requeue(ctx, it, ts.now.Add(r.cfg.Interval))
+		qerr = r.q.Requeue(ctx, it, dl.pol.now.Add(r.cfg.Interval))
 	default:
 		// CheckFailed, DeleteFailed: left claimed, it comes back after the
 		// lease, which is the backoff for one bad blob.
@@ -402,65 +314,16 @@ func (r *Reclaimer) Review(ctx context.Context, blob digest.Digest) (Decision, e
 	if !r.cfg.Enabled {
 		return Decision{}, ErrDisabled
 	}
-	ts, err := r.preconditions(ctx)
+	ctx, dl, err := r.preconditions(ctx)
 	if err != nil {
 		return Decision{}, err
 	}
 	scratch := &Report{}
-	dec := ts.deleteBlob(ts.ctx, blob, scratch)
+	dec := dl.deleteBlob(ctx, blob, scratch)
 	if len(scratch.Errors) > 0 {
 		return dec, fmt.Errorf("%s", scratch.Errors[0].Detail)
 	}
 	return dec, nil
-}
-
-func (r *Reclaimer) record(rep TickReport) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	st := &r.st
-	st.Ticks++
-	st.LastTick, st.LastTickMS = rep.Started, rep.Duration.Milliseconds()
-	// An abort that persists (a young epoch lasts a whole window) is
-	// logged when it starts, not on every tick.
-	quiet := rep.Abort != "" && !rep.Failed && string(rep.Abort) == st.LastAbort
-	st.LastAbort = string(rep.Abort)
-	r.busy += rep.Duration
-	if rep.Failed {
-		st.FailedTicks++
-	}
-	if rep.Err != nil {
-		st.LastError, st.LastErrorAt = rep.Err.Error(), time.Now()
-		if !quiet {
-			r.cfg.Logf("reclaimer: tick: %v", rep.Err)
-		}
-	}
-	for _, d := range rep.Decisions {
-		st.Reviewed++
-		if d.Deleted() {
-			st.Deleted++
-			st.BytesFreed += d.Size
-			st.DeletedBy[d.Reason.String()]++
-		} else {
-			st.KeptBy[d.Reason.String()]++
-		}
-	}
-	if r.busy > 0 {
-		st.ReviewedPerSec = float64(st.Reviewed) / r.busy.Seconds()
-	}
-}
-
-// Status returns the counters and, from the queue, its length and due count.
-func (r *Reclaimer) Status(ctx context.Context) ReclaimerStatus {
-	r.mu.Lock()
-	st := r.st
-	st.DeletedBy, st.KeptBy = copyCounts(r.st.DeletedBy), copyCounts(r.st.KeptBy)
-	r.mu.Unlock()
-	total, due, err := r.q.Len(ctx)
-	if err != nil {
-		st.QueueError = err.Error()
-	}
-	st.QueueLength, st.Due = total, due
-	return st
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -468,12 +331,4 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
-}
-
-func copyCounts(m map[string]int64) map[string]int64 {
-	out := make(map[string]int64, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }

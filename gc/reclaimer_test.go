@@ -3,7 +3,6 @@ package gc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -168,109 +167,62 @@ func TestReclaimerDecidesEachItem(t *testing.T) {
 
 func TestReclaimerKillSwitchDeletesNothing(t *testing.T) {
 	f := newFixture(t)
-	q := newFakeQueue(f.tr.clock)
-	orphan := f.blob("orphan")
-	q.add(orphan.Digest, f.tr.clock())
+	q, orphan := queuedBlob(f, "orphan")
 	r := newTestReclaimer(t, f, q, false)
 	if rep := r.Tick(context.Background()); !errors.Is(rep.Err, ErrDisabled) || len(rep.Decisions) != 0 {
 		t.Fatalf("disabled tick = %+v", rep)
 	}
-	if _, err := r.Review(context.Background(), orphan.Digest); !errors.Is(err, ErrDisabled) {
+	if _, err := r.Review(context.Background(), orphan); !errors.Is(err, ErrDisabled) {
 		t.Fatalf("disabled Review: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	r.Run(ctx) // returns at once
-	if q.claims != 0 || !f.exists(blobDataPath(orphan.Digest)) {
+	if q.claims != 0 || !f.exists(blobDataPath(orphan)) {
 		t.Fatalf("disabled reclaimer claimed %d times / deleted the blob", q.claims)
 	}
 }
 
-func TestReclaimerFailsClosed(t *testing.T) {
-	cases := []struct {
-		name  string
-		setup func(f *fixture)
-		want  AbortReason
-	}{
-		{"epoch missing", func(f *fixture) { f.tr.sinceErr = ErrNotRecording }, AbortRedisUntrusted},
-		{"redis may evict", func(f *fixture) { f.tr.sinceErr = fmt.Errorf("%w: volatile-lru", ErrRedisEvicts) }, AbortRedisEvicts},
-		{"redis down", func(f *fixture) { f.tr.sinceErr = ErrTrackerUnavailable }, AbortRedisUnavailable},
-		{"epoch too young", func(f *fixture) { f.tr.since = f.tr.now.Add(-time.Minute) }, AbortRedisRecordingTooShort},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			f := newFixture(t)
-			c.setup(f)
-			q := newFakeQueue(f.tr.clock)
-			orphan := f.blob("orphan")
-			q.add(orphan.Digest, f.tr.clock())
-			rep := newTestReclaimer(t, f, q, true).Tick(context.Background())
-			if rep.Abort != c.want || len(rep.Decisions) != 0 {
-				t.Fatalf("abort = %q (%v), want %q", rep.Abort, rep.Err, c.want)
-			}
-			if q.claims != 0 || !f.exists(blobDataPath(orphan.Digest)) {
-				t.Fatal("an untrusted tick claimed or deleted")
-			}
-		})
-	}
-	t.Run("linkdb incomplete", func(t *testing.T) {
-		f := newFixture(t, func(c *Config) { c.LinkDBComplete = func(context.Context) (bool, error) { return false, nil } })
-		q := newFakeQueue(f.tr.clock)
-		orphan := f.blob("orphan")
-		q.add(orphan.Digest, f.tr.clock())
-		rep := newTestReclaimer(t, f, q, true).Tick(context.Background())
-		if rep.Abort != AbortLinkDBIncomplete || rep.Failed || !f.exists(blobDataPath(orphan.Digest)) {
-			t.Fatalf("tick = %+v", rep)
-		}
-	})
-}
-
 func TestReclaimerAccessAtTheFenceWins(t *testing.T) {
 	f := newFixture(t)
-	q := newFakeQueue(f.tr.clock)
-	orphan := f.blob("orphan about to be mounted")
-	q.add(orphan.Digest, f.tr.clock())
+	q, orphan := queuedBlob(f, "orphan about to be mounted")
 	// A client statted the blob after the check and before the fence.
 	f.tr.onFence = func(o Object) { f.tr.touch(o) }
 	rep := newTestReclaimer(t, f, q, true).Tick(context.Background())
 	if len(rep.Decisions) != 1 || rep.Decisions[0].Reason != RecentlyAccessed {
 		t.Fatalf("decisions = %+v", rep.Decisions)
 	}
-	if !f.exists(blobDataPath(orphan.Digest)) {
+	if !f.exists(blobDataPath(orphan)) {
 		t.Fatal("deleted a blob accessed at the last moment")
 	}
-	if due, ok := q.dueAt(orphan.Digest); !ok || !due.After(f.tr.clock()) {
+	if due, ok := q.dueAt(orphan); !ok || !due.After(f.tr.clock()) {
 		t.Fatalf("not re-queued for later: %v %v", due, ok)
 	}
 }
 
 func TestReclaimerLinkAtTheFenceWins(t *testing.T) {
 	f := newFixture(t)
-	q := newFakeQueue(f.tr.clock)
-	orphan := f.blob("orphan about to be linked")
-	q.add(orphan.Digest, f.tr.clock())
+	q, orphan := queuedBlob(f, "orphan about to be linked")
 	// A push linked it between the first check and the fence (without an
 	// access record, the worst case): the re-check under the fence sees it.
-	f.tr.onFence = func(o Object) { f.put(layerLinkDir("late", orphan.Digest)+"/link", []byte(orphan.Digest)) }
+	f.tr.onFence = func(o Object) { f.put(layerLinkDir("late", orphan)+"/link", []byte(orphan)) }
 	rep := newTestReclaimer(t, f, q, true).Tick(context.Background())
-	if len(rep.Decisions) != 1 || rep.Decisions[0].Reason != LinkedElsewhere || !f.exists(blobDataPath(orphan.Digest)) {
+	if len(rep.Decisions) != 1 || rep.Decisions[0].Reason != LinkedElsewhere || !f.exists(blobDataPath(orphan)) {
 		t.Fatalf("decisions = %+v", rep.Decisions)
 	}
 }
 
 func TestReclaimerFailuresKeepAndBackOff(t *testing.T) {
 	f := newFixture(t)
-	orphan := f.blob("orphan on a failing disk")
-	f.c.driver = failingDelete{StorageDriver: f.d, path: blobDir(orphan.Digest)}
-	q := newFakeQueue(f.tr.clock)
-	q.add(orphan.Digest, f.tr.clock())
+	q, orphan := queuedBlob(f, "orphan on a failing disk")
+	f.c.driver = failingDelete{StorageDriver: f.d, path: blobDir(orphan)}
 	r := newTestReclaimer(t, f, q, true)
 	rep := r.Tick(context.Background())
 	if len(rep.Decisions) != 1 || rep.Decisions[0].Reason != DeleteFailed || !rep.Failed {
 		t.Fatalf("tick = %+v", rep)
 	}
 	// Left claimed: it comes back after the lease, not at once.
-	if due, ok := q.dueAt(orphan.Digest); !ok || !due.After(f.tr.clock()) {
+	if due, ok := q.dueAt(orphan); !ok || !due.After(f.tr.clock()) {
 		t.Fatalf("failed item not held for its lease: %v %v", due, ok)
 	}
 	w1 := r.next(rep)
@@ -299,26 +251,24 @@ func TestReclaimerRunDrainsAndStops(t *testing.T) {
 		orphans = append(orphans, b.Digest)
 		q.add(b.Digest, f.tr.clock())
 	}
-	r := newTestReclaimer(t, f, q, true)
+	// Every tick reports to Observe: the test looks at the queue then.
+	drained := make(chan struct{})
+	var once sync.Once
+	r, err := NewReclaimer(f.c, q, ReclaimerConfig{Enabled: true, Interval: 10 * time.Millisecond, Batch: 10, Logf: t.Logf,
+		Observe: func(TickReport) {
+			if n, _, _ := q.Len(context.Background()); n == 0 {
+				once.Do(func() { close(drained) })
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if n, _, _ := q.Len(ctx); n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("queue not drained")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait(t, drained, "the queue to drain")
 	cancel()
-	select {
-	case <-done:
-	case <-time.After(2 * time.Second):
-		t.Fatal("Run did not exit on ctx.Done")
-	}
+	wait(t, done, "Run to exit on ctx.Done")
 	for _, d := range orphans {
 		if f.exists(blobDataPath(d)) {
 			t.Fatalf("%s not reclaimed", d)

@@ -33,6 +33,18 @@ func (d Decision) MarshalJSON() ([]byte, error) {
 	}{plain(d), d.Reason.Message()})
 }
 
+// RunStatus is where a run stands. Like Reason it is a closed set whose
+// strings are the API: the JSON report and the metrics use them.
+type RunStatus string
+
+// The states of a run.
+const (
+	StatusRunning RunStatus = "running" // begun, not finished
+	StatusDone    RunStatus = "done"    // finished; its report is complete
+	StatusAborted RunStatus = "aborted" // a precondition failed; nothing was deleted
+	StatusFailed  RunStatus = "failed"  // stopped by an error (a lost lock); what it deleted before is reported
+)
+
 // Timings of one run's phases, in milliseconds.
 type Timings struct {
 	SnapshotMS int64 `json:"snapshot_ms"`
@@ -48,7 +60,7 @@ type Report struct {
 	Repository string    `json:"repository"`
 	DryRun     bool      `json:"dry_run"`
 	PlanID     string    `json:"plan_id,omitempty"`
-	Status     string    `json:"status"` // running, done, aborted, failed
+	Status     RunStatus `json:"status"`
 	Abort      string    `json:"abort_reason,omitempty"`
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at,omitzero"`
@@ -101,7 +113,7 @@ func newReport(runID, repo string, dryRun bool, window time.Duration, now time.T
 		RunID:            runID,
 		Repository:       repo,
 		DryRun:           dryRun,
-		Status:           "running",
+		Status:           StatusRunning,
 		StartedAt:        now,
 		WindowSecs:       int64(window / time.Second),
 		ManifestsDeleted: []digest.Digest{},

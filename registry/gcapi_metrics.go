@@ -52,7 +52,7 @@ func observe(rep *gc.Report, err error) {
 	if rep == nil {
 		return
 	}
-	metricRuns.WithLabelValues(rep.Status, boolLabel(rep.DryRun)).Inc()
+	metricRuns.WithLabelValues(string(rep.Status), boolLabel(rep.DryRun)).Inc()
 	if !rep.FinishedAt.IsZero() {
 		metricDuration.Observe(rep.FinishedAt.Sub(rep.StartedAt).Seconds())
 	}

@@ -1,0 +1,333 @@
+package gc
+
+import (
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+	"github.com/opencontainers/go-digest"
+	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// snapBuilder makes snapshots in memory, for decide: no storage involved.
+// Every object has a name, and the wanted decisions are written with it.
+type snapBuilder struct {
+	s     *snapshot
+	names map[digest.Digest]string
+}
+
+const testRepo = "r"
+
+func newSnapBuilder() *snapBuilder {
+	return &snapBuilder{s: newSnapshot(testRepo), names: map[digest.Digest]string{}}
+}
+
+func (b *snapBuilder) d(name string) digest.Digest {
+	d := digest.FromString(name)
+	b.names[d] = name
+	return d
+}
+
+func (b *snapBuilder) manifest(name, mediaType string, known bool, refs ...digest.Digest) digest.Digest {
+	d := b.d(name)
+	b.s.revisions[d] = &manifestInfo{digest: d, mediaType: mediaType, known: known, refs: refs, size: 100}
+	return d
+}
+
+// image adds a manifest whose layers are also layer links of the repository.
+func (b *snapBuilder) image(name string, layers ...string) digest.Digest {
+	var refs []digest.Digest
+	for _, l := range layers {
+		refs = append(refs, b.layer(l))
+	}
+	return b.manifest(name, v1.MediaTypeImageManifest, true, refs...)
+}
+
+func (b *snapBuilder) index(name string, children ...digest.Digest) digest.Digest {
+	return b.manifest(name, v1.MediaTypeImageIndex, true, children...)
+}
+
+func (b *snapBuilder) referrer(name string, subject digest.Digest) digest.Digest {
+	d := b.image(name)
+	b.s.revisions[d].subject = subject
+	return d
+}
+
+func (b *snapBuilder) layer(name string) digest.Digest {
+	d := b.d(name)
+	b.s.layers[d] = true
+	return d
+}
+
+func (b *snapBuilder) tag(tag string, d digest.Digest) { b.s.tags[tag] = d }
+
+// testPolicy is a run of testRepo by an up-to-date tracker, window 1h.
+func testPolicy() policy {
+	return policy{repo: testRepo, now: t0.Add(48 * time.Hour), window: time.Hour, linkdbOK: true, linkdbNote: "incomplete"}
+}
+
+// allFacts is what gather would read from an idle registry: no pins, no
+// access records, no other links, every blob 10 bytes.
+func allFacts(s *snapshot, pol policy) *facts {
+	f := newFacts()
+	manifests, layers, blobs := wanted(s, pol)
+	for _, d := range manifests {
+		f.pins[d] = result[bool]{}
+		f.access[Object{Blob: d, Repo: pol.repo, Kind: LinkManifest}] = result[time.Time]{}
+	}
+	for _, d := range layers {
+		f.access[Object{Blob: d, Repo: pol.repo, Kind: LinkLayer}] = result[time.Time]{}
+	}
+	for _, d := range blobs {
+		f.links[d] = result[[]RepoLink]{}
+		f.access[Object{Blob: d}] = result[time.Time]{}
+		f.sizes[d] = result[int64]{v: 10}
+	}
+	return f
+}
+
+func manifestLink(d digest.Digest) Object { return Object{Blob: d, Repo: testRepo, Kind: LinkManifest} }
+func layerLink(d digest.Digest) Object    { return Object{Blob: d, Repo: testRepo, Kind: LinkLayer} }
+
+var (
+	recently = result[time.Time]{v: t0.Add(48*time.Hour - time.Minute)}
+	long     = func(h int) result[time.Time] { return result[time.Time]{v: t0.Add(time.Duration(h) * time.Hour)} }
+	failed   = func() result[time.Time] { return result[time.Time]{err: errBoom} }
+)
+
+type decideCase struct {
+	name  string
+	snap  func(b *snapBuilder)
+	pol   func(p *policy, b *snapBuilder)
+	facts func(f *facts, b *snapBuilder)
+	// want is every decision, "<kind> <name>" -> reason; details holds a
+	// part of the detail where it matters.
+	want    map[string]Reason
+	details map[string]string
+}
+
+var decideCases = []decideCase{
+	{name: "tagged image keeps its layers",
+		snap:    func(b *snapBuilder) { b.tag("v1", b.image("img", "a", "b")) },
+		want:    map[string]Reason{"manifest img": Tagged, "layer_link a": Referenced, "layer_link b": Referenced},
+		details: map[string]string{"manifest img": "tag v1"}},
+	{name: "untagged image goes with its layers and blobs",
+		snap: func(b *snapBuilder) { b.image("img", "a") },
+		want: map[string]Reason{"manifest img": Unreferenced, "layer_link a": Unreferenced,
+			"blob img": Unreferenced, "blob a": Unreferenced}},
+	{name: "index children and referrers follow the tag",
+		snap: func(b *snapBuilder) {
+			ix := b.index("ix", b.image("child"))
+			b.referrer("sig", ix)
+			b.tag("v1", ix)
+		},
+		want:    map[string]Reason{"manifest ix": Tagged, "manifest child": IndexChild, "manifest sig": Referrer},
+		details: map[string]string{"manifest child": "kept by sha256:"}},
+	{name: "recently accessed untagged manifest",
+		snap:  func(b *snapBuilder) { b.image("img", "a") },
+		facts: func(f *facts, b *snapBuilder) { f.access[manifestLink(b.d("img"))] = recently },
+		want:  map[string]Reason{"manifest img": RecentlyAccessed, "layer_link a": Referenced}},
+	{name: "pinned",
+		snap:  func(b *snapBuilder) { b.image("img", "a") },
+		pol:   func(p *policy, _ *snapBuilder) { p.pins = true },
+		facts: func(f *facts, b *snapBuilder) { f.pins[b.d("img")] = result[bool]{v: true} },
+		want:  map[string]Reason{"manifest img": Pinned, "layer_link a": Referenced}},
+	{name: "pin check fails",
+		snap:    func(b *snapBuilder) { b.image("img", "a") },
+		pol:     func(p *policy, _ *snapBuilder) { p.pins = true },
+		facts:   func(f *facts, b *snapBuilder) { f.pins[b.d("img")] = result[bool]{err: errBoom} },
+		want:    map[string]Reason{"manifest img": CheckFailed, "layer_link a": Referenced},
+		details: map[string]string{"manifest img": "pin check: boom"}},
+	{name: "access record unreadable",
+		snap:    func(b *snapBuilder) { b.image("img", "a") },
+		facts:   func(f *facts, b *snapBuilder) { f.access[manifestLink(b.d("img"))] = failed() },
+		want:    map[string]Reason{"manifest img": CheckFailed, "layer_link a": Referenced},
+		details: map[string]string{"manifest img": "access record: boom"}},
+	{name: "a fact nobody read keeps the object",
+		snap:    func(b *snapBuilder) { b.image("img", "a") },
+		facts:   func(f *facts, b *snapBuilder) { delete(f.access, manifestLink(b.d("img"))) },
+		want:    map[string]Reason{"manifest img": CheckFailed, "layer_link a": Referenced},
+		details: map[string]string{"manifest img": errNoFact.Error()}},
+	{name: "keep-untagged policy",
+		snap: func(b *snapBuilder) { b.image("img", "a") },
+		pol:  func(p *policy, _ *snapBuilder) { p.keepUntag = true },
+		want: map[string]Reason{"manifest img": PolicyKeepUntagged, "layer_link a": Referenced}},
+	{name: "unknown media type keeps the repository",
+		snap: func(b *snapBuilder) {
+			b.manifest("odd", "application/x-odd", false)
+			b.image("img", "a")
+			b.layer("stray")
+		},
+		want: map[string]Reason{"manifest odd": UnknownMediaType, "manifest img": UnknownManifestKept,
+			"layer_link a": Referenced, "layer_link stray": UnknownManifestKept}},
+	{name: "layer link of a push in progress",
+		snap:  func(b *snapBuilder) { b.layer("pushing"); b.layer("stale") },
+		facts: func(f *facts, b *snapBuilder) { f.access[layerLink(b.d("pushing"))] = recently },
+		want: map[string]Reason{"layer_link pushing": RecentlyAccessed, "layer_link stale": Unreferenced,
+			"blob stale": Unreferenced}},
+	{name: "layer access unreadable",
+		snap:    func(b *snapBuilder) { b.layer("l") },
+		facts:   func(f *facts, b *snapBuilder) { f.access[layerLink(b.d("l"))] = failed() },
+		want:    map[string]Reason{"layer_link l": CheckFailed},
+		details: map[string]string{"layer_link l": "boom"}},
+	{name: "shared blob",
+		snap: func(b *snapBuilder) { b.layer("shared") },
+		facts: func(f *facts, b *snapBuilder) {
+			f.links[b.d("shared")] = result[[]RepoLink]{v: []RepoLink{{Repo: testRepo, Kind: LinkLayer}, {Repo: "other", Kind: LinkLayer}}}
+		},
+		want:    map[string]Reason{"layer_link shared": Unreferenced, "blob shared": LinkedElsewhere},
+		details: map[string]string{"blob shared": "other"}},
+	{name: "still linked here by a link the run keeps",
+		snap: func(b *snapBuilder) { b.layer("l") },
+		facts: func(f *facts, b *snapBuilder) {
+			f.links[b.d("l")] = result[[]RepoLink]{v: []RepoLink{{Repo: testRepo, Kind: LinkManifest}}}
+		},
+		want:    map[string]Reason{"layer_link l": Unreferenced, "blob l": StillLinked},
+		details: map[string]string{"blob l": "_manifests"}},
+	{name: "unreadable link keeps the blob",
+		snap: func(b *snapBuilder) { b.layer("l") },
+		facts: func(f *facts, b *snapBuilder) {
+			f.links[b.d("l")] = result[[]RepoLink]{v: []RepoLink{{Repo: "other", Kind: LinkLayer, Problem: "a directory"}}}
+		},
+		want:    map[string]Reason{"layer_link l": Unreferenced, "blob l": CheckFailed},
+		details: map[string]string{"blob l": "reverse link of other _layers: a directory; kept as linked"}},
+	{name: "an unreadable link the run removes does not count",
+		snap: func(b *snapBuilder) { b.layer("l") },
+		facts: func(f *facts, b *snapBuilder) {
+			f.links[b.d("l")] = result[[]RepoLink]{v: []RepoLink{{Repo: testRepo, Kind: LinkLayer, Problem: "dangling"}}}
+		},
+		want: map[string]Reason{"layer_link l": Unreferenced, "blob l": Unreferenced}},
+	{name: "reverse links unreadable",
+		snap:    func(b *snapBuilder) { b.layer("l") },
+		facts:   func(f *facts, b *snapBuilder) { f.links[b.d("l")] = result[[]RepoLink]{err: errBoom} },
+		want:    map[string]Reason{"layer_link l": Unreferenced, "blob l": CheckFailed},
+		details: map[string]string{"blob l": "reverse links: boom"}},
+	{name: "incomplete link database keeps every blob",
+		snap:    func(b *snapBuilder) { b.image("img", "a") },
+		pol:     func(p *policy, _ *snapBuilder) { p.linkdbOK = false },
+		want:    map[string]Reason{"manifest img": Unreferenced, "layer_link a": Unreferenced, "blob img": LinkDBIncomplete, "blob a": LinkDBIncomplete},
+		details: map[string]string{"blob a": "incomplete"}},
+	{name: "blob accessed through another repository",
+		snap:  func(b *snapBuilder) { b.layer("hot") },
+		facts: func(f *facts, b *snapBuilder) { f.access[Object{Blob: b.d("hot")}] = recently },
+		want:  map[string]Reason{"layer_link hot": Unreferenced, "blob hot": RecentlyAccessed}},
+	{name: "blob data already gone",
+		snap: func(b *snapBuilder) { b.layer("l") },
+		facts: func(f *facts, b *snapBuilder) {
+			f.sizes[b.d("l")] = result[int64]{err: storagedriver.PathNotFoundError{Path: "/data"}}
+		},
+		want: map[string]Reason{"layer_link l": Unreferenced, "blob l": Unreferenced}},
+	{name: "blob stat fails",
+		snap:    func(b *snapBuilder) { b.layer("l") },
+		facts:   func(f *facts, b *snapBuilder) { f.sizes[b.d("l")] = result[int64]{err: errBoom} },
+		want:    map[string]Reason{"layer_link l": Unreferenced, "blob l": CheckFailed},
+		details: map[string]string{"blob l": "stat: boom"}},
+	{name: "cap: the oldest go, the newest is capped with what it keeps",
+		snap: func(b *snapBuilder) { b.image("old", "l-old"); b.image("mid", "l-mid"); b.image("new", "l-new") },
+		pol:  func(p *policy, _ *snapBuilder) { p.cap = 2 },
+		facts: func(f *facts, b *snapBuilder) {
+			for i, n := range []string{"old", "mid", "new"} {
+				f.access[manifestLink(b.d(n))] = long(i)
+			}
+		},
+		want: map[string]Reason{"manifest old": Unreferenced, "manifest mid": Unreferenced, "manifest new": Capped,
+			"layer_link l-old": Capped, "layer_link l-mid": Capped, "layer_link l-new": Referenced,
+			"blob old": Unreferenced, "blob mid": Unreferenced}},
+	{name: "an applied plan deletes only what it lists",
+		snap: func(b *snapBuilder) { b.image("listed", "a"); b.image("new"); b.layer("stray") },
+		pol: func(p *policy, b *snapBuilder) {
+			p.restrict = &Plan{Manifests: []digest.Digest{b.d("listed")}, Layers: []digest.Digest{b.d("a")}}
+			p.restrict.index()
+		},
+		want: map[string]Reason{"manifest listed": Unreferenced, "manifest new": NotInPlan, "layer_link a": Unreferenced,
+			"layer_link stray": NotInPlan, "blob listed": NotInPlan, "blob a": NotInPlan}},
+}
+
+func TestDecide(t *testing.T) {
+	for _, tc := range decideCases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newSnapBuilder()
+			tc.snap(b)
+			pol := testPolicy()
+			if tc.pol != nil {
+				tc.pol(&pol, b)
+			}
+			f := allFacts(b.s, pol)
+			if tc.facts != nil {
+				tc.facts(f, b)
+			}
+			p := decide(b.s, f, pol)
+			got := map[string]Reason{}
+			for _, d := range p.decisions {
+				k := string(d.Kind) + " " + b.names[d.Digest]
+				if _, dup := got[k]; dup {
+					t.Fatalf("two decisions for %s", k)
+				}
+				got[k] = d.Reason
+				if want, ok := tc.details[k]; ok && !strings.Contains(d.Detail, want) {
+					t.Errorf("%s: detail %q, want it to contain %q", k, d.Detail, want)
+				}
+			}
+			if !maps.Equal(got, tc.want) {
+				t.Fatalf("decisions\n got %v\nwant %v", got, tc.want)
+			}
+			checkPlanLists(t, p)
+			if again := decide(b.s, f, pol); !equalPlans(again, p) {
+				t.Fatal("decide is not deterministic")
+			}
+		})
+	}
+}
+
+// checkPlanLists: the delete lists hold exactly the deletions.
+func checkPlanLists(t *testing.T, p *planned) {
+	t.Helper()
+	lists := map[ObjectKind][]digest.Digest{KindManifest: p.manifests, KindLayerLink: p.layers, KindBlob: p.blobs}
+	n := 0
+	for _, d := range p.decisions {
+		if d.Deleted() {
+			n++
+			if !has(lists[d.Kind], d.Digest) {
+				t.Errorf("%s %s deleted but not listed", d.Kind, d.Digest)
+			}
+		}
+	}
+	if n != len(p.manifests)+len(p.layers)+len(p.blobs) {
+		t.Errorf("%d deletions, lists hold %d", n, len(p.manifests)+len(p.layers)+len(p.blobs))
+	}
+}
+
+func equalPlans(a, b *planned) bool {
+	return summaryOf(a) == summaryOf(b)
+}
+
+func summaryOf(p *planned) string {
+	var sb strings.Builder
+	for _, d := range p.decisions {
+		sb.WriteString(string(d.Kind) + d.Digest.String() + d.Reason.String() + d.Detail + "\n")
+	}
+	for _, l := range [][]digest.Digest{p.manifests, p.layers, p.blobs} {
+		for _, d := range l {
+			sb.WriteString(d.String())
+		}
+	}
+	return sb.String()
+}
+
+// A parent is deleted before its children, a subject before its referrers.
+func TestDecideDeletesParentsFirst(t *testing.T) {
+	b := newSnapBuilder()
+	child := b.image("child")
+	ix := b.index("ix", child)
+	sig := b.referrer("sig", ix)
+	p := decide(b.s, allFacts(b.s, testPolicy()), testPolicy())
+	pos := map[digest.Digest]int{}
+	for i, d := range p.manifests {
+		pos[d] = i
+	}
+	if len(pos) != 3 || pos[ix] > pos[child] || pos[ix] > pos[sig] {
+		t.Fatalf("order %v: ix %s child %s sig %s", p.manifests, ix, child, sig)
+	}
+}

@@ -1,0 +1,162 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// deleter deletes objects, each behind its fence and after a re-check: the
+// sweep of a collection and the reclaimer's review share it.
+type deleter struct {
+	c   *Collector
+	pol policy
+}
+
+// fence takes the GC fence on o. A zero Reason means it is held.
+func (dl *deleter) fence(ctx context.Context, o Object) (Hold, Reason, string) {
+	h, err := dl.c.tracker.Fence(ctx, o, dl.pol.window, dl.c.cfg.FenceLease)
+	switch {
+	case err == nil:
+		return h, reasonInvalid, ""
+	case errors.Is(err, ErrRecentlyAccessed):
+		return nil, RecentlyAccessed, "accessed since the plan"
+	case errors.Is(err, ErrFenced):
+		return nil, Fenced, ""
+	default:
+		return nil, CheckFailed, fmt.Sprintf("fence: %v", err)
+	}
+}
+
+func (dl *deleter) release(ctx context.Context, rep *Report, kind ObjectKind, d digest.Digest, h Hold) {
+	// The fence also expires by its lease; a failed release only delays
+	// writers of this object until then.
+	if err := h.Release(context.WithoutCancel(ctx)); err != nil {
+		rep.Errors = append(rep.Errors, Decision{Kind: kind, Digest: d, Reason: CheckFailed, Detail: fmt.Sprintf("release fence: %v", err)})
+	}
+}
+
+func (dl *deleter) deleteManifest(ctx context.Context, s *snapshot, m digest.Digest, h Hold, tags map[digest.Digest][]string, tagErr error, rep *Report) Decision {
+	dec := Decision{Kind: KindManifest, Digest: m, Size: s.revisions[m].size}
+	if tagErr != nil {
+		dec.Reason, dec.Detail = CheckFailed, fmt.Sprintf("re-read tags: %v", tagErr)
+		return dec
+	}
+	if t := tags[m]; len(t) > 0 {
+		dec.Reason, dec.Detail = Tagged, "tagged since the plan: "+t[0]
+		return dec
+	}
+	dec = dl.deleteDir(ctx, KindManifest, m, revisionDir(dl.pol.repo, m), h)
+	dec.Size = s.revisions[m].size
+	if !dec.Deleted() {
+		return dec
+	}
+	// Upstream's delete leaves the tag history and referrers index entries
+	// behind; they would point at nothing. Failures here leak a link file,
+	// never data, so they are reported and the run goes on.
+	for _, tag := range s.tagIndex[m] {
+		dl.deleteEntry(ctx, rep, m, tagIndexDir(dl.pol.repo, tag, m), "tag "+tag+" history")
+	}
+	for _, sub := range s.referrers[m] {
+		dl.deleteEntry(ctx, rep, m, referrerDir(dl.pol.repo, sub, m), "referrers index of "+sub.String())
+	}
+	return dec
+}
+
+// deleteEntry deletes an index entry of a deleted manifest; a failure is
+// reported, "not found" is success.
+func (dl *deleter) deleteEntry(ctx context.Context, rep *Report, m digest.Digest, dir, what string) {
+	if err := dl.c.driver.Delete(ctx, dir); err != nil && !isNotFound(err) {
+		rep.Errors = append(rep.Errors, Decision{Kind: KindManifest, Digest: m, Reason: DeleteFailed, Detail: fmt.Sprintf("%s: %v", what, err)})
+	}
+}
+
+// deleteDir re-checks that the link is there and deletes its directory
+// through the wrapped driver (which removes the reverse link after), while h
+// still fences it (guardedDelete).
+func (dl *deleter) deleteDir(ctx context.Context, kind ObjectKind, d digest.Digest, dir string, h Hold) Decision {
+	dec := Decision{Kind: kind, Digest: d}
+	_, err := dl.c.driver.Stat(ctx, dir+"/link")
+	switch {
+	case isNotFound(err):
+		dec.Reason = AlreadyGone
+		return dec
+	case err != nil:
+		dec.Reason, dec.Detail = CheckFailed, fmt.Sprintf("re-check: %v", err)
+		return dec
+	}
+	r, detail, err := dl.guardedDelete(ctx, h, func(ctx context.Context) error { return dl.c.driver.Delete(ctx, dir) })
+	switch {
+	case r != reasonInvalid:
+		dec.Reason, dec.Detail = r, detail
+	case isNotFound(err):
+		dec.Reason = AlreadyGone
+	case err != nil:
+		dec.Reason, dec.Detail = DeleteFailed, err.Error()
+	default:
+		dec.Reason = Unreferenced
+	}
+	return dec
+}
+
+// deleteBlob deletes a blob whose link was removed, if no repository links
+// it any more and nobody accessed it within the window.
+func (dl *deleter) deleteBlob(ctx context.Context, b digest.Digest, rep *Report) Decision {
+	none := func(RepoLink) bool { return false }
+	dec := decideBlob(dl.c.gatherBlob(ctx, dl.pol, b), dl.pol, b, none)
+	if !dec.Deleted() {
+		return dec
+	}
+	h, r, detail := dl.fence(ctx, Object{Blob: b})
+	if r != reasonInvalid {
+		dec.Reason, dec.Detail = r, detail
+		return dec
+	}
+	defer dl.release(ctx, rep, KindBlob, b, h)
+	// Re-check under the fence: a mount or push that linked the blob
+	// before the fence shows up here; one after the fence is refused.
+	links, err := dl.c.links.List(ctx, b)
+	if err != nil {
+		dec.Reason, dec.Detail = CheckFailed, fmt.Sprintf("re-check reverse links: %v", err)
+		return dec
+	}
+	if detail, ok := malformed(links, none); ok {
+		dec.Reason, dec.Detail = CheckFailed, detail
+		return dec
+	}
+	if len(links) > 0 {
+		dec.Reason, dec.Detail = LinkedElsewhere, links[0].Repo
+		if links[0].Repo == dl.pol.repo {
+			dec.Reason = StillLinked
+		}
+		return dec
+	}
+	// The directory holds the data and, since no reverse link is left, at
+	// most empty reverse-link directories. The middleware leaves the
+	// blob's tombstone before it deletes, so a delete cut short never
+	// leaves a descriptor cache vouching for data that may be gone.
+	r, detail, err = dl.guardedDelete(ctx, h, func(ctx context.Context) error { return dl.c.driver.Delete(ctx, blobDir(b)) })
+	switch {
+	case r != reasonInvalid:
+		dec.Reason, dec.Detail = r, detail
+		return dec
+	case isNotFound(err):
+		dec.Reason, dec.Size = AlreadyGone, 0
+	case err != nil:
+		dec.Reason, dec.Detail = DeleteFailed, err.Error()
+		return dec
+	}
+	dl.evict(ctx, b, rep)
+	return dec
+}
+
+func (dl *deleter) evict(ctx context.Context, b digest.Digest, rep *Report) {
+	if dl.c.evictor == nil {
+		return
+	}
+	if err := dl.c.evictor.Evict(ctx, b); err != nil {
+		rep.Errors = append(rep.Errors, Decision{Kind: KindBlob, Digest: b, Reason: CheckFailed, Detail: fmt.Sprintf("evict descriptor cache: %v", err)})
+	}
+}

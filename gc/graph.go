@@ -1,0 +1,234 @@
+package gc
+
+import (
+	"sort"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// marking is the mark phase: the closure of kept manifests over index
+// children and referrers.
+type marking struct {
+	s           *snapshot
+	kept        map[digest.Digest]Decision
+	referrersOf map[digest.Digest][]digest.Digest // subject -> referrers
+	unknownKept bool
+}
+
+func newMarking(s *snapshot) *marking {
+	m := &marking{s: s, kept: map[digest.Digest]Decision{}, referrersOf: map[digest.Digest][]digest.Digest{}}
+	for _, d := range sortedDigests(s.revisions) {
+		if sub := s.revisions[d].subject; sub != "" {
+			m.referrersOf[sub] = append(m.referrersOf[sub], d)
+		}
+	}
+	return m
+}
+
+// markRoots keeps what no fact can change: every tag ("sha256-<hex>"
+// referrers fallback tags included) and every manifest of an unknown media
+// type, with everything they keep. An unknown manifest's references are
+// unknown, so it could reference any other manifest of the repository:
+// then all of them are kept.
+func markRoots(s *snapshot) *marking {
+	mk := newMarking(s)
+	tagsOf := map[digest.Digest][]string{}
+	for tag, d := range s.tags {
+		tagsOf[d] = append(tagsOf[d], tag)
+	}
+	for _, d := range sortedDigests(tagsOf) {
+		sort.Strings(tagsOf[d])
+		mk.keep(d, Tagged, "tag "+tagsOf[d][0])
+	}
+	for _, d := range sortedDigests(s.revisions) {
+		if !s.revisions[d].known {
+			mk.keep(d, UnknownMediaType, s.revisions[d].mediaType)
+		}
+	}
+	if mk.unknownKept {
+		for _, d := range sortedDigests(s.revisions) {
+			mk.keep(d, UnknownManifestKept, "")
+		}
+	}
+	return mk
+}
+
+// keep marks d kept for r and, transitively, everything d keeps: the
+// children of an index and the referrers of any kept manifest.
+func (m *marking) keep(d digest.Digest, r Reason, detail string) {
+	if !m.add(d, Decision{Kind: KindManifest, Digest: d, Reason: r, Detail: detail}) {
+		return
+	}
+	queue := []digest.Digest{d}
+	for len(queue) > 0 {
+		cur := queue[0]
+		queue = queue[1:]
+		info := m.s.revisions[cur]
+		if !info.known {
+			m.unknownKept = true
+		}
+		keptBy := Decision{Kind: KindManifest, Detail: "kept by " + cur.String()}
+		for _, c := range info.refs {
+			if keptBy.Digest, keptBy.Reason = c, IndexChild; m.add(c, keptBy) {
+				queue = append(queue, c)
+			}
+		}
+		for _, ref := range m.referrersOf[cur] {
+			if keptBy.Digest, keptBy.Reason = ref, Referrer; m.add(ref, keptBy) {
+				queue = append(queue, ref)
+			}
+		}
+	}
+}
+
+// add records dec for a manifest of the snapshot not kept yet.
+func (m *marking) add(d digest.Digest, dec Decision) bool {
+	if _, ok := m.kept[d]; ok {
+		return false
+	}
+	if _, ok := m.s.revisions[d]; !ok {
+		return false
+	}
+	m.kept[d] = dec
+	return true
+}
+
+// unkept lists the manifests not kept, sorted.
+func (m *marking) unkept() []digest.Digest {
+	var out []digest.Digest
+	for _, d := range sortedDigests(m.s.revisions) {
+		if _, ok := m.kept[d]; !ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// referenced returns every digest the kept manifests reference, their own
+// digests included, and whether any of them has an unknown media type.
+func (m *marking) referenced() (map[digest.Digest]bool, bool) {
+	keptSet := map[digest.Digest]bool{}
+	for d := range m.kept {
+		keptSet[d] = true
+	}
+	return referencedBy(m.s, keptSet)
+}
+
+// referencedBy returns every digest the given manifests reference, their own
+// digests included, and whether any of them has an unknown media type.
+func referencedBy(s *snapshot, manifests map[digest.Digest]bool) (map[digest.Digest]bool, bool) {
+	out := map[digest.Digest]bool{}
+	unknown := false
+	for d := range manifests {
+		info := s.revisions[d]
+		if info == nil {
+			continue
+		}
+		out[d] = true
+		if !info.known {
+			unknown = true
+		}
+		for _, r := range info.refs {
+			out[r] = true
+		}
+	}
+	return out, unknown
+}
+
+// keepers returns, for each manifest, the manifests whose survival keeps it:
+// the indexes that list it and the subject it refers to. Only manifests of
+// the snapshot count.
+func keepers(s *snapshot) map[digest.Digest][]digest.Digest {
+	out := map[digest.Digest][]digest.Digest{}
+	for _, d := range sortedDigests(s.revisions) {
+		for _, c := range uniq(s.revisions[d].refs) {
+			if _, ok := s.revisions[c]; ok && c != d {
+				out[c] = append(out[c], d)
+			}
+		}
+		if sub := s.revisions[d].subject; sub != "" && sub != d {
+			if _, ok := s.revisions[sub]; ok {
+				out[d] = append(out[d], sub)
+			}
+		}
+	}
+	return out
+}
+
+// parentsFirst orders manifests so that an index comes before its children
+// and a subject before its referrers: if the first survives the sweep
+// (accessed at the last moment), the others are then still there to be kept.
+func parentsFirst(s *snapshot, ds []digest.Digest) []digest.Digest {
+	in := setOf(ds)
+	keptBy := keepers(s)
+	children := map[digest.Digest][]digest.Digest{}
+	indeg := map[digest.Digest]int{}
+	for _, d := range ds {
+		for _, p := range keptBy[d] {
+			if in[p] {
+				children[p] = append(children[p], d)
+				indeg[d]++
+			}
+		}
+	}
+	var out, ready []digest.Digest
+	for _, d := range ds {
+		if indeg[d] == 0 {
+			ready = append(ready, d)
+		}
+	}
+	for len(ready) > 0 {
+		d := ready[0]
+		ready = ready[1:]
+		out = append(out, d)
+		for _, c := range children[d] {
+			if indeg[c]--; indeg[c] == 0 {
+				ready = append(ready, c)
+			}
+		}
+	}
+	if len(out) != len(ds) {
+		// Impossible with content addressing (a cycle needs a hash
+		// collision); keep the rest last rather than lose them.
+		seen := setOf(out)
+		for _, d := range ds {
+			if !seen[d] {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
+
+func setOf(ds ...[]digest.Digest) map[digest.Digest]bool {
+	m := map[digest.Digest]bool{}
+	for _, l := range ds {
+		for _, d := range l {
+			m[d] = true
+		}
+	}
+	return m
+}
+
+func uniq(ds []digest.Digest) []digest.Digest {
+	seen := map[digest.Digest]bool{}
+	var out []digest.Digest
+	for _, d := range ds {
+		if !seen[d] {
+			seen[d] = true
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func unionSorted(a, b []digest.Digest) []digest.Digest { return sortedDigests(setOf(a, b)) }
+
+func sortedDigests[V any](m map[digest.Digest]V) []digest.Digest {
+	out := make([]digest.Digest, 0, len(m))
+	for d := range m {
+		out = append(out, d)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}

@@ -1,0 +1,91 @@
+package gc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/distribution/distribution/v3"
+	"github.com/distribution/distribution/v3/manifest/manifestlist"
+	_ "github.com/distribution/distribution/v3/manifest/ocischema" // registers the OCI manifest and index
+	"github.com/distribution/distribution/v3/manifest/schema2"
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+	"github.com/opencontainers/go-digest"
+	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// knownMediaTypes are the manifest types Distribution accepts on push. The
+// schema packages imported above register their unmarshal functions with
+// distribution.UnmarshalManifest in init.
+var knownMediaTypes = map[string]bool{
+	schema2.MediaTypeManifest:          true,
+	v1.MediaTypeImageManifest:          true,
+	manifestlist.MediaTypeManifestList: true,
+	v1.MediaTypeImageIndex:             true,
+}
+
+// manifestInfo is one manifest revision as the collector sees it.
+type manifestInfo struct {
+	digest    digest.Digest
+	mediaType string
+	known     bool            // parsed by a registered handler
+	refs      []digest.Digest // config and layers, or an index's children
+	subject   digest.Digest   // OCI subject, "" when none
+	size      int64
+}
+
+// readManifest reads and parses one revision. Unknown media types are not an
+// error (the manifest is kept); anything unreadable or unparsable is.
+func readManifest(ctx context.Context, d storagedriver.StorageDriver, m *manifestInfo) error {
+	b, err := d.GetContent(ctx, blobDataPath(m.digest))
+	if err != nil {
+		return abort(AbortManifestUnreadable, fmt.Errorf("read manifest %s: %w", m.digest, err))
+	}
+	if m.digest.Algorithm().FromBytes(b) != m.digest {
+		return abort(AbortManifestUnreadable, fmt.Errorf("manifest %s: content does not match its digest", m.digest))
+	}
+	m.size = int64(len(b))
+	return parseManifest(m, b)
+}
+
+func parseManifest(m *manifestInfo, b []byte) error {
+	var v struct {
+		SchemaVersion int              `json:"schemaVersion"`
+		MediaType     string           `json:"mediaType"`
+		Subject       *v1.Descriptor   `json:"subject"`
+		Manifests     *json.RawMessage `json:"manifests"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return abort(AbortManifestUnreadable, fmt.Errorf("manifest %s: %w", m.digest, err))
+	}
+	mt := v.MediaType
+	if v.SchemaVersion == 2 && mt == "" {
+		// OCI allows the media type to be absent; decide as Distribution does.
+		mt = v1.MediaTypeImageManifest
+		if v.Manifests != nil {
+			mt = v1.MediaTypeImageIndex
+		}
+	}
+	m.mediaType = mt
+	if !knownMediaTypes[mt] || v.SchemaVersion != 2 {
+		return nil // unknown: kept and reported, never guessed at
+	}
+	parsed, _, err := distribution.UnmarshalManifest(mt, b)
+	if err != nil {
+		return abort(AbortManifestUnreadable, fmt.Errorf("manifest %s: %w", m.digest, err))
+	}
+	m.known = true
+	for _, r := range parsed.References() {
+		if r.Digest.Validate() != nil {
+			return abort(AbortManifestUnreadable, fmt.Errorf("manifest %s: invalid reference %q", m.digest, r.Digest))
+		}
+		m.refs = append(m.refs, r.Digest)
+	}
+	if v.Subject != nil {
+		if v.Subject.Digest.Validate() != nil {
+			return abort(AbortManifestUnreadable, fmt.Errorf("manifest %s: invalid subject %q", m.digest, v.Subject.Digest))
+		}
+		m.subject = v.Subject.Digest
+	}
+	return nil
+}

@@ -1,0 +1,41 @@
+package gc
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// goldenReport fills every field of a report the way a run does.
+func goldenReport(status RunStatus) *Report {
+	rep := newReport("r1", "team/app", false, time.Hour, t0)
+	la := t0.Add(-2 * time.Hour)
+	rep.add(Decision{Kind: KindManifest, Digest: digest.FromString("m"), Reason: Tagged, Size: 7, Detail: "tag v1"})
+	rep.add(Decision{Kind: KindLayerLink, Digest: digest.FromString("l"), Reason: Unreferenced, LastAccess: &la})
+	rep.add(Decision{Kind: KindBlob, Digest: digest.FromString("l"), Reason: Unreferenced, Size: 42})
+	rep.add(Decision{Kind: KindBlob, Digest: digest.FromString("b"), Reason: DeleteFailed, Detail: "boom"})
+	rep.Changed = []Decision{{Kind: KindManifest, Digest: digest.FromString("m"), Reason: Tagged}}
+	rep.PlanID, rep.Abort, rep.FinishedAt = "p1", "redis_evicts", t0.Add(time.Second)
+	rep.Timings = Timings{SnapshotMS: 1, PlanMS: 2, SweepMS: 3, TotalMS: 6}
+	rep.Status = status
+	return rep
+}
+
+// reportGolden is the JSON of goldenReport, %s standing for the status.
+const reportGolden = `{"run_id":"r1","repository":"team/app","dry_run":false,"plan_id":"p1","status":"%s","abort_reason":"redis_evicts","started_at":"2026-01-01T00:00:00Z","finished_at":"2026-01-01T00:00:01Z","window_seconds":3600,"manifests_deleted":[],"layers_unlinked":["sha256:acac86c0e609ca906f632b0e2dacccb2b77d22b0621f20ebece1a4835b93f6f0"],"blobs_deleted":["sha256:acac86c0e609ca906f632b0e2dacccb2b77d22b0621f20ebece1a4835b93f6f0"],"bytes_freed":42,"kept":[{"kind":"manifest","digest":"sha256:62c66a7a5dd70c3146618063c344e531e6d4b59e379808443ce962b3abd63c5a","reason":"tagged","size":7,"detail":"tag v1","message":"a tag points at this manifest"},{"kind":"blob","digest":"sha256:3e23e8160039594a33894f6564e1b1348bbd7a0088d42c4acb73eeaed59c009d","reason":"delete_failed","detail":"boom","message":"the delete failed; kept"}],"changed":[{"kind":"manifest","digest":"sha256:62c66a7a5dd70c3146618063c344e531e6d4b59e379808443ce962b3abd63c5a","reason":"tagged","message":"a tag points at this manifest"}],"errors":[{"kind":"blob","digest":"sha256:3e23e8160039594a33894f6564e1b1348bbd7a0088d42c4acb73eeaed59c009d","reason":"delete_failed","detail":"boom","message":"the delete failed; kept"}],"timings":{"snapshot_ms":1,"plan_ms":2,"sweep_ms":3,"total_ms":6}}`
+
+// The report's JSON is an API: these bytes must not change.
+func TestReportJSONIsStable(t *testing.T) {
+	for _, status := range []RunStatus{StatusRunning, StatusDone, StatusAborted, StatusFailed} {
+		b, err := json.Marshal(goldenReport(status))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf(reportGolden, status); string(b) != want {
+			t.Errorf("status %s:\n got %s\nwant %s", status, b, want)
+		}
+	}
+}

@@ -1,0 +1,162 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// A repository that cannot be read is not collected: the run aborts and
+// deletes nothing (the preconditions are in preconditions_test.go).
+func TestAbortsDeleteNothing(t *testing.T) {
+	for name, tc := range map[string]struct {
+		setup func(*fixture)
+		want  AbortReason
+	}{
+		"unparsable manifest": {func(f *fixture) { f.rawManifest("x", []byte(`{"schemaVersion":2,`)) }, AbortManifestUnreadable},
+		"invalid manifest": {func(f *fixture) {
+			f.rawManifest("x", []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":"nope"}`))
+		}, AbortManifestUnreadable},
+		"manifest blob missing": {func(f *fixture) {
+			d := digest.FromString("missing")
+			f.put(revisionDir("x", d)+"/link", []byte(d))
+		}, AbortManifestUnreadable},
+		"unreadable tag": {func(f *fixture) { f.put(tagCurrentPath("x", "bad"), []byte("not a digest")) }, AbortStorageUnreadable},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			f.image("x", nil, "a")
+			f.layer("x", "dangling")
+			tc.setup(f)
+			f.checkAborts("x", tc.want)
+		})
+	}
+}
+
+// checkAborts runs a dry run and a real run of repo, and checks that both
+// abort for want, are stored as aborted, change nothing and leave no lock.
+func (f *fixture) checkAborts(repo string, want AbortReason) {
+	t := f.t
+	t.Helper()
+	before := f.tree()
+	for _, dry := range []bool{true, false} {
+		rep, err := f.c.Collect(context.Background(), repo, RunOptions{DryRun: dry})
+		var ae *AbortError
+		if !errors.As(err, &ae) || ae.Reason != want || !errors.Is(err, ErrAborted) {
+			t.Fatalf("dry=%v: err %v, want abort %s", dry, err, want)
+		}
+		if rep == nil || rep.Status != "aborted" || rep.Abort != string(want) {
+			t.Fatalf("report %+v", rep)
+		}
+		if stored, ok := f.c.Run(rep.RunID); !ok || stored.Status != "aborted" {
+			t.Fatal("aborted run not stored")
+		}
+	}
+	if f.tree() != before {
+		t.Fatal("an aborted run changed storage")
+	}
+	if len(f.tr.locks) != 0 {
+		t.Fatal("lock not released")
+	}
+}
+
+func TestPlanThenApply(t *testing.T) {
+	f := newFixture(t)
+	a := f.image("p", nil, "a")
+	b := f.image("p", nil, "b")
+	ctx := context.Background()
+	plan, prev, err := f.c.Preview(ctx, "p", RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Manifests) != 2 || prev.PlanID != plan.ID || !prev.DryRun {
+		t.Fatalf("plan %+v", plan)
+	}
+	// After the plan: b gets tagged, and a new orphan layer appears.
+	f.tag("p", "keep", b.Digest)
+	orphan := f.layer("p", "new-orphan")
+	rep, err := f.c.Collect(ctx, "p", RunOptions{PlanID: plan.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !has(rep.ManifestsDeleted, a.Digest) || has(rep.ManifestsDeleted, b.Digest) {
+		t.Fatalf("%s", summary(rep))
+	}
+	if reasonOf(rep, KindLayerLink, orphan.Digest) != NotInPlan {
+		t.Fatalf("orphan: %s", reasonOf(rep, KindLayerLink, orphan.Digest))
+	}
+	changed := map[digest.Digest]bool{}
+	for _, d := range rep.Changed {
+		changed[d.Digest] = true
+	}
+	if !changed[b.Digest] || len(rep.Changed) != 5 { // b, its 2 links, its 2 blobs... and manifest blob
+		t.Logf("changed: %+v", rep.Changed)
+	}
+	if !changed[b.Digest] {
+		t.Fatal("b not reported as changed")
+	}
+	if _, err := f.c.Collect(ctx, "other", RunOptions{PlanID: plan.ID}); !errors.Is(err, ErrPlanRepository) {
+		t.Fatalf("plan for another repo: %v", err)
+	}
+	if _, err := f.c.Collect(ctx, "p", RunOptions{PlanID: "nope"}); !errors.Is(err, ErrPlanNotFound) {
+		t.Fatalf("unknown plan: %v", err)
+	}
+}
+
+func TestRequestErrors(t *testing.T) {
+	f := newFixture(t)
+	f.image("busy", nil, "l")
+	ctx := context.Background()
+	for _, name := range []string{"", "UPPER", "a//b", "_x", "a/", "x:tag"} {
+		if _, err := f.c.Collect(ctx, name, RunOptions{}); !errors.Is(err, ErrInvalidName) {
+			t.Errorf("%q: %v", name, err)
+		}
+	}
+	if _, err := f.c.Collect(ctx, "nothing/here", RunOptions{}); !errors.Is(err, ErrRepositoryNotFound) {
+		t.Errorf("unknown repo: %v", err)
+	}
+	_, unlock, _ := f.tr.LockRepository(ctx, "busy", time.Minute)
+	if _, err := f.c.Collect(ctx, "busy", RunOptions{}); !errors.Is(err, ErrRepositoryBusy) {
+		t.Errorf("busy: %v", err)
+	}
+	if _, err := f.c.Collect(ctx, "busy", RunOptions{DryRun: true}); err != nil {
+		t.Errorf("a dry run needs no lock: %v", err)
+	}
+	unlock()
+}
+
+func TestStartRunsInBackground(t *testing.T) {
+	f := newFixture(t)
+	f.layer("bg", "x")
+	// The run stores its report, then gives its lock back.
+	finished := make(chan string, 1)
+	f.tr.onUnlock = func(repo string) { finished <- repo }
+	id, err := f.c.Start(context.Background(), "bg", RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, finished, "the background run")
+	r, ok := f.c.Run(id)
+	if !ok || r.Status != "done" {
+		t.Fatalf("background run not stored as done: %+v", r)
+	}
+	if len(r.LayersUnlinked) != 1 {
+		t.Fatalf("%s", summary(r))
+	}
+}
+
+func TestPlanExpires(t *testing.T) {
+	f := newFixture(t)
+	f.image("e", nil, "l")
+	plan, _, err := f.c.Preview(context.Background(), "e", RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.tr.now = f.tr.now.Add(DefaultPlanTTL + time.Minute)
+	if _, err := f.c.Collect(context.Background(), "e", RunOptions{PlanID: plan.ID}); !errors.Is(err, ErrPlanNotFound) {
+		t.Fatalf("expired plan: %v", err)
+	}
+}

@@ -1,0 +1,118 @@
+package gc
+
+import (
+	"context"
+	"testing"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// A client racing the sweep: between the plan and the fence.
+
+// atFence runs do when the sweep is about to fence o.
+func (f *fixture) atFence(o Object, do func()) {
+	f.tr.onFence = func(got Object) {
+		if got == o {
+			do()
+		}
+	}
+}
+
+// run is one real run of repo (no dry run first: the race is in the sweep).
+func (f *fixture) run(repo string) *Report {
+	f.t.Helper()
+	rep, err := f.c.Collect(context.Background(), repo, RunOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return rep
+}
+
+func TestAccessAtTheLastMomentWinsOverTheSweep(t *testing.T) {
+	f := newFixture(t)
+	ix := f.index("race", f.image("race", nil, "child-layer"))
+	// A client pulls the index by digest after the plan, just before GC
+	// fences it: the index and (through it) its child must survive.
+	o := Object{Blob: ix.Digest, Repo: "race", Kind: LinkManifest}
+	f.atFence(o, func() { f.tr.touch(o) })
+	rep := f.run("race")
+	if len(rep.ManifestsDeleted) != 0 || len(rep.LayersUnlinked) != 0 || len(rep.BlobsDeleted) != 0 {
+		t.Fatalf("%s", summary(rep))
+	}
+	if reasonOf(rep, KindManifest, ix.Digest) != RecentlyAccessed {
+		t.Fatalf("index: %s", reasonOf(rep, KindManifest, ix.Digest))
+	}
+	checkOneDecisionEach(t, rep)
+}
+
+func TestRelinkUnderTheFenceKeepsBlob(t *testing.T) {
+	f := newFixture(t)
+	l := f.layer("src", "mounted")
+	// Another repository mounts the blob after the plan and before the
+	// blob's fence (the mount touched the blob... but say the record was
+	// lost): the re-list under the fence must see the new link.
+	f.atFence(Object{Blob: l.Digest}, func() { f.put(layerLinkDir("dst", l.Digest)+"/link", []byte(l.Digest)) })
+	rep := f.run("src")
+	if reasonOf(rep, KindBlob, l.Digest) != LinkedElsewhere || !f.exists(blobDataPath(l.Digest)) {
+		t.Fatalf("%s", summary(rep))
+	}
+}
+
+func TestTaggedAfterPlanIsKept(t *testing.T) {
+	f := newFixture(t)
+	img := f.image("t", nil, "l")
+	f.atFence(Object{Blob: img.Digest, Repo: "t", Kind: LinkManifest}, func() { f.tag("t", "late", img.Digest) })
+	rep := f.run("t")
+	if reasonOf(rep, KindManifest, img.Digest) != Tagged || len(rep.LayersUnlinked) != 0 {
+		t.Fatalf("%s", summary(rep))
+	}
+}
+
+func TestReferrerKeptWhenItsSubjectSurvivesTheSweep(t *testing.T) {
+	f := newFixture(t)
+	subject := f.image("s", nil, "subject-layer")
+	sig := f.image("s", &subject, "signature")
+	// The subject is pulled by digest between the plan and its fence.
+	o := Object{Blob: subject.Digest, Repo: "s", Kind: LinkManifest}
+	f.atFence(o, func() { f.tr.touch(o) })
+	rep := f.run("s")
+	if reasonOf(rep, KindManifest, subject.Digest) != RecentlyAccessed || reasonOf(rep, KindManifest, sig.Digest) != Referrer {
+		t.Fatalf("%s", summary(rep))
+	}
+	if len(rep.LayersUnlinked) != 0 || len(rep.BlobsDeleted) != 0 {
+		t.Fatalf("%s", summary(rep))
+	}
+	checkOneDecisionEach(t, rep)
+}
+
+// A fence that expires between being taken and the delete it guards (a
+// slow storage, a paused process) may have let a writer through: nothing it
+// guarded is deleted, and the report says why.
+func TestExpiredFenceDeletesNothing(t *testing.T) {
+	f := newFixture(t)
+	img := f.image("r", nil, "only-here") // untagged
+	stray := f.layer("r", "stray")        // a layer link no manifest references
+	before := f.tree()
+	if _, err := f.c.Collect(context.Background(), "r", RunOptions{DryRun: true}); err != nil {
+		t.Fatal(err)
+	}
+	if f.tree() != before {
+		t.Fatal("dry run changed storage")
+	}
+	f.tr.expire = func(Object) bool { return true }
+	rep := f.run("r")
+	if got := reasonOf(rep, KindManifest, img.Digest); got != FenceLost {
+		t.Fatalf("manifest reason %v, want %v\n%s", got, FenceLost, summary(rep))
+	}
+	// The manifest survives, so its layers are still referenced; the stray
+	// link goes through its own fence, which expires too.
+	if got := reasonOf(rep, KindLayerLink, digest.FromString("only-here")); got != Referenced {
+		t.Fatalf("layer link reason %v, want %v\n%s", got, Referenced, summary(rep))
+	}
+	if got := reasonOf(rep, KindLayerLink, stray.Digest); got != FenceLost {
+		t.Fatalf("layer link reason %v, want %v\n%s", got, FenceLost, summary(rep))
+	}
+	if f.tree() != before {
+		t.Fatalf("storage changed under expired fences\n%s", summary(rep))
+	}
+}
