@@ -16,7 +16,6 @@ import (
 type gcStatus struct {
 	Reclaimer struct {
 		Enabled        bool             `json:"enabled"`
-		Ticks          int64            `json:"ticks"`
 		Reviewed       int64            `json:"reviewed"`
 		Deleted        int64            `json:"deleted"`
 		BytesFreed     int64            `json:"bytes_freed"`

@@ -160,46 +160,26 @@ func finalPass(ctx context.Context, t *testing.T, c *cluster, repos []string) {
 			}
 		}
 	}
-	c.waitOutWindow(ctx, t)
-	c.drainReclaimers(ctx, t)
+	c.drainQueue(ctx, t)
 }
 
-// drainReclaimers waits (30 seconds at most) until no instance has a due
-// blob queued, then until every instance has finished two more ticks: the
-// one that may hold the last due blobs, and one after it.
-func (c *cluster) drainReclaimers(ctx context.Context, t *testing.T) {
+// drainQueue waits until the review queue is empty: every queued blob was
+// reviewed, and deleted or dropped, by some instance's reclaimer. A blob
+// queued by the last collects is due a window later, one whose review
+// failed comes back after its lease: a queue with nothing due is not yet
+// drained.
+func (c *cluster) drainQueue(ctx context.Context, t *testing.T) {
 	t.Helper()
-	if !poll(ctx, reclaimInterval, 30*time.Second, func() bool { due, _ := c.reclaimers(ctx); return due == 0 }) {
-		t.Logf("reclaimers still have due blobs after 30s")
-	}
-	_, before := c.reclaimers(ctx)
-	ticked := poll(ctx, reclaimInterval/3, 30*time.Second, func() bool {
-		_, now := c.reclaimers(ctx)
-		for i, n := range before {
-			if n >= 0 && now[i] < n+2 {
-				return false
-			}
-		}
-		return true
+	q := tracker.NewQueue(c.tracker.Client(), c.prefix, 0)
+	var queued int64
+	drained := poll(ctx, reclaimInterval, window+30*time.Second, func() bool {
+		n, _, err := q.Len(ctx)
+		queued = n
+		return err == nil && n == 0
 	})
-	if !ticked {
-		t.Logf("reclaimers did not tick twice in 30s after the queue drained")
+	if !drained {
+		t.Logf("%d blobs still queued for review %v after the final collects", queued, window+30*time.Second)
 	}
-}
-
-// reclaimers reads every instance's status: the most due blobs any has
-// queued, and each one's ticks (-1 where the status is unreadable).
-func (c *cluster) reclaimers(ctx context.Context) (due int64, ticks []int64) {
-	for _, r := range c.regs {
-		st, err := status(ctx, r)
-		if err != nil {
-			ticks = append(ticks, -1)
-			continue
-		}
-		due = max(due, st.Reclaimer.Due)
-		ticks = append(ticks, st.Reclaimer.Ticks)
-	}
-	return due, ticks
 }
 
 // sweepEnqueue runs `registry gc sweep --enqueue <config>`: the slow path
