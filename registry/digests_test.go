@@ -126,32 +126,55 @@ func TestSha512LinksRefused(t *testing.T) {
 	t.Parallel()
 	r := registrytest.Start(t, registrytest.WithStorageMiddleware("reclaim", reclaimOptions(t, time.Hour, "")))
 	img := registrytest.PushImage(t, r, "sha/app:v1", 1)
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	layer, err := layers[0].Compressed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	content, err := io.ReadAll(layer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := img.RawManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mt, err := img.MediaType()
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := manifestOf(t, img)
 	blob := []byte("a blob pushed with a sha512 digest")
 	before := storedFiles(t, r.Root)
 
-	// Upload commit: POST, PATCH, then PUT ?digest=sha512.
+	upload := refuseSha512Writes(t, r, blob, firstLayer(t, img), m)
+
+	if after := storedFiles(t, r.Root); after != before {
+		t.Fatalf("refused requests changed the storage:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if strings.Contains(before, "/sha512/") {
+		t.Fatalf("a sha512 path in storage:\n%s", before)
+	}
+
+	// sha256 still works, on the very upload that was refused.
+	status, _, body := send(t, r, http.MethodPut, withParam(upload, "digest", sha256Of(blob)), nil, nil)
+	if status != http.StatusCreated {
+		t.Fatalf("commit with sha256 after the refusal: status %d: %s", status, body)
+	}
+	h, err := ggcrv1.NewHash(sha256Of(blob))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := registrytest.BlobStatus(t, r, "sha/app", h); got != http.StatusOK {
+		t.Fatalf("HEAD of the sha256 blob: %d", got)
+	}
+	registrytest.MountBlob(t, r, "sha/app", "sha/other", h)
+	status, _, body = send(t, r, http.MethodPut, "/v2/sha/app/manifests/"+m.Descriptor(t).Digest.String(), m.header(), m.Bytes)
+	if status != http.StatusCreated {
+		t.Fatalf("manifest PUT by sha256 digest: status %d: %s", status, body)
+	}
+	// Reads by sha512 are left to Distribution: a 404, not the refusal.
+	resp := r.Do(t, http.MethodHead, "/v2/sha/app/blobs/"+sha512Of(blob), nil)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("HEAD by sha512: status %d, want 404 from Distribution", resp.StatusCode)
+	}
+	registrytest.AssertPullable(t, r, "sha/app:v1")
+}
+
+// refuseSha512Writes sends every write by a sha512 digest to sha/app and
+// checks each is refused: an upload commit of blob (POST, PATCH, PUT
+// ?digest=sha512), a monolithic PUT and POST of content, a mount of
+// content, and a PUT of the manifest m by sha512 reference. It returns the
+// refused upload's path, still open.
+func refuseSha512Writes(t *testing.T, r *registrytest.Registry, blob, content []byte, m manifest) string {
+	t.Helper()
+	octets := http.Header{"Content-Type": {"application/octet-stream"}}
 	upload := startUpload(t, r, "sha/app")
-	status, loc, body := send(t, r, http.MethodPatch, upload, http.Header{"Content-Type": {"application/octet-stream"}}, blob)
+	status, loc, body := send(t, r, http.MethodPatch, upload, octets, blob)
 	if status != http.StatusAccepted {
 		t.Fatalf("PATCH: status %d: %s", status, body)
 	}
@@ -163,56 +186,59 @@ func TestSha512LinksRefused(t *testing.T) {
 	status, _, body = send(t, r, http.MethodPut, withParam(upload, "digest", sha512Of(blob)), nil, nil)
 	wantDigestRefused(t, "upload commit", status, body)
 
-	// Monolithic: PUT with the body and the sha512 digest, and POST ?digest=.
-	status, _, body = send(t, r, http.MethodPut, withParam(startUpload(t, r, "sha/app"), "digest", sha512Of(content)),
-		http.Header{"Content-Type": {"application/octet-stream"}}, content)
-	wantDigestRefused(t, "monolithic PUT", status, body)
-	status, _, body = send(t, r, http.MethodPost, withParam("/v2/sha/app/blobs/uploads/", "digest", sha512Of(content)),
-		http.Header{"Content-Type": {"application/octet-stream"}}, content)
-	wantDigestRefused(t, "monolithic POST", status, body)
-
-	// Cross-repository mount by a sha512 digest.
+	for _, c := range []struct{ what, method, path string }{
+		{"monolithic PUT", http.MethodPut, withParam(startUpload(t, r, "sha/app"), "digest", sha512Of(content))},
+		{"monolithic POST", http.MethodPost, withParam("/v2/sha/app/blobs/uploads/", "digest", sha512Of(content))},
+	} {
+		status, _, body = send(t, r, c.method, c.path, octets, content)
+		wantDigestRefused(t, c.what, status, body)
+	}
 	status, _, body = send(t, r, http.MethodPost, "/v2/sha/other/blobs/uploads/?mount="+url.QueryEscape(sha512Of(content))+"&from=sha/app", nil, nil)
 	wantDigestRefused(t, "mount", status, body)
 
 	// Manifest PUT by sha512 reference (with and without a tag parameter).
-	for _, path := range []string{"/v2/sha/app/manifests/" + sha512Of(raw), "/v2/sha/app/manifests/" + sha512Of(raw) + "?tag=v2"} {
-		status, _, body = send(t, r, http.MethodPut, path, http.Header{"Content-Type": {string(mt)}}, raw)
+	for _, path := range []string{"/v2/sha/app/manifests/" + sha512Of(m.Bytes), "/v2/sha/app/manifests/" + sha512Of(m.Bytes) + "?tag=v2"} {
+		status, _, body = send(t, r, http.MethodPut, path, m.header(), m.Bytes)
 		wantDigestRefused(t, "manifest PUT "+path, status, body)
 	}
+	return upload
+}
 
-	if after := storedFiles(t, r.Root); after != before {
-		t.Fatalf("refused requests changed the storage:\nbefore:\n%s\nafter:\n%s", before, after)
-	}
-	if strings.Contains(before, "/sha512/") {
-		t.Fatalf("a sha512 path in storage:\n%s", before)
-	}
+// manifest is an image's manifest as a client PUTs it.
+type manifest struct{ registrytest.RawManifest }
 
-	// sha256 still works, on the very upload that was refused.
-	status, _, body = send(t, r, http.MethodPut, withParam(upload, "digest", sha256Of(blob)), nil, nil)
-	if status != http.StatusCreated {
-		t.Fatalf("commit with sha256 after the refusal: status %d: %s", status, body)
-	}
-	h, err := ggcrv1.NewHash(sha256Of(blob))
+func (m manifest) header() http.Header { return http.Header{"Content-Type": {string(m.Type)}} }
+
+func manifestOf(t *testing.T, img ggcrv1.Image) manifest {
+	t.Helper()
+	raw, err := img.RawManifest()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := registrytest.BlobStatus(t, r, "sha/app", h); got != http.StatusOK {
-		t.Fatalf("HEAD of the sha256 blob: %d", got)
+	mt, err := img.MediaType()
+	if err != nil {
+		t.Fatal(err)
 	}
-	d := registrytest.Describe(t, img)
-	registrytest.MountBlob(t, r, "sha/app", "sha/other", h)
-	status, _, body = send(t, r, http.MethodPut, "/v2/sha/app/manifests/"+d.Digest.String(), http.Header{"Content-Type": {string(mt)}}, raw)
-	if status != http.StatusCreated {
-		t.Fatalf("manifest PUT by sha256 digest: status %d: %s", status, body)
+	return manifest{registrytest.RawManifest{Bytes: raw, Type: mt}}
+}
+
+// firstLayer is the compressed content of img's first layer.
+func firstLayer(t *testing.T, img ggcrv1.Image) []byte {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Reads by sha512 are left to Distribution: a 404, not the refusal.
-	resp := r.Do(t, http.MethodHead, "/v2/sha/app/blobs/"+sha512Of(blob), nil)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNotFound {
-		t.Fatalf("HEAD by sha512: status %d, want 404 from Distribution", resp.StatusCode)
+	rc, err := layers[0].Compressed()
+	if err != nil {
+		t.Fatal(err)
 	}
-	registrytest.AssertPullable(t, r, "sha/app:v1")
+	defer rc.Close()
+	content, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return content
 }
 
 // Without the reclaim middleware nothing changes: Distribution commits a

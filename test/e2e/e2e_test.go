@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -34,29 +35,9 @@ func servers(t *testing.T, f func(t *testing.T, r *registrytest.Registry)) {
 func TestClientWorkflow(t *testing.T) {
 	t.Parallel()
 	servers(t, func(t *testing.T, r *registrytest.Registry) {
-		// An image with several layers, by tag, pulled by tag and by digest.
-		img := registrytest.PushImage(t, r, "team/app:v1", 4)
+		img := pushAndTag(t, r)
 		imgDesc := registrytest.Describe(t, img)
-		if got := registrytest.AssertPullable(t, r, "team/app:v1"); got.Digest != imgDesc.Digest {
-			t.Fatalf("team/app:v1 is %s, pushed %s", got.Digest, imgDesc.Digest)
-		}
-		registrytest.AssertPullable(t, r, "team/app@"+imgDesc.Digest.String())
-
-		// A second tag on the same manifest.
-		registrytest.Tag(t, r, "team/app:v1", "stable")
-		if got := registrytest.AssertPullable(t, r, "team/app:stable"); got.Digest != imgDesc.Digest {
-			t.Fatalf("team/app:stable is %s, want %s", got.Digest, imgDesc.Digest)
-		}
-		assertTags(t, r, "team/app", "stable", "v1")
-
-		// An OCI index with two platforms.
-		idx := registrytest.PushIndex(t, r, "team/multi:1.0")
-		idxDesc := registrytest.Describe(t, idx)
-		if got := registrytest.AssertPullable(t, r, "team/multi:1.0"); got.Digest != idxDesc.Digest || got.MediaType != types.OCIImageIndex {
-			t.Fatalf("team/multi:1.0 is %s %s, want %s %s", got.MediaType, got.Digest, types.OCIImageIndex, idxDesc.Digest)
-		}
-		registrytest.AssertPullable(t, r, "team/multi@"+idxDesc.Digest.String())
-		assertPlatforms(t, r, "team/multi:1.0", "linux/amd64", "linux/arm64")
+		pushMultiPlatform(t, r)
 
 		// An artifact whose subject is the image, listed by the referrers API.
 		art := registrytest.PushArtifact(t, r, "team/app", imgDesc)
@@ -64,61 +45,112 @@ func TestClientWorkflow(t *testing.T) {
 		assertSubject(t, r, "team/app@"+art.Digest.String(), imgDesc.Digest)
 		assertReferrers(t, r, "team/app", imgDesc.Digest, art.Digest)
 
-		// Cross-repository mount of every blob of the image: each must answer
-		// 201 (mounted), not 202 (a fallback upload), and then the manifest
-		// can be pushed into the new repository without uploading anything.
-		layers, err := img.Layers()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfgDigest, err := img.ConfigName()
-		if err != nil {
-			t.Fatal(err)
-		}
-		blobs := []v1.Hash{cfgDigest}
-		for _, l := range layers {
-			d, err := l.Digest()
-			if err != nil {
-				t.Fatal(err)
-			}
-			blobs = append(blobs, d)
-		}
-		for _, d := range blobs {
-			if got := registrytest.BlobStatus(t, r, "other/app", d); got != http.StatusNotFound {
-				t.Fatalf("blob %s visible in other/app before the mount: status %d", d, got)
-			}
-			registrytest.MountBlob(t, r, "team/app", "other/app", d)
-		}
-		raw, err := img.RawManifest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		putManifest(t, r, "other/app:mounted", raw, imgDesc.MediaType)
-		registrytest.AssertPullable(t, r, "other/app:mounted")
-
-		// Tag delete: the tag goes, the manifest and its other tag stay.
-		if err := remote.Delete(r.Ref(t, "team/app:stable"), r.Remote(t)...); err != nil {
-			t.Fatalf("delete tag team/app:stable: %v", err)
-		}
-		if got := registrytest.ManifestStatus(t, r, "team/app:stable"); got != http.StatusNotFound {
-			t.Fatalf("team/app:stable after tag delete: status %d, want 404", got)
-		}
-		registrytest.AssertPullable(t, r, "team/app:v1")
-		assertTags(t, r, "team/app", "v1")
-
-		// Manifest delete: by digest, and the tags that pointed at it go too.
-		if err := remote.Delete(r.Ref(t, "team/app@"+imgDesc.Digest.String()), r.Remote(t)...); err != nil {
-			t.Fatalf("delete manifest %s: %v", imgDesc.Digest, err)
-		}
-		for _, ref := range []string{"team/app@" + imgDesc.Digest.String(), "team/app:v1"} {
-			if got := registrytest.ManifestStatus(t, r, ref); got != http.StatusNotFound {
-				t.Errorf("%s after manifest delete: status %d, want 404", ref, got)
-			}
-		}
+		mountImage(t, r, img, "team/app", "other/app:mounted")
+		deleteTagAndManifest(t, r, imgDesc)
 		// Other repositories are untouched.
 		registrytest.AssertPullable(t, r, "other/app:mounted")
 		registrytest.AssertPullable(t, r, "team/multi:1.0")
 	})
+}
+
+// pushAndTag pushes an image with several layers as team/app:v1, pulls it
+// by tag and by digest, and tags it stable as well.
+func pushAndTag(t *testing.T, r *registrytest.Registry) v1.Image {
+	t.Helper()
+	img := registrytest.PushImage(t, r, "team/app:v1", 4)
+	imgDesc := registrytest.Describe(t, img)
+	if got := registrytest.AssertPullable(t, r, "team/app:v1"); got.Digest != imgDesc.Digest {
+		t.Fatalf("team/app:v1 is %s, pushed %s", got.Digest, imgDesc.Digest)
+	}
+	registrytest.AssertPullable(t, r, "team/app@"+imgDesc.Digest.String())
+
+	// A second tag on the same manifest.
+	registrytest.Tag(t, r, "team/app:v1", "stable")
+	if got := registrytest.AssertPullable(t, r, "team/app:stable"); got.Digest != imgDesc.Digest {
+		t.Fatalf("team/app:stable is %s, want %s", got.Digest, imgDesc.Digest)
+	}
+	assertTags(t, r, "team/app", "stable", "v1")
+	return img
+}
+
+// pushMultiPlatform pushes an OCI index with two platforms as
+// team/multi:1.0 and pulls it by tag and by digest.
+func pushMultiPlatform(t *testing.T, r *registrytest.Registry) {
+	t.Helper()
+	idx := registrytest.PushIndex(t, r, "team/multi:1.0")
+	idxDesc := registrytest.Describe(t, idx)
+	if got := registrytest.AssertPullable(t, r, "team/multi:1.0"); got.Digest != idxDesc.Digest || got.MediaType != types.OCIImageIndex {
+		t.Fatalf("team/multi:1.0 is %s %s, want %s %s", got.MediaType, got.Digest, types.OCIImageIndex, idxDesc.Digest)
+	}
+	registrytest.AssertPullable(t, r, "team/multi@"+idxDesc.Digest.String())
+	assertPlatforms(t, r, "team/multi:1.0", "linux/amd64", "linux/arm64")
+}
+
+// mountImage mounts every blob of img from repository from into the
+// repository of ref: each must answer 201 (mounted), not 202 (a fallback
+// upload), and then the manifest can be pushed as ref without uploading
+// anything.
+func mountImage(t *testing.T, r *registrytest.Registry, img v1.Image, from, ref string) {
+	t.Helper()
+	to, _, _ := strings.Cut(ref, ":")
+	for _, d := range imageBlobs(t, img) {
+		if got := registrytest.BlobStatus(t, r, to, d); got != http.StatusNotFound {
+			t.Fatalf("blob %s visible in %s before the mount: status %d", d, to, got)
+		}
+		registrytest.MountBlob(t, r, from, to, d)
+	}
+	raw, err := img.RawManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	putManifest(t, r, ref, raw, registrytest.Describe(t, img).MediaType)
+	registrytest.AssertPullable(t, r, ref)
+}
+
+// imageBlobs lists img's config and layers.
+func imageBlobs(t *testing.T, img v1.Image) []v1.Hash {
+	t.Helper()
+	cfgDigest, err := img.ConfigName()
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	blobs := []v1.Hash{cfgDigest}
+	for _, l := range layers {
+		d, err := l.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		blobs = append(blobs, d)
+	}
+	return blobs
+}
+
+// deleteTagAndManifest deletes the tag team/app:stable (the manifest and
+// its other tag stay), then the manifest by digest (the tags that pointed
+// at it go too).
+func deleteTagAndManifest(t *testing.T, r *registrytest.Registry, img v1.Descriptor) {
+	t.Helper()
+	if err := remote.Delete(r.Ref(t, "team/app:stable"), r.Remote(t)...); err != nil {
+		t.Fatalf("delete tag team/app:stable: %v", err)
+	}
+	if got := registrytest.ManifestStatus(t, r, "team/app:stable"); got != http.StatusNotFound {
+		t.Fatalf("team/app:stable after tag delete: status %d, want 404", got)
+	}
+	registrytest.AssertPullable(t, r, "team/app:v1")
+	assertTags(t, r, "team/app", "v1")
+
+	if err := remote.Delete(r.Ref(t, "team/app@"+img.Digest.String()), r.Remote(t)...); err != nil {
+		t.Fatalf("delete manifest %s: %v", img.Digest, err)
+	}
+	for _, ref := range []string{"team/app@" + img.Digest.String(), "team/app:v1"} {
+		if got := registrytest.ManifestStatus(t, r, ref); got != http.StatusNotFound {
+			t.Errorf("%s after manifest delete: status %d, want 404", ref, got)
+		}
+	}
 }
 
 // A crash (SIGKILL) loses nothing that was acknowledged, and a restarted

@@ -16,9 +16,9 @@ behind.
 
 The package holds only tests:
 
-	go test ./soak/                              # short form (CI): one to two minutes
-	go test ./soak/ -run 'TestSoak$' -soak.duration=10m -timeout=40m   # long form
-	RECLAIM_SOAK_DURATION=10m go test ./soak/ -timeout=40m
+	go test ./test/soak/                         # short form (CI): one to two minutes
+	go test ./test/soak/ -run 'TestSoak$' -soak.duration=10m -timeout=40m   # long form
+	RECLAIM_SOAK_DURATION=10m go test ./test/soak/ -timeout=40m
 
 TestSoak needs a real Redis (RECLAIM_TEST_REDIS_ADDR; it uses a key prefix
 of its own) and runs, once per blob descriptor cache kind (subtests

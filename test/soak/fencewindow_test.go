@@ -2,8 +2,6 @@ package soak
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 	mrand "math/rand/v2"
 	"net/http"
 	"strings"
@@ -43,27 +41,71 @@ func init() {
 	})
 }
 
+// setHook makes h the "soakhook" middleware's hook (nil: none).
+func setHook(h func(ctx context.Context, method, path string)) {
+	hookMu.Lock()
+	hookBefore = h
+	hookMu.Unlock()
+}
+
+// windowRegistry is an in-process registry with the reclaim middleware
+// (window w) on a miniredis whose clock the test moves with skipWindow;
+// before are storage middlewares listed below reclaim.
+func windowRegistry(t *testing.T, w time.Duration, before ...registrytest.Option) (*registrytest.Registry, *miniredis.Miniredis, storagedriver.StorageDriver) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	root, raw := prepareStorage(t)
+	opts := append([]registrytest.Option{registrytest.WithRootDirectory(root)}, before...)
+	r := registrytest.Start(t, append(opts, registrytest.WithStorageMiddleware("reclaim", map[string]any{
+		"window": w.String(), "dedup": "10ms",
+		"redis": map[string]any{"addrs": []any{m.Addr()}},
+		"gc":    map[string]any{"enabled": true},
+	}))...)
+	return r, m, raw
+}
+
 // TestKeptIndexChildPullableDuringSweep is the index-child failure the soak
 // saw twice ("child_missing"): an untagged index nobody pulled for W is
 // planned for deletion with its children; a client pulls the index after the
 // plan and before the sweep, so the index's fence is refused and it is kept,
-// and with it its children. The sweep once fenced the whole batch (index and
-// children) before deciding the children, and a fenced manifest reads as
-// "unknown": a pull of a child of a kept index failed while the collector
-// held the child's fence. Now a child is fenced only after its parents are
-// deleted. The test pulls the child whenever the collector holds its fence.
+// and with it its children. A fenced manifest reads as "unknown", so a child
+// of a kept index must not be fenced before its parents are deleted: the
+// test pulls the child whenever the collector holds its fence.
 func TestKeptIndexChildPullableDuringSweep(t *testing.T) {
 	const w = time.Second
-	m := miniredis.RunT(t)
-	root, _ := prepareStorage(t)
-	r := registrytest.Start(t, registrytest.WithRootDirectory(root),
-		registrytest.WithStorageMiddleware("soakhook", nil),
-		registrytest.WithStorageMiddleware("reclaim", map[string]any{
-			"window": w.String(), "dedup": "10ms",
-			"redis": map[string]any{"addrs": []any{m.Addr()}},
-			"gc":    map[string]any{"enabled": true},
-		}))
+	r, m, _ := windowRegistry(t, w, registrytest.WithStorageMiddleware("soakhook", nil))
 	ctx := context.Background()
+	index, child := pushUntaggedIndex(ctx, t, r)
+	skipWindow(t, m, w) // nobody touched anything for W
+
+	p := &childProbe{r: r, m: m, index: index, child: child,
+		childFence: "reclaim:{" + child.String() + "}:f:m:fw/app"}
+	setHook(p.before)
+	t.Cleanup(func() { setHook(nil) })
+	rep, err := collectFull(ctx, r, "fw/app")
+	setHook(nil)
+	after := p.get(child)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil || rep.code != http.StatusOK || p.phase != 1 || p.indexCode != http.StatusOK {
+		t.Fatalf("interleaving not reached: phase %d, index pull %d; collect %v %+v", p.phase, p.indexCode, err, rep)
+	}
+	if len(rep.ManifestsDeleted) != 0 {
+		t.Fatalf("the index was pulled before its fence, yet manifests were deleted: %+v", rep)
+	}
+	if len(p.childBad) > 0 {
+		t.Errorf("pulls of child %s of a kept index answered %v while the collector fenced it (%d pulls)", child, p.childBad, p.childPulls)
+	}
+	if after != http.StatusOK {
+		t.Errorf("child %s of the kept index answers %d after the collect", child, after)
+	}
+}
+
+// pushUntaggedIndex pushes a two-platform index as fw/app:t and an image as
+// fw/app:other, then deletes the tag t. It returns the index and its first
+// child.
+func pushUntaggedIndex(ctx context.Context, t *testing.T, r *registrytest.Registry) (index, child v1.Hash) {
+	t.Helper()
 	wl, err := newWorkload(&cluster{regs: []*registrytest.Registry{r}}, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -85,94 +127,72 @@ func TestKeptIndexChildPullableDuringSweep(t *testing.T) {
 	if err := remote.Write(orf, other, remoteOpts(ctx, r)...); err != nil {
 		t.Fatal(err)
 	}
-	id, _ := idx.Digest()
-	ad, _ := a.Digest()
 	if code := del(ctx, r, "/v2/fw/app/manifests/t"); code != http.StatusAccepted {
 		t.Fatalf("untag: %d", code)
 	}
-	time.Sleep(w + 500*time.Millisecond) // nobody touched anything for W
+	index, _ = idx.Digest()
+	child, _ = a.Digest()
+	return index, child
+}
 
-	get := func(d v1.Hash) int {
-		req, _ := http.NewRequest(http.MethodGet, r.URL+"/v2/fw/app/manifests/"+d.String(), nil)
-		req.Header.Set("Accept", string(types.OCIImageIndex)+","+string(types.OCIManifestSchema1))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	childFence := "reclaim:{" + ad.String() + "}:f:m:fw/app"
-	var (
-		mu         sync.Mutex
-		phase      int
-		pulling    bool
-		indexCode  int
-		childPulls int
-		childBad   []int
-	)
-	hookMu.Lock()
-	hookBefore = func(_ context.Context, method, p string) {
-		mu.Lock()
-		switch {
-		case pulling:
-			// the hook's own pull: no recursion
-			mu.Unlock()
-			return
-		case phase == 0 && method == "Stat" && strings.HasSuffix(p, "/data"):
-			// the plan stats the blobs it would delete: the manifest
-			// decisions are made; a client pulls the index now
-			phase, pulling = 1, true
-			mu.Unlock()
-			code := get(id)
-			mu.Lock()
-			indexCode, pulling = code, false
-			mu.Unlock()
-			return
-		case phase == 1 && childPulls < 50 && m.Exists(childFence):
-			// the collector holds a fence on the child of the kept
-			// index: a client pulls the child now
-			pulling = true
-			childPulls++
-			mu.Unlock()
-			code := get(ad)
-			mu.Lock()
-			if code != http.StatusOK {
-				childBad = append(childBad, code)
-			}
-			pulling = false
-			mu.Unlock()
-			return
-		}
-		mu.Unlock()
-	}
-	hookMu.Unlock()
-	t.Cleanup(func() { hookMu.Lock(); hookBefore = nil; hookMu.Unlock() })
+// childProbe is the storage hook of TestKeptIndexChildPullableDuringSweep:
+// it pulls the index once the plan is made, then the child whenever the
+// collector holds the child's fence.
+type childProbe struct {
+	r            *registrytest.Registry
+	m            *miniredis.Miniredis
+	index, child v1.Hash
+	childFence   string
 
-	resp := r.Do(t, http.MethodPost, "/gc/v1/repositories/fw/app/collect?dry_run=false", nil)
-	body, _ := io.ReadAll(resp.Body)
+	mu         sync.Mutex
+	phase      int
+	pulling    bool
+	indexCode  int
+	childPulls int
+	childBad   []int
+}
+
+// get GETs a manifest of fw/app and returns the status (0 on failure).
+func (p *childProbe) get(d v1.Hash) int {
+	resp, err := send(context.Background(), p.r, http.MethodGet, "/v2/fw/app/manifests/"+d.String(),
+		map[string]string{"Accept": string(types.OCIImageIndex) + "," + string(types.OCIManifestSchema1)}, nil)
+	if err != nil {
+		return 0
+	}
 	resp.Body.Close()
-	var rep struct {
-		ManifestsDeleted []string `json:"manifests_deleted"`
-	}
-	_ = json.Unmarshal(body, &rep)
-	hookMu.Lock()
-	hookBefore = nil
-	hookMu.Unlock()
-	after := get(ad)
-	mu.Lock()
-	defer mu.Unlock()
-	if phase != 1 || indexCode != http.StatusOK {
-		t.Fatalf("interleaving not reached: phase %d, index pull %d; collect %d %s", phase, indexCode, resp.StatusCode, body)
-	}
-	if len(rep.ManifestsDeleted) != 0 {
-		t.Fatalf("the index was pulled before its fence, yet manifests were deleted: %s", body)
-	}
-	if len(childBad) > 0 {
-		t.Errorf("pulls of child %s of a kept index answered %v while the collector fenced it (%d pulls)", ad, childBad, childPulls)
-	}
-	if after != http.StatusOK {
-		t.Errorf("child %s of the kept index answers %d after the collect", ad, after)
+	return resp.StatusCode
+}
+
+func (p *childProbe) before(_ context.Context, method, path string) {
+	p.mu.Lock()
+	switch {
+	case p.pulling:
+		// the hook's own pull: no recursion
+		p.mu.Unlock()
+	case p.phase == 0 && method == "Stat" && strings.HasSuffix(path, "/data"):
+		// the plan stats the blobs it would delete: the manifest
+		// decisions are made; a client pulls the index now
+		p.phase, p.pulling = 1, true
+		p.mu.Unlock()
+		code := p.get(p.index)
+		p.mu.Lock()
+		p.indexCode, p.pulling = code, false
+		p.mu.Unlock()
+	case p.phase == 1 && p.childPulls < 50 && p.m.Exists(p.childFence):
+		// the collector holds a fence on the child of the kept
+		// index: a client pulls the child now
+		p.pulling = true
+		p.childPulls++
+		p.mu.Unlock()
+		code := p.get(p.child)
+		p.mu.Lock()
+		if code != http.StatusOK {
+			p.childBad = append(p.childBad, code)
+		}
+		p.pulling = false
+		p.mu.Unlock()
+	default:
+		p.mu.Unlock()
 	}
 }
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
 
@@ -30,61 +30,24 @@ func TestReclaimerThroughput(t *testing.T) {
 	if v := os.Getenv("RECLAIM_SOAK_BLOBS"); v != "" {
 		n, _ = strconv.Atoi(v)
 	}
-	addr := os.Getenv("RECLAIM_TEST_REDIS_ADDR")
-	redisKind := "redis-server"
-	if addr == "" {
-		addr, redisKind = miniredis.RunT(t).Addr(), "miniredis"
-	}
-	prefix := randomPrefix()
-	t.Cleanup(func() { cleanupRedis(addr, prefix) })
+	addr, prefix, redisKind := soakRedis(t)
 	root, raw := prepareStorage(t)
 	ctx := context.Background()
-
-	var orphans, linked []digest.Digest
-	links := linkdb.NewReverseLinks(raw)
-	var bytes int64
-	for i := range 2 * n {
-		content := []byte(fmt.Sprintf("throughput blob %d %s", i, prefix))
-		d := digest.FromBytes(content)
-		if err := raw.PutContent(ctx, layout.BlobDataPath(d), content); err != nil {
-			t.Fatal(err)
-		}
-		if i%2 == 0 {
-			orphans = append(orphans, d)
-			bytes += int64(len(content))
-			continue
-		}
-		if err := links.Put(ctx, d, layout.RepoLink{Repo: "bench/app", Kind: layout.LinkLayer}); err != nil {
-			t.Fatal(err)
-		}
-		linked = append(linked, d)
-	}
-	rc := redis.NewClient(&redis.Options{Addr: addr})
-	defer rc.Close()
-	// The tracker has recorded for longer than W: the reclaimer may delete.
-	rc.Set(ctx, prefix+"since", strconv.FormatInt(time.Now().Add(-time.Hour).UnixMilli(), 10), 0)
-	q := tracker.NewQueue(rc, prefix, 0)
-	if err := q.Enqueue(ctx, 0, append(orphans, linked...)...); err != nil {
-		t.Fatal(err)
-	}
+	orphans, linked, bytes := seedBlobs(ctx, t, raw, n, prefix)
+	queueDue(ctx, t, addr, prefix, append(orphans, linked...))
 
 	opts := middlewareOptions(addr, prefix)
 	opts["reclaimer"] = map[string]any{"enabled": true, "interval": "50ms", "batch": 200, "workers": 4, "lease": "30s"}
 	p := registrytest.StartProcess(t, registrytest.WithRootDirectory(root),
 		registrytest.WithStorageMiddleware("reclaim", opts), quiet)
 	start := time.Now()
-	deadline := start.Add(5 * time.Minute)
 	var st gcStatus
-	for {
-		var err error
+	var err error
+	if !poll(ctx, 20*time.Millisecond, 5*time.Minute, func() bool {
 		st, err = status(ctx, p.Registry)
-		if err == nil && st.Reclaimer.Reviewed >= int64(2*n) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("reclaimer did not review %d blobs in 5 minutes: %+v (%v)", 2*n, st.Reclaimer, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err == nil && st.Reclaimer.Reviewed >= int64(2*n)
+	}) {
+		t.Fatalf("reclaimer did not review %d blobs in 5 minutes: %+v (%v)", 2*n, st.Reclaimer, err)
 	}
 	elapsed := time.Since(start)
 	for _, d := range orphans {
@@ -104,4 +67,40 @@ func TestReclaimerThroughput(t *testing.T) {
 		"(%.0f reviewed/s, %.0f deleted/s wall clock; %.0f reviewed/s of tick time); kept %v",
 		redisKind, 2*n, elapsed.Round(time.Millisecond), float64(2*n)/elapsed.Seconds(), float64(n)/elapsed.Seconds(),
 		st.Reclaimer.ReviewedPerSec, st.Reclaimer.KeptBy)
+}
+
+// seedBlobs writes 2n blobs: n orphans nobody links (their bytes summed)
+// and n a repository links.
+func seedBlobs(ctx context.Context, t *testing.T, raw storagedriver.StorageDriver, n int, salt string) (orphans, linked []digest.Digest, bytes int64) {
+	t.Helper()
+	links := linkdb.NewReverseLinks(raw)
+	for i := range 2 * n {
+		content := []byte(fmt.Sprintf("throughput blob %d %s", i, salt))
+		d := digest.FromBytes(content)
+		if err := raw.PutContent(ctx, layout.BlobDataPath(d), content); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			orphans = append(orphans, d)
+			bytes += int64(len(content))
+			continue
+		}
+		if err := links.Put(ctx, d, layout.RepoLink{Repo: "bench/app", Kind: layout.LinkLayer}); err != nil {
+			t.Fatal(err)
+		}
+		linked = append(linked, d)
+	}
+	return orphans, linked, bytes
+}
+
+// queueDue queues blobs for review, due at once, with an epoch an hour old.
+func queueDue(ctx context.Context, t *testing.T, addr, prefix string, blobs []digest.Digest) {
+	t.Helper()
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	defer rc.Close()
+	// The tracker has recorded for longer than W: the reclaimer may delete.
+	rc.Set(ctx, prefix+"since", strconv.FormatInt(time.Now().Add(-time.Hour).UnixMilli(), 10), 0)
+	if err := tracker.NewQueue(rc, prefix, 0).Enqueue(ctx, 0, blobs...); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -127,7 +127,7 @@ type pushAck struct {
 func (w *workload) push(ctx context.Context, kind string, f func(r *registrytest.Registry, opts []remote.Option) (pushAck, error), rng *rand.Rand) {
 	w.pushes.Add(1)
 	for attempt := range 3 {
-		r := w.c.pick(rng.IntN(len(w.c.regs)))
+		r := w.randomReg(rng)
 		start := time.Now()
 		clock := newPutClock()
 		p, err := f(r, append(remoteOpts(ctx, r), remote.WithTransport(clock)))
@@ -145,29 +145,57 @@ func (w *workload) push(ctx context.Context, kind string, f func(r *registrytest
 		class := errorClass(err)
 		if retryable(err) || class == "connection" {
 			w.refused.add(kind+" "+class, 1)
-			time.Sleep(time.Duration(50*(attempt+1)) * time.Millisecond)
+			if !backoff(ctx, 50*time.Millisecond, attempt) {
+				return
+			}
 			continue
 		}
-		if strings.Contains(class, "BLOB_UNKNOWN") && time.Since(start) > window {
-			// W must cover a push; one slower than W is not protected
-			w.ops.add(kind+" slower than W: "+class, 1)
-			return
-		}
-		if strings.HasPrefix(class, "5") {
-			// A server error: with the filesystem driver, upstream's tag
-			// write (temp file + rename) races a concurrent delete of the
-			// same tag. Counted and bounded, not data loss: nothing was
-			// tagged.
-			w.serverErrors.add(fmt.Sprintf("%s %s", kind, class), 1)
-			w.ops.add(kind+" failed", 1)
-			return
-		}
-		// Anything else is a failed push: a broken image or a lost blob.
-		w.fails.add(fmt.Sprintf("%s failed: %s", kind, class), 1)
-		w.ops.add(kind+" failed", 1)
+		w.pushFailed(kind, class, time.Since(start))
 		return
 	}
 	w.ops.add(kind+" gave up after refusals", 1)
+}
+
+// pushFailed counts a push that failed with class after took.
+func (w *workload) pushFailed(kind, class string, took time.Duration) {
+	switch {
+	case strings.Contains(class, "BLOB_UNKNOWN") && took > window:
+		// W must cover a push; one slower than W is not protected
+		w.ops.add(kind+" slower than W: "+class, 1)
+	case strings.HasPrefix(class, "5"):
+		// A server error: with the filesystem driver, upstream's tag
+		// write (temp file + rename) races a concurrent delete of the
+		// same tag. Counted and bounded, not data loss: nothing was
+		// tagged.
+		w.serverErrors.add(fmt.Sprintf("%s %s", kind, class), 1)
+		w.ops.add(kind+" failed", 1)
+	default:
+		// Anything else is a failed push: a broken image or a lost blob.
+		w.fails.add(fmt.Sprintf("%s failed: %s", kind, class), 1)
+		w.ops.add(kind+" failed", 1)
+	}
+}
+
+// pushable is what ggcr pushes: an image or an index.
+type pushable interface {
+	remote.Taggable
+	Digest() (v1.Hash, error)
+}
+
+// pushTo pushes m as repo:tag, for push; the manifest is remembered for
+// other clients once judged.
+func pushTo(repo, tag string, m pushable) func(r *registrytest.Registry, opts []remote.Option) (pushAck, error) {
+	return func(r *registrytest.Registry, opts []remote.Option) (pushAck, error) {
+		rf, err := ref(r, repo+":"+tag)
+		if err != nil {
+			return pushAck{}, err
+		}
+		if err := remote.Push(rf, m, opts...); err != nil {
+			return pushAck{}, err
+		}
+		d, _ := m.Digest()
+		return pushAck{repo, d, true}, nil
+	}
 }
 
 // pull pulls by tag or digest and verifies every blob. A manifest that is
@@ -175,7 +203,7 @@ func (w *workload) push(ctx context.Context, kind string, f func(r *registrytest
 // there with a blob that is not is data loss, when the pull ran inside W
 // (a pull slower than W is not protected by design and is only counted).
 func (w *workload) pull(ctx context.Context, kind, repo, reference string, rng *rand.Rand) {
-	r := w.c.pick(rng.IntN(len(w.c.regs)))
+	r := w.randomReg(rng)
 	start := time.Now()
 	top, err := pullVerify(ctx, r, repo, reference)
 	if err == nil {
@@ -197,8 +225,7 @@ func (w *workload) pull(ctx context.Context, kind, repo, reference string, rng *
 		// Tell a transient refusal (the object was fenced by a GC step
 		// that then kept it) from a loss: pull the same manifest again.
 		verdict := "LOST"
-		time.Sleep(time.Second)
-		if _, again := pullVerify(ctx, r, repo, "@"+top.String()); again == nil {
+		if pullableWithin(ctx, r, repo, top, time.Second) {
 			verdict = "transient: refused while fenced, pullable again"
 		}
 		w.fails.add(fmt.Sprintf("%s: %s, %s (%v) [%s after %v; %s]", kind, class, verdict, err,
@@ -214,127 +241,118 @@ func (w *workload) pull(ctx context.Context, kind, repo, reference string, rng *
 func (w *workload) client(ctx context.Context, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, seed*7+1))
 	for ctx.Err() == nil {
-		repo := soakRepos[rng.IntN(len(soakRepos))]
+		repo := randomRepo(rng)
 		tag := soakTags[rng.IntN(len(soakTags))]
 		switch n := rng.IntN(100); {
 		case n < 25: // push an image (shared base layers) to a tag: moves the tag
-			img, err := w.image(rng)
-			if err != nil {
-				continue
+			if img, err := w.image(rng); err == nil {
+				w.push(ctx, "push image", pushTo(repo, tag, img), rng)
 			}
-			w.push(ctx, "push image", func(r *registrytest.Registry, opts []remote.Option) (pushAck, error) {
-				rf, err := ref(r, repo+":"+tag)
-				if err != nil {
-					return pushAck{}, err
-				}
-				if err := remote.Write(rf, img, opts...); err != nil {
-					return pushAck{}, err
-				}
-				d, _ := img.Digest()
-				return pushAck{repo, d, true}, nil
-			}, rng)
-		case n < 33: // push a two-platform index
-			a, err1 := w.image(rng)
-			b, err2 := w.image(rng)
-			if err1 != nil || err2 != nil {
-				continue
-			}
-			idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
-				mutate.IndexAddendum{Add: a, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
-				mutate.IndexAddendum{Add: b, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}})
-			w.push(ctx, "push index", func(r *registrytest.Registry, opts []remote.Option) (pushAck, error) {
-				rf, err := ref(r, repo+":"+tag)
-				if err != nil {
-					return pushAck{}, err
-				}
-				if err := remote.WriteIndex(rf, idx, opts...); err != nil {
-					return pushAck{}, err
-				}
-				d, _ := idx.Digest()
-				return pushAck{repo, d, true}, nil
-			}, rng)
-		case n < 41: // a referrer (signature-like artifact) of something pushed
-			subject, ok := w.somePushed(rng, repo)
-			if !ok {
-				continue
-			}
-			hr := w.c.pick(rng.IntN(len(w.c.regs)))
-			rf, err := ref(hr, repo+"@"+subject.String())
-			if err != nil {
-				continue
-			}
-			desc, err := remote.Head(rf, remoteOpts(ctx, hr)...)
-			if err != nil {
-				// deleted by a client, or untagged and collected: no subject
-				w.ops.add("push referrer: subject "+errorClass(err), 1)
-				continue
-			}
-			w.push(ctx, "push referrer", func(r *registrytest.Registry, opts []remote.Option) (pushAck, error) {
-				art, err := random.Image(256, 1)
-				if err != nil {
-					return pushAck{}, err
-				}
-				art = mutate.MediaType(art, types.OCIManifestSchema1)
-				art = mutate.ConfigMediaType(art, "application/vnd.reclaim.soak.signature")
-				sub, ok := mutate.Subject(art, *desc).(v1.Image)
-				if !ok {
-					return pushAck{}, fmt.Errorf("mutate.Subject did not return an image")
-				}
-				d, err := sub.Digest()
-				if err != nil {
-					return pushAck{}, err
-				}
-				dr, err := ref(r, repo+"@"+d.String())
-				if err != nil {
-					return pushAck{}, err
-				}
-				return pushAck{repo, d, false}, remote.Write(dr, sub, opts...)
-			}, rng)
-		case n < 48: // cross-repository mount of a base layer, then an image using it
-			from := soakRepos[rng.IntN(len(soakRepos))]
-			img, err := w.image(rng)
-			if err != nil {
-				continue
-			}
-			w.push(ctx, "mount+push", func(r *registrytest.Registry, opts []remote.Option) (pushAck, error) {
-				ls, _ := img.Layers()
-				d, _ := ls[0].Digest()
-				if code := mount(ctx, r, from, repo, d); code >= 500 && code != http.StatusServiceUnavailable {
-					return pushAck{}, fmt.Errorf("mount: unexpected status code %d", code)
-				}
-				rf, err := ref(r, repo+":"+tag)
-				if err != nil {
-					return pushAck{}, err
-				}
-				if err := remote.Write(rf, img, opts...); err != nil {
-					return pushAck{}, err
-				}
-				md, _ := img.Digest()
-				return pushAck{repo, md, true}, nil
-			}, rng)
+		case n < 33:
+			w.pushIndex(ctx, rng, repo, tag)
+		case n < 41:
+			w.pushReferrer(ctx, rng, repo)
+		case n < 48:
+			w.pushMounted(ctx, rng, repo, tag)
 		case n < 56: // delete a tag
-			r := w.c.pick(rng.IntN(len(w.c.regs)))
-			code := del(ctx, r, "/v2/"+repo+"/manifests/"+tag)
+			code := del(ctx, w.randomReg(rng), "/v2/"+repo+"/manifests/"+tag)
 			w.ops.add(fmt.Sprintf("delete tag %d", code), 1)
-		case n < 60: // delete a manifest by digest (and every tag on it)
-			d, ok := w.somePushed(rng, repo)
-			if !ok {
-				continue
-			}
-			r := w.c.pick(rng.IntN(len(w.c.regs)))
-			w.userDeleted.Store(repo+"@"+d.String(), true)
-			code := del(ctx, r, "/v2/"+repo+"/manifests/"+d.String())
-			w.ops.add(fmt.Sprintf("delete manifest %d", code), 1)
+		case n < 60:
+			w.deleteManifest(ctx, rng, repo)
 		case n < 82:
 			w.pull(ctx, "pull by tag", repo, ":"+tag, rng)
 		default:
-			d, ok := w.somePushed(rng, repo)
-			if !ok {
-				continue
+			if d, ok := w.somePushed(rng, repo); ok {
+				w.pull(ctx, "pull by digest", repo, "@"+d.String(), rng)
 			}
-			w.pull(ctx, "pull by digest", repo, "@"+d.String(), rng)
 		}
 	}
+}
+
+// pushIndex pushes a two-platform index to repo:tag.
+func (w *workload) pushIndex(ctx context.Context, rng *rand.Rand, repo, tag string) {
+	a, err1 := w.image(rng)
+	b, err2 := w.image(rng)
+	if err1 != nil || err2 != nil {
+		return
+	}
+	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+		mutate.IndexAddendum{Add: a, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+		mutate.IndexAddendum{Add: b, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}})
+	w.push(ctx, "push index", pushTo(repo, tag, idx), rng)
+}
+
+// pushReferrer pushes a referrer (a signature-like artifact) of something
+// pushed to repo, by digest.
+func (w *workload) pushReferrer(ctx context.Context, rng *rand.Rand, repo string) {
+	subject, ok := w.somePushed(rng, repo)
+	if !ok {
+		return
+	}
+	hr := w.randomReg(rng)
+	rf, err := ref(hr, repo+"@"+subject.String())
+	if err != nil {
+		return
+	}
+	desc, err := remote.Head(rf, remoteOpts(ctx, hr)...)
+	if err != nil {
+		// deleted by a client, or untagged and collected: no subject
+		w.ops.add("push referrer: subject "+errorClass(err), 1)
+		return
+	}
+	w.push(ctx, "push referrer", func(r *registrytest.Registry, opts []remote.Option) (pushAck, error) {
+		art, err := random.Image(256, 1)
+		if err != nil {
+			return pushAck{}, err
+		}
+		art = mutate.MediaType(art, types.OCIManifestSchema1)
+		art = mutate.ConfigMediaType(art, "application/vnd.reclaim.soak.signature")
+		sub, ok := mutate.Subject(art, *desc).(v1.Image)
+		if !ok {
+			return pushAck{}, fmt.Errorf("mutate.Subject did not return an image")
+		}
+		d, err := sub.Digest()
+		if err != nil {
+			return pushAck{}, err
+		}
+		dr, err := ref(r, repo+"@"+d.String())
+		if err != nil {
+			return pushAck{}, err
+		}
+		return pushAck{repo, d, false}, remote.Write(dr, sub, opts...)
+	}, rng)
+}
+
+// pushMounted mounts a base layer from a random repository into repo,
+// then pushes an image using it to repo:tag.
+func (w *workload) pushMounted(ctx context.Context, rng *rand.Rand, repo, tag string) {
+	from := randomRepo(rng)
+	img, err := w.image(rng)
+	if err != nil {
+		return
+	}
+	write := pushTo(repo, tag, img)
+	w.push(ctx, "mount+push", func(r *registrytest.Registry, opts []remote.Option) (pushAck, error) {
+		ls, _ := img.Layers()
+		d, _ := ls[0].Digest()
+		if code := mount(ctx, r, from, repo, d); code >= 500 && code != http.StatusServiceUnavailable {
+			return pushAck{}, fmt.Errorf("mount: unexpected status code %d", code)
+		}
+		return write(r, opts)
+	}, rng)
+}
+
+// deleteManifest deletes a manifest pushed to repo by digest (and every
+// tag on it).
+func (w *workload) deleteManifest(ctx context.Context, rng *rand.Rand, repo string) {
+	d, ok := w.somePushed(rng, repo)
+	if !ok {
+		return
+	}
+	r := w.randomReg(rng)
+	w.userDeleted.Store(repo+"@"+d.String(), true)
+	code := del(ctx, r, "/v2/"+repo+"/manifests/"+d.String())
+	w.ops.add(fmt.Sprintf("delete manifest %d", code), 1)
 }
 
 // collector collects random repositories through r's GC API until ctx is
@@ -342,7 +360,7 @@ func (w *workload) client(ctx context.Context, seed uint64) {
 func (w *workload) collector(ctx context.Context, r *registrytest.Registry, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 3))
 	for ctx.Err() == nil {
-		repo := soakRepos[rng.IntN(len(soakRepos))]
+		repo := randomRepo(rng)
 		code, freed, err := collect(ctx, r, repo)
 		switch {
 		case ctx.Err() != nil:
@@ -353,24 +371,25 @@ func (w *workload) collector(ctx context.Context, r *registrytest.Registry, seed
 			w.gcStats.add(fmt.Sprintf("collect %d", code), 1)
 			w.gcStats.add("collect bytes freed", freed)
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Duration(100+rng.IntN(400)) * time.Millisecond):
-		}
+		// pacing: an operator's collects come now and then, not back to back
+		jitter(ctx, rng, 100*time.Millisecond, 400*time.Millisecond)
 	}
 }
 
 // auditor pulls every tag now and then while the workload runs.
 func (w *workload) auditor(ctx context.Context, every time.Duration) {
 	rng := rand.New(rand.NewPCG(99, 5))
+	// pacing: an audit round every so often, whatever else happens
+	tick := time.NewTicker(every)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(every):
+		case <-tick.C:
 		}
 		for _, repo := range soakRepos {
-			tags, err := listTags(ctx, w.c.pick(rng.IntN(len(w.c.regs))), repo)
+			tags, err := listTags(ctx, w.randomReg(rng), repo)
 			if err != nil {
 				continue
 			}
@@ -379,55 +398,6 @@ func (w *workload) auditor(ctx context.Context, every time.Duration) {
 			}
 		}
 	}
-}
-
-func mount(ctx context.Context, r *registrytest.Registry, from, to string, d v1.Hash) int {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost,
-		fmt.Sprintf("%s/v2/%s/blobs/uploads/?mount=%s&from=%s", r.URL, to, d, from), nil)
-	if err != nil {
-		return 0
-	}
-	if r.Username != "" {
-		req.SetBasicAuth(r.Username, r.Password)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0
-	}
-	resp.Body.Close()
-	if resp.StatusCode == http.StatusAccepted {
-		// mount refused (fenced or absent): an upload was started; drop it
-		if loc := resp.Header.Get("Location"); loc != "" {
-			if loc[0] == '/' {
-				loc = r.URL + loc
-			}
-			if dreq, err := http.NewRequestWithContext(ctx, http.MethodDelete, loc, nil); err == nil {
-				if r.Username != "" {
-					dreq.SetBasicAuth(r.Username, r.Password)
-				}
-				if dresp, err := http.DefaultClient.Do(dreq); err == nil {
-					dresp.Body.Close()
-				}
-			}
-		}
-	}
-	return resp.StatusCode
-}
-
-func del(ctx context.Context, r *registrytest.Registry, path string) int {
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, r.URL+path, nil)
-	if err != nil {
-		return 0
-	}
-	if r.Username != "" {
-		req.SetBasicAuth(r.Username, r.Password)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0
-	}
-	resp.Body.Close()
-	return resp.StatusCode
 }
 
 // run drives clients, a collector per instance and an auditor for d.
