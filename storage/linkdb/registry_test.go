@@ -2,7 +2,6 @@ package linkdb_test
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -254,9 +253,4 @@ func TestRebuildKeepsStaleWithoutFenceOrOffline(t *testing.T) {
 			t.Fatalf("%+v removed the stale reverse link: %v", opts, err)
 		}
 	}
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	os.Exit(code)
 }
