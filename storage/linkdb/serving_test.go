@@ -96,8 +96,9 @@ func TestRebuildWhileServingThroughTheMiddleware(t *testing.T) {
 	r := registrytest.Start(t, registrytest.WithRootDirectory(upstream.Root),
 		registrytest.WithStorageMiddleware("linkdbhook", nil),
 		registrytest.WithStorageMiddleware("reclaim", map[string]any{
-			"redis":  map[string]any{"addrs": []any{mr.Addr()}},
-			"window": window.String(),
+			"redis":     map[string]any{"addrs": []any{mr.Addr()}},
+			"window":    window.String(),
+			"fencewait": "1ms",
 		}))
 	// The process-wide Env (storage.Current) would outlive this registry
 	// and its miniredis, and stand in the way of the next test's upstream.
