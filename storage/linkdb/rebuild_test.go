@@ -216,7 +216,10 @@ func unlink(ctx context.Context, d storagedriver.StorageDriver, repo string, blo
 
 func TestRebuildWhileLinksChange(t *testing.T) {
 	d := inmemory.New()
-	generate(t, d, small)
+	// Small: the writers spin for as long as the rebuilds run, and a few
+	// repositories give them collisions with the rebuild's fences.
+	churn := gen.Spec{Repos: 8, Images: 2, LayersPerImage: 2, SharedLayers: 1, ReferrerEvery: 2}
+	generate(t, d, churn)
 	ctx := context.Background()
 	tr := newTracker(50 * time.Millisecond) // 50 operations
 
@@ -243,7 +246,7 @@ func TestRebuildWhileLinksChange(t *testing.T) {
 					return
 				default:
 				}
-				repo, b := gen.RepoName(rng.IntN(small.Repos)), blobs[rng.IntN(len(blobs))]
+				repo, b := gen.RepoName(rng.IntN(churn.Repos)), blobs[rng.IntN(len(blobs))]
 				var err error
 				if rng.IntN(2) == 0 {
 					err = link(ctx, d, tr, repo, b)
