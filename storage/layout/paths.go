@@ -25,7 +25,7 @@ import (
 //	│   ├── _manifests/referrers/<alg>/<hex>/<alg>/<hex>/link
 //	│   │                                               + KindReferrerLink (subject, then referrer)
 //	│   └── _uploads/<id>/...                             KindUpload
-//	└── (reclaim/ at the driver root)                   + markers, see marker.go
+//	└── (reclaim/ at the driver root)                   + linkdb marker and rebuild checkpoint
 //
 // Every file Reclaim adds under blobs/ is named "link", so Distribution's
 // blob enumeration (which only looks at files named "data") never sees one,

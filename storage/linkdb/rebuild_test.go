@@ -345,7 +345,7 @@ func TestRebuildStaleRemovalRacesRelink(t *testing.T) {
 	})
 
 	t.Run("offline restores", func(t *testing.T) {
-		// --offline was a lie: a push lands between re-check and delete.
+		// --offline is wrong here: a push lands between re-check and delete.
 		// The re-check after the delete puts the reverse link back.
 		d := setup(t)
 		res, err := Rebuild(ctx, d, RebuildOptions{Offline: true, MinAge: -1, beforeDel: func() {

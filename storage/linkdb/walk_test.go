@@ -8,6 +8,7 @@ import (
 
 	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 	"github.com/opencontainers/go-digest"
+
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
