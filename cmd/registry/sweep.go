@@ -141,7 +141,7 @@ func runSweep(cmd *cobra.Command, configPath string, o sweepOptions) int {
 	case o.apply:
 		mode = "apply"
 	}
-	err = walkBlobShards(ctx, env.Raw, st, func(shardBlobs map[digest.Digest]*blobEntry) {
+	err = walkBlobShards(ctx, env.Raw, st, stderr, func(shardBlobs map[digest.Digest]*blobEntry) {
 		for _, d := range sortedBlobs(shardBlobs) {
 			e := shardBlobs[d]
 			st.blobs.Add(1)
@@ -235,68 +235,42 @@ func readConfig(p string) (*configuration.Configuration, error) {
 	return config, nil
 }
 
+// blobEntry is a blob with data, as the sweep saw it.
 type blobEntry struct {
-	data   bool
 	size   int64
-	linked bool
+	linked bool // something sits at one of its reverse link paths
 }
 
-// walkBlobShards walks blobs/<alg>/<xx>/ one shard at a time, so memory is
-// bounded by the largest shard, and hands each shard's blobs (with data) to
-// fn.
-func walkBlobShards(ctx context.Context, d storagedriver.StorageDriver, st *sweepStats, fn func(map[digest.Digest]*blobEntry)) error {
-	root := layout.RootPath + "/blobs"
-	algs, err := d.List(ctx, root)
-	if errors.As(err, new(storagedriver.PathNotFoundError)) {
-		return nil
-	}
+// walkBlobShards walks the blob store one shard at a time, so memory is
+// bounded by the largest shard, and hands each shard's blobs with data to
+// fn. What cannot be read (a shard, part of a blob directory) is reported to
+// stderr and counted as failed, and its blobs are never handed on: whether
+// anything links them is unknown.
+func walkBlobShards(ctx context.Context, d storagedriver.StorageDriver, st *sweepStats, stderr io.Writer, fn func(map[digest.Digest]*blobEntry)) error {
+	shards, err := layout.Shards(ctx, d)
 	if err != nil {
-		return fmt.Errorf("list %s: %w", root, err)
+		return fmt.Errorf("list blob shards: %w", err)
 	}
-	var shards []string
-	for _, a := range algs {
-		s, err := d.List(ctx, a)
-		if err != nil {
-			return fmt.Errorf("list %s: %w", a, err)
-		}
-		shards = append(shards, s...)
-	}
-	sort.Strings(shards)
 	st.shards.Store(int64(len(shards)))
+	unreadable := func(p, detail string) {
+		st.failed++
+		fmt.Fprintf(stderr, "gc sweep: %s: unreadable, not swept: %s\n", p, detail)
+	}
 	for _, shard := range shards {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
 		blobs := map[digest.Digest]*blobEntry{}
-		entry := func(dg digest.Digest) *blobEntry {
-			e, ok := blobs[dg]
-			if !ok {
-				e = &blobEntry{}
-				blobs[dg] = e
+		err := layout.WalkShard(ctx, d, shard, layout.ShardVisitor{Blob: func(b *layout.Blob) {
+			switch {
+			case b.Unreadable != "":
+				unreadable(b.Dir, b.Unreadable)
+			case b.HasData: // reverse links without data: linkdb verify's business
+				blobs[b.Digest] = &blobEntry{size: b.Size, linked: b.Reverse > 0}
 			}
-			return e
+		}})
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
-		err := d.Walk(ctx, shard, func(fi storagedriver.FileInfo) error {
-			if fi.IsDir() {
-				return nil
-			}
-			switch p := layout.Classify(fi.Path()); p.Kind {
-			case layout.KindBlobData:
-				e := entry(p.Digest)
-				e.data, e.size = true, fi.Size()
-			case layout.KindReverseLink:
-				entry(p.Digest).linked = true
-			}
-			return nil
-		})
-		if err != nil && !errors.As(err, new(storagedriver.PathNotFoundError)) {
-			return fmt.Errorf("walk %s: %w", shard, err)
-		}
-		for dg, e := range blobs {
-			if !e.data {
-				// reverse links without data: linkdb verify's business
-				delete(blobs, dg)
-			}
+		if err != nil {
+			unreadable(shard, err.Error())
 		}
 		fn(blobs)
 		st.shardsDone.Add(1)

@@ -84,7 +84,13 @@ middleware:
 
 func (f *sweepFixture) run(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	code := -1
+	code, out, _ := f.runWithStderr(t, args...)
+	return code, out
+}
+
+func (f *sweepFixture) runWithStderr(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	code = -1
 	old := sweepExit
 	sweepExit = func(c int) { code = c }
 	defer func() { sweepExit = old }()
@@ -97,7 +103,7 @@ func (f *sweepFixture) run(t *testing.T, args ...string) (int, string) {
 		t.Fatal(err)
 	}
 	t.Logf("sweep %v: exit %d\n%s%s", args, code, out.String(), errb.String())
-	return code, out.String()
+	return code, out.String(), errb.String()
 }
 
 func (f *sweepFixture) exists(d digest.Digest) bool {

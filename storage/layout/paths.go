@@ -25,7 +25,7 @@ import (
 //	│   ├── _manifests/referrers/<alg>/<hex>/<alg>/<hex>/link
 //	│   │                                               + KindReferrerLink (subject, then referrer)
 //	│   └── _uploads/<id>/...                             KindUpload
-//	└── (reclaim/ at the driver root)                   + markers, see marker.go
+//	└── (reclaim/ at the driver root)                   + linkdb marker and rebuild checkpoint
 //
 // Every file Reclaim adds under blobs/ is named "link", so Distribution's
 // blob enumeration (which only looks at files named "data") never sees one,
@@ -176,14 +176,26 @@ func ReverseLinkPath(d digest.Digest, repo string, k LinkKind) string {
 // RepositoryPath is the directory of repository repo.
 func RepositoryPath(repo string) string { return RepositoriesRoot + "/" + repo }
 
+// LayersDir holds every layer link of repo.
+func LayersDir(repo string) string { return RepositoryPath(repo) + "/_layers" }
+
+// RevisionsDir holds every manifest revision link of repo.
+func RevisionsDir(repo string) string { return RepositoryPath(repo) + "/_manifests/revisions" }
+
+// TagsDir holds every tag of repo.
+func TagsDir(repo string) string { return RepositoryPath(repo) + "/_manifests/tags" }
+
+// ReferrersIndexDir holds repo's referrers index, by subject.
+func ReferrersIndexDir(repo string) string { return RepositoryPath(repo) + "/_manifests/referrers" }
+
 // LayerLinkPath is repo's layer link to blob d.
 func LayerLinkPath(repo string, d digest.Digest) string {
-	return RepositoryPath(repo) + "/_layers/" + digestDir(d) + "/link"
+	return LayersDir(repo) + "/" + digestDir(d) + "/link"
 }
 
 // RevisionLinkPath is repo's manifest revision link to manifest d.
 func RevisionLinkPath(repo string, d digest.Digest) string {
-	return RepositoryPath(repo) + "/_manifests/revisions/" + digestDir(d) + "/link"
+	return RevisionsDir(repo) + "/" + digestDir(d) + "/link"
 }
 
 // ForwardLinkPath is the forward link that reverse link (d, repo, k) mirrors.
@@ -196,17 +208,17 @@ func ForwardLinkPath(repo string, d digest.Digest, k LinkKind) string {
 
 // TagCurrentPath is the link to the manifest tag points at.
 func TagCurrentPath(repo, tag string) string {
-	return RepositoryPath(repo) + "/_manifests/tags/" + tag + "/current/link"
+	return TagsDir(repo) + "/" + tag + "/current/link"
 }
 
 // TagIndexPath records that tag once pointed at manifest d.
 func TagIndexPath(repo, tag string, d digest.Digest) string {
-	return RepositoryPath(repo) + "/_manifests/tags/" + tag + "/index/" + digestDir(d) + "/link"
+	return TagsDir(repo) + "/" + tag + "/index/" + digestDir(d) + "/link"
 }
 
 // ReferrersDir holds the referrers of subject in repo.
 func ReferrersDir(repo string, subject digest.Digest) string {
-	return RepositoryPath(repo) + "/_manifests/referrers/" + digestDir(subject)
+	return ReferrersIndexDir(repo) + "/" + digestDir(subject)
 }
 
 // ReferrerLinkPath records that manifest referrer has subject as its subject.

@@ -119,10 +119,10 @@ func TestUnreadableRepositoryMakesRebuildIncomplete(t *testing.T) {
 	bad := gen.RepoName(1)
 	corrupt := ""
 	d := &faulty{StorageDriver: mem, fail: func(op, p string) bool {
-		return op == "list" && p == layersRoot(bad)+"/sha256"
+		return op == "list" && p == layout.LayersDir(bad)+"/sha256"
 	}}
 	// and a corrupt link in another repository: reported, and damage.
-	err := mem.Walk(ctx, layersRoot(gen.RepoName(2)), func(fi storagedriver.FileInfo) error {
+	err := mem.Walk(ctx, layout.LayersDir(gen.RepoName(2)), func(fi storagedriver.FileInfo) error {
 		if !fi.IsDir() && corrupt == "" {
 			corrupt = fi.Path()
 		}

@@ -7,11 +7,17 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"time"
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
+
+// checkpointPath is where StorageCheckpoint keeps a rebuild's progress, at
+// the driver root next to the marker, outside Distribution's tree.
+const checkpointPath = "/reclaim/rebuild/checkpoint"
 
 // Checkpoint is a rebuild's progress: which repositories and blob shards
 // are finished. A restarted rebuild skips them and keeps the original start
@@ -40,89 +46,31 @@ type CheckpointStore interface {
 // StorageCheckpoint keeps the checkpoint in the registry storage, under
 // reclaim/rebuild/checkpoint, so a rebuild restarted on another machine
 // resumes too.
-func StorageCheckpoint(d storagedriver.StorageDriver) CheckpointStore { return storageCheckpoint{d} }
-
-type storageCheckpoint struct{ d storagedriver.StorageDriver }
-
-func (s storageCheckpoint) Load(ctx context.Context) (*Checkpoint, error) {
-	b, err := s.d.GetContent(ctx, checkpointPath)
-	if layout.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read checkpoint: %w", err)
-	}
-	return decodeCheckpoint(b)
-}
-
-func (s storageCheckpoint) Save(ctx context.Context, c *Checkpoint) error {
-	b, err := json.Marshal(c)
-	if err != nil {
-		return err
-	}
-	return s.d.PutContent(ctx, checkpointPath, b)
-}
-
-func (s storageCheckpoint) Clear(ctx context.Context) error {
-	err := s.d.Delete(ctx, checkpointPath)
-	if layout.IsNotFound(err) {
-		return nil
-	}
-	return err
+func StorageCheckpoint(d storagedriver.StorageDriver) CheckpointStore {
+	return jsonCheckpoint{storageFile{d}}
 }
 
 // FileCheckpoint keeps the checkpoint in a local file (--checkpoint).
-func FileCheckpoint(path string) CheckpointStore { return fileCheckpoint(path) }
+func FileCheckpoint(path string) CheckpointStore { return jsonCheckpoint{localFile(path)} }
 
-type fileCheckpoint string
+// checkpointFile is where a jsonCheckpoint keeps its bytes. read returns
+// found false when there is none; remove of none is no error.
+type checkpointFile interface {
+	read(ctx context.Context) (b []byte, found bool, err error)
+	write(ctx context.Context, b []byte) error
+	remove(ctx context.Context) error
+}
 
-func (f fileCheckpoint) Load(context.Context) (*Checkpoint, error) {
-	b, err := os.ReadFile(string(f))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+type jsonCheckpoint struct{ f checkpointFile }
+
+func (s jsonCheckpoint) Load(ctx context.Context) (*Checkpoint, error) {
+	b, found, err := s.f.read(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoint: %w", err)
 	}
-	return decodeCheckpoint(b)
-}
-
-func (f fileCheckpoint) Save(_ context.Context, c *Checkpoint) error {
-	b, err := json.Marshal(c)
-	if err != nil {
-		return err
+	if !found {
+		return nil, nil
 	}
-	// write then rename: a crash mid-write leaves the previous checkpoint.
-	tmp, err := os.CreateTemp(filepath.Dir(string(f)), ".checkpoint-*")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), string(f))
-}
-
-func (f fileCheckpoint) Clear(context.Context) error {
-	err := os.Remove(string(f))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	return err
-}
-
-func decodeCheckpoint(b []byte) (*Checkpoint, error) {
 	var c Checkpoint
 	if err := json.Unmarshal(b, &c); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadCheckpoint, err)
@@ -131,4 +79,160 @@ func decodeCheckpoint(b []byte) (*Checkpoint, error) {
 		return nil, fmt.Errorf("%w: version %d, started %v", ErrBadCheckpoint, c.Version, c.Started)
 	}
 	return &c, nil
+}
+
+func (s jsonCheckpoint) Save(ctx context.Context, c *Checkpoint) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	return s.f.write(ctx, b)
+}
+
+func (s jsonCheckpoint) Clear(ctx context.Context) error { return s.f.remove(ctx) }
+
+type storageFile struct{ d storagedriver.StorageDriver }
+
+func (s storageFile) read(ctx context.Context) ([]byte, bool, error) {
+	b, err := s.d.GetContent(ctx, checkpointPath)
+	if layout.IsNotFound(err) {
+		return nil, false, nil
+	}
+	return b, err == nil, err
+}
+
+func (s storageFile) write(ctx context.Context, b []byte) error {
+	return s.d.PutContent(ctx, checkpointPath, b)
+}
+
+func (s storageFile) remove(ctx context.Context) error {
+	if err := s.d.Delete(ctx, checkpointPath); !layout.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+type localFile string
+
+func (f localFile) read(context.Context) ([]byte, bool, error) {
+	b, err := os.ReadFile(string(f))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, false, nil
+	}
+	return b, err == nil, err
+}
+
+// write writes a temporary file, then renames it: a crash mid-write leaves
+// the previous checkpoint.
+func (f localFile) write(_ context.Context, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(string(f)), ".checkpoint-*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(b)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), string(f))
+}
+
+func (f localFile) remove(context.Context) error {
+	if err := os.Remove(string(f)); !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// resume loads the checkpoint (discarding it first on Restart) and skips
+// what it records as finished.
+func (r *rebuild) resume(ctx context.Context) error {
+	cp := r.opts.Checkpoint
+	if cp == nil {
+		return nil
+	}
+	if r.opts.Restart {
+		if err := cp.Clear(ctx); err != nil {
+			return fmt.Errorf("clear checkpoint: %w", err)
+		}
+	}
+	c, err := cp.Load(ctx)
+	if err != nil || c == nil {
+		return err
+	}
+	// Keep the first run's start: repositories it finished were covered
+	// from then on by the middleware.
+	r.res.Started, r.res.Resumed = c.Started, true
+	for _, s := range c.Repositories {
+		r.doneRepos[s] = true
+	}
+	for _, s := range c.Shards {
+		r.doneShards[s] = true
+	}
+	return nil
+}
+
+func (r *rebuild) saveCheckpoint(ctx context.Context) {
+	cp := r.opts.Checkpoint
+	if cp == nil {
+		return
+	}
+	r.mu.Lock()
+	c := &Checkpoint{Version: checkpointVersion, Started: r.res.Started}
+	for s := range r.doneRepos {
+		c.Repositories = append(c.Repositories, s)
+	}
+	for s := range r.doneShards {
+		c.Shards = append(c.Shards, s)
+	}
+	r.mu.Unlock()
+	sort.Strings(c.Repositories)
+	sort.Strings(c.Shards)
+	// best effort: a failed save costs redoing work, never correctness
+	_ = cp.Save(ctx, c)
+}
+
+// finishCheckpoint saves the checkpoint when part of the work failed (a
+// rerun retries only that part) and clears it otherwise.
+func (r *rebuild) finishCheckpoint(ctx context.Context, failed bool) error {
+	cp := r.opts.Checkpoint
+	switch {
+	case failed:
+		r.saveCheckpoint(ctx)
+	case cp != nil:
+		if err := cp.Clear(ctx); err != nil {
+			return fmt.Errorf("clear checkpoint: %w", err)
+		}
+	}
+	return nil
+}
+
+// checkpointer saves the checkpoint every CheckpointEvery until stop.
+func (r *rebuild) checkpointer(ctx context.Context) (stop func()) {
+	if r.opts.Checkpoint == nil {
+		return func() {}
+	}
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(r.opts.CheckpointEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				r.saveCheckpoint(ctx)
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
 }

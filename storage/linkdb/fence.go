@@ -4,10 +4,18 @@ import (
 	"context"
 	"time"
 
-	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
+
+// Fencer takes the GC fence on one repository's link to a blob, the same
+// fence GC takes before it unlinks (tracker.Tracker.Fence). While it is
+// held, the middleware refuses to (re-)create that link, so a stale reverse
+// link can be removed without racing a push. An error (recently accessed,
+// already fenced, Redis down) means: do not remove.
+type Fencer interface {
+	FenceLink(ctx context.Context, link layout.Object) (release func(), err error)
+}
 
 // TrackerFencer fences links through the access tracker the middleware
 // uses, exactly as GC does: refused when the link was accessed within
@@ -22,8 +30,8 @@ type trackerFencer struct {
 	window, lease time.Duration
 }
 
-func (f trackerFencer) FenceLink(ctx context.Context, blob digest.Digest, repo, kind string) (func(), error) {
-	fe, err := f.t.Fence(ctx, layout.Object{Blob: blob, Repo: repo, Kind: layout.LinkKind(kind)}, f.window, f.lease)
+func (f trackerFencer) FenceLink(ctx context.Context, link layout.Object) (func(), error) {
+	fe, err := f.t.Fence(ctx, link, f.window, f.lease)
 	if err != nil {
 		return nil, err
 	}

@@ -2,12 +2,12 @@ package linkdb
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -22,7 +22,7 @@ const markerPath = "/reclaim/linkdb-complete"
 // delete nothing that depends on reverse links.
 func LinkDBComplete(ctx context.Context, d storagedriver.StorageDriver) (since time.Time, ok bool, err error) {
 	b, err := d.GetContent(ctx, markerPath)
-	if errors.As(err, new(storagedriver.PathNotFoundError)) {
+	if layout.IsNotFound(err) {
 		return time.Time{}, false, nil
 	}
 	if err != nil {
@@ -61,7 +61,7 @@ func MarkCompleteIfEmpty(ctx context.Context, d storagedriver.StorageDriver) (ma
 	}
 	repos, err := d.List(ctx, layout.RepositoriesRoot)
 	switch {
-	case errors.As(err, new(storagedriver.PathNotFoundError)):
+	case layout.IsNotFound(err):
 	case err != nil:
 		return false, fmt.Errorf("list %s: %w", layout.RepositoriesRoot, err)
 	case len(repos) > 0:

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
+
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 

@@ -106,3 +106,25 @@ func (f *findings) count(k Kind) int64 {
 	defer f.mu.Unlock()
 	return f.counts[k]
 }
+
+// size is the sum of the sizes of every problem of kind k.
+func (f *findings) size(k Kind) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.bytes[k]
+}
+
+// report returns the exact count of every kind found and the problems kept,
+// in report order.
+func (f *findings) report() (counts map[Kind]int64, kept []Problem) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	counts = map[Kind]int64{}
+	for _, k := range Kinds {
+		if n := f.counts[k]; n > 0 {
+			counts[k] = n
+		}
+		kept = append(kept, f.items[k]...)
+	}
+	return counts, kept
+}

@@ -26,6 +26,7 @@ type Progress struct {
 	links  atomic.Int64 // links looked at, for the rate
 	stop   chan struct{}
 	exited chan struct{}
+	tick   <-chan time.Time // test hook: replaces the ticker
 }
 
 // IsTerminal reports whether w is a terminal, without a dependency: a
@@ -57,15 +58,19 @@ func (p *Progress) begin(phase string, total, done int) {
 	} else if every <= 0 {
 		every = 30 * time.Second
 	}
+	tick, stopTicker := p.tick, func() {}
+	if tick == nil {
+		t := time.NewTicker(every)
+		tick, stopTicker = t.C, t.Stop
+	}
 	go func() {
 		defer close(p.exited)
-		t := time.NewTicker(every)
-		defer t.Stop()
+		defer stopTicker()
 		for {
 			select {
 			case <-p.stop:
 				return
-			case <-t.C:
+			case <-tick:
 				p.print(false)
 			}
 		}

@@ -115,65 +115,92 @@ func TestRebuildBadCheckpoint(t *testing.T) {
 	}
 }
 
-// fakeTracker is the access tracker's protocol, in memory: Touch (registry side)
-// fails while a link is fenced; FenceLink (rebuild/GC side) fails when the
-// link was touched within the window or is fenced. Both are atomic.
+// fakeTracker is the access tracker's protocol, in memory: Touch (registry
+// side) fails while a link is fenced; FenceLink (rebuild/GC side) fails when
+// the link was touched within the window or is fenced. Both are atomic. Its
+// clock is logical: every Touch and FenceLink moves it on a millisecond, so
+// a window is a number of operations, and Advance passes one at once.
 type fakeTracker struct {
-	mu      sync.Mutex
-	window  time.Duration
-	touched map[string]time.Time
-	fenced  map[string]bool
-	refused atomic.Int64
+	mu       sync.Mutex
+	window   time.Duration
+	now      time.Time
+	touched  map[layout.Object]time.Time
+	fenced   map[layout.Object]bool
+	released chan struct{} // closed, and replaced, when a fence is released
+	refused  atomic.Int64
+	// onRefuse, if set, is told each Touch the fence refuses.
+	onRefuse func()
 }
 
 func newTracker(window time.Duration) *fakeTracker {
-	return &fakeTracker{window: window, touched: map[string]time.Time{}, fenced: map[string]bool{}}
+	return &fakeTracker{window: window, now: time.Unix(0, 0), touched: map[layout.Object]time.Time{},
+		fenced: map[layout.Object]bool{}, released: make(chan struct{})}
 }
 
 var errFenced = errors.New("fenced")
 
-func key(blob digest.Digest, repo, kind string) string {
-	return repo + " " + kind + " " + blob.String()
+// Advance moves the clock on by d.
+func (t *fakeTracker) Advance(d time.Duration) {
+	t.mu.Lock()
+	t.now = t.now.Add(d)
+	t.mu.Unlock()
 }
 
-func (t *fakeTracker) Touch(blob digest.Digest, repo, kind string) error {
+// Touch records an access of link, unless it is fenced. wait is closed once
+// a fence is released, for a refused caller to try again.
+func (t *fakeTracker) Touch(link layout.Object) (wait <-chan struct{}, err error) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	k := key(blob, repo, kind)
-	if t.fenced[k] {
+	t.now = t.now.Add(time.Millisecond)
+	if t.fenced[link] {
+		wait = t.released
+		t.mu.Unlock()
 		t.refused.Add(1)
-		return errFenced
+		if t.onRefuse != nil {
+			t.onRefuse()
+		}
+		return wait, errFenced
 	}
-	t.touched[k] = time.Now()
-	return nil
+	t.touched[link] = t.now
+	t.mu.Unlock()
+	return nil, nil
 }
 
-func (t *fakeTracker) FenceLink(_ context.Context, blob digest.Digest, repo, kind string) (func(), error) {
+func (t *fakeTracker) FenceLink(_ context.Context, link layout.Object) (func(), error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	k := key(blob, repo, kind)
-	if t.fenced[k] {
+	t.now = t.now.Add(time.Millisecond)
+	if t.fenced[link] {
 		return nil, errFenced
 	}
-	if time.Since(t.touched[k]) < t.window {
+	if at, ok := t.touched[link]; ok && t.now.Sub(at) < t.window {
 		return nil, errors.New("recently accessed")
 	}
-	t.fenced[k] = true
+	t.fenced[link] = true
 	return func() {
 		t.mu.Lock()
-		delete(t.fenced, k)
+		delete(t.fenced, link)
+		close(t.released)
+		t.released = make(chan struct{})
 		t.mu.Unlock()
 	}, nil
 }
 
+func layerLink(repo string, blob digest.Digest) layout.Object {
+	return layout.Object{Blob: blob, Repo: repo, Kind: layout.LinkLayer}
+}
+
 // link is the middleware's order for a forward link write: touch + fence
-// check, reverse link, forward link. A fenced link is retried, as a client
-// retries the registry's retryable error.
+// check, reverse link, forward link. A fenced link is tried again once the
+// fence is released, as a client retries the registry's retryable error.
 func link(ctx context.Context, d storagedriver.StorageDriver, tr *fakeTracker, repo string, blob digest.Digest) error {
-	for tr.Touch(blob, repo, layersDir) != nil {
-		time.Sleep(time.Millisecond)
+	for {
+		wait, err := tr.Touch(layerLink(repo, blob))
+		if err == nil {
+			break
+		}
+		<-wait
 	}
-	if err := d.PutContent(ctx, reverseLinkPath(blob, repo, layersDir), []byte(blob)); err != nil {
+	if err := d.PutContent(ctx, layout.ReverseLinkPath(blob, repo, layout.LinkLayer), []byte(blob)); err != nil {
 		return err
 	}
 	return d.PutContent(ctx, layout.LayerLinkPath(repo, blob), []byte(blob))
@@ -189,9 +216,12 @@ func unlink(ctx context.Context, d storagedriver.StorageDriver, repo string, blo
 
 func TestRebuildWhileLinksChange(t *testing.T) {
 	d := inmemory.New()
-	generate(t, d, small)
+	// Small: the writers spin for as long as the rebuilds run, and a few
+	// repositories give them collisions with the rebuild's fences.
+	churn := gen.Spec{Repos: 8, Images: 2, LayersPerImage: 2, SharedLayers: 1, ReferrerEvery: 2}
+	generate(t, d, churn)
 	ctx := context.Background()
-	tr := newTracker(50 * time.Millisecond)
+	tr := newTracker(50 * time.Millisecond) // 50 operations
 
 	// Blobs the writers link and unlink in the middle of the rebuild, in
 	// repositories that also hold generated links.
@@ -216,7 +246,7 @@ func TestRebuildWhileLinksChange(t *testing.T) {
 					return
 				default:
 				}
-				repo, b := gen.RepoName(rng.IntN(small.Repos)), blobs[rng.IntN(len(blobs))]
+				repo, b := gen.RepoName(rng.IntN(churn.Repos)), blobs[rng.IntN(len(blobs))]
 				var err error
 				if rng.IntN(2) == 0 {
 					err = link(ctx, d, tr, repo, b)
@@ -242,7 +272,7 @@ func TestRebuildWhileLinksChange(t *testing.T) {
 		t.Fatalf("%d forward links without reverse link after rebuilds raced link writes: %+v", n, rep.Findings)
 	}
 	// Once the writers stop and the window passes, a rebuild removes every leak.
-	time.Sleep(2 * tr.window)
+	tr.Advance(2 * tr.window)
 	if _, err := Rebuild(ctx, d, RebuildOptions{Workers: 3, Fencer: tr, MinAge: -1}); err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +294,7 @@ func TestRebuildStaleRemovalRacesRelink(t *testing.T) {
 			t.Fatal(err)
 		}
 		// stale: reverse link only
-		if err := d.PutContent(ctx, reverseLinkPath(blob, repo, layersDir), []byte(blob)); err != nil {
+		if err := d.PutContent(ctx, layout.ReverseLinkPath(blob, repo, layout.LinkLayer), []byte(blob)); err != nil {
 			t.Fatal(err)
 		}
 		return d
@@ -274,10 +304,13 @@ func TestRebuildStaleRemovalRacesRelink(t *testing.T) {
 		d := setup(t)
 		tr := newTracker(time.Hour)
 		pushed := make(chan error, 1)
+		refused := make(chan struct{})
+		var once sync.Once
+		tr.onRefuse = func() { once.Do(func() { close(refused) }) }
 		res, err := Rebuild(ctx, d, RebuildOptions{Fencer: tr, MinAge: -1, beforeDel: func() {
 			// The push starts now and must wait for the fence.
 			go func() { pushed <- link(ctx, d, tr, repo, blob) }()
-			time.Sleep(20 * time.Millisecond)
+			<-refused
 		}})
 		if err != nil {
 			t.Fatal(err)
@@ -299,7 +332,7 @@ func TestRebuildStaleRemovalRacesRelink(t *testing.T) {
 	t.Run("recently accessed", func(t *testing.T) {
 		d := setup(t)
 		tr := newTracker(time.Hour)
-		if err := tr.Touch(blob, repo, layersDir); err != nil {
+		if _, err := tr.Touch(layerLink(repo, blob)); err != nil {
 			t.Fatal(err)
 		}
 		res, err := Rebuild(ctx, d, RebuildOptions{Fencer: tr, MinAge: -1})
@@ -312,7 +345,7 @@ func TestRebuildStaleRemovalRacesRelink(t *testing.T) {
 	})
 
 	t.Run("offline restores", func(t *testing.T) {
-		// --offline was a lie: a push lands between re-check and delete.
+		// --offline is wrong here: a push lands between re-check and delete.
 		// The re-check after the delete puts the reverse link back.
 		d := setup(t)
 		res, err := Rebuild(ctx, d, RebuildOptions{Offline: true, MinAge: -1, beforeDel: func() {
@@ -342,7 +375,7 @@ func TestRebuildInterruptedInBlobPhase(t *testing.T) {
 	// stale reverse links spread over the shards, for the blob phase to remove
 	for i := range 40 {
 		b := digest.FromString(fmt.Sprintf("stale %d", i))
-		if err := d.PutContent(ctx, reverseLinkPath(b, "gone", layersDir), []byte(b)); err != nil {
+		if err := d.PutContent(ctx, layout.ReverseLinkPath(b, "gone", layout.LinkLayer), []byte(b)); err != nil {
 			t.Fatal(err)
 		}
 	}

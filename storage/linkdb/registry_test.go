@@ -2,8 +2,8 @@ package linkdb_test
 
 import (
 	"context"
+	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -11,6 +11,7 @@ import (
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
+	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
@@ -76,9 +77,39 @@ func verify(t *testing.T, d storagedriver.StorageDriver) *linkdb.Report {
 	return rep
 }
 
-func TestRebuildUpstreamRegistryThenVerifyClean(t *testing.T) {
+// memCopy loads the registry at root into an in-memory driver: a copy of
+// its own for a test that breaks it, without a disk write per file.
+func memCopy(t *testing.T, root string) storagedriver.StorageDriver {
+	t.Helper()
+	d := inmemory.New()
+	err := filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		return d.PutContent(context.Background(), "/"+filepath.ToSlash(rel), b)
+	})
+	if err != nil {
+		t.Fatalf("load %s: %v", root, err)
+	}
+	return d
+}
+
+// TestUpstreamRegistry pushes through an upstream registry once; each
+// subtest works on its own copy of what it wrote.
+func TestUpstreamRegistry(t *testing.T) {
 	p := pushUpstream(t)
-	d := fsDriver(p.root)
+	t.Run("rebuild then verify clean", func(t *testing.T) { testRebuildThenVerifyClean(t, p) })
+	t.Run("verify finds each breakage", func(t *testing.T) { testVerifyFindsEachBreakage(t, p) })
+	t.Run("stale kept without fence or offline", func(t *testing.T) { testKeepsStaleWithoutFenceOrOffline(t, p) })
+}
+
+func testRebuildThenVerifyClean(t *testing.T, p pushed) {
+	d := fsDriver(copyTree(t, p.root))
 	ctx := context.Background()
 
 	before := verify(t, d)
@@ -141,22 +172,32 @@ func TestRebuildUpstreamRegistryThenVerifyClean(t *testing.T) {
 	}
 }
 
-// copyTree gives each case its own copy of a rebuilt registry.
+// copyTree gives a test its own copy of the registry at src.
 func copyTree(t *testing.T, src string) string {
 	t.Helper()
 	dst := filepath.Join(t.TempDir(), "root")
-	if out, err := exec.Command("cp", "-a", src, dst).CombinedOutput(); err != nil {
-		t.Fatalf("cp: %v: %s", err, out)
+	err := filepath.WalkDir(src, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if e.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Fatalf("copy %s: %v", src, err)
 	}
 	return dst
 }
 
-func TestVerifyFindsEachBreakage(t *testing.T) {
-	p := pushUpstream(t)
+func testVerifyFindsEachBreakage(t *testing.T, p pushed) {
 	ctx := context.Background()
-	if _, err := linkdb.Rebuild(ctx, fsDriver(p.root), linkdb.RebuildOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	orphan := digest.FromString("nobody links me")
 	subjectEntry := layout.ReferrerLinkPath("app", p.subject, p.artifact)
 
@@ -193,7 +234,10 @@ func TestVerifyFindsEachBreakage(t *testing.T) {
 		}, linkdb.MissingReferrer, linkdb.ExitDataLoss, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := fsDriver(copyTree(t, p.root))
+			d := memCopy(t, p.root)
+			if _, err := linkdb.Rebuild(ctx, d, linkdb.RebuildOptions{}); err != nil {
+				t.Fatal(err)
+			}
 			if err := tc.brk(d); err != nil {
 				t.Fatal(err)
 			}
@@ -227,10 +271,9 @@ func TestVerifyFindsEachBreakage(t *testing.T) {
 	}
 }
 
-func TestRebuildKeepsStaleWithoutFenceOrOffline(t *testing.T) {
-	p := pushUpstream(t)
+func testKeepsStaleWithoutFenceOrOffline(t *testing.T, p pushed) {
 	ctx := context.Background()
-	d := fsDriver(p.root)
+	d := memCopy(t, p.root)
 	if _, err := linkdb.Rebuild(ctx, d, linkdb.RebuildOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -254,9 +297,4 @@ func TestRebuildKeepsStaleWithoutFenceOrOffline(t *testing.T) {
 			t.Fatalf("%+v removed the stale reverse link: %v", opts, err)
 		}
 	}
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	os.Exit(code)
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/opencontainers/go-digest"
 )
@@ -60,92 +59,4 @@ func TestReportText(t *testing.T) {
 	if err != nil || !strings.Contains(string(js), `"missing_reverse":1`) || !strings.Contains(string(js), `"exit_code":2`) {
 		t.Errorf("json %s %v", js, err)
 	}
-}
-
-func TestParseBlobPath(t *testing.T) {
-	d := digest.FromString("blob")
-	dir := blobsDir + "/sha256/" + d.Encoded()[:2] + "/" + d.Encoded()
-	for _, tc := range []struct {
-		p    string
-		ok   bool
-		want blobPath
-	}{
-		{dir, true, blobPath{digest: d, dir: dir}},
-		{dir + "/data", true, blobPath{digest: d, dir: dir, isData: true}},
-		{dir + "/_repositories/team/app/_layers/link", true, blobPath{digest: d, dir: dir, reverse: true, repo: "team/app", kind: layersDir}},
-		{dir + "/_repositories/app/_manifests/link", true, blobPath{digest: d, dir: dir, reverse: true, repo: "app", kind: manifestsDir}},
-		{dir + "/_repositories/app", true, blobPath{digest: d, dir: dir}},
-		{dir + "/_repositories/app/_other/link", true, blobPath{digest: d, dir: dir}},
-		{blobsDir + "/sha256/zz/" + d.Encoded(), false, blobPath{}},
-		{blobsDir + "/sha256/" + d.Encoded()[:2] + "/nothex", false, blobPath{}},
-		{blobsDir + "/sha256/ab", false, blobPath{}},
-		{"/elsewhere", false, blobPath{}},
-	} {
-		got, ok := parseBlobPath(tc.p)
-		if ok != tc.ok || got != tc.want {
-			t.Errorf("%s: %+v %v, want %+v %v", tc.p, got, ok, tc.want, tc.ok)
-		}
-	}
-}
-
-func TestProgressLogLines(t *testing.T) {
-	var b syncBuffer
-	p := &Progress{Out: &b, LogEvery: 10 * time.Millisecond}
-	p.begin("repositories", 10, 2)
-	for range 4 {
-		p.unit()
-		p.link()
-		time.Sleep(15 * time.Millisecond)
-	}
-	p.end()
-	out := b.String()
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) < 2 {
-		t.Fatalf("want periodic lines, got %q", out)
-	}
-	last := lines[len(lines)-1]
-	for _, want := range []string{"repositories: 6/10", "4 links", "links/s", "ETA "} {
-		if !strings.Contains(last, want) {
-			t.Errorf("last line %q lacks %q", last, want)
-		}
-	}
-	if strings.Contains(out, "\r") {
-		t.Error("carriage returns in log output")
-	}
-
-	var tty syncBuffer
-	p = &Progress{Out: &tty, TTY: true}
-	p.begin("blobs", 4, 0)
-	p.unit()
-	p.end()
-	if !strings.HasPrefix(tty.String(), "\r") || !strings.Contains(tty.String(), "[=======") {
-		t.Errorf("terminal bar: %q", tty.String())
-	}
-}
-
-type syncBuffer struct {
-	mu chanMutex
-	b  bytes.Buffer
-}
-
-type chanMutex struct{ c chan struct{} }
-
-func (m *chanMutex) lock() {
-	if m.c == nil {
-		m.c = make(chan struct{}, 1)
-	}
-	m.c <- struct{}{}
-}
-func (m *chanMutex) unlock() { <-m.c }
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.lock()
-	defer s.mu.unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.lock()
-	defer s.mu.unlock()
-	return s.b.String()
 }

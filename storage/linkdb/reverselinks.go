@@ -8,6 +8,7 @@ import (
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
+
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 

@@ -48,16 +48,20 @@ func versitygw(t *testing.T) storagedriver.StorageDriver {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	// No readiness signal but the port: poll it.
+	poll, deadline := time.NewTicker(50*time.Millisecond), time.After(10*time.Second)
+	defer poll.Stop()
+	for {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()
 			break
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-poll.C:
+		case <-deadline:
 			t.Fatalf("versitygw did not listen on %s", addr)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	d, err := factory.Create(context.Background(), "s3aws", map[string]any{
 		"accesskey": "linkdbtest", "secretkey": "linkdbtest-secret", "region": "us-east-1",
@@ -93,7 +97,7 @@ func TestRebuildAndVerifyOnS3(t *testing.T) {
 
 	// Break it twice: a missing reverse link and a stale one.
 	var layer string
-	err = d.Walk(ctx, layersRoot(gen.RepoName(0)), func(fi storagedriver.FileInfo) error {
+	err = d.Walk(ctx, layout.LayersDir(gen.RepoName(0)), func(fi storagedriver.FileInfo) error {
 		if !fi.IsDir() && layer == "" {
 			layer = fi.Path()
 		}

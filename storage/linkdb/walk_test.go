@@ -6,32 +6,16 @@ import (
 	"sync"
 	"testing"
 
-	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 	"github.com/opencontainers/go-digest"
+
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
-// listHook runs before every List, also the ones of its own Walk, which
-// lists one directory at a time like the filesystem driver's.
-type listHook struct {
-	storagedriver.StorageDriver
-	before func(p string)
-}
-
-func (h listHook) List(ctx context.Context, p string) ([]string, error) {
-	h.before(p)
-	return h.StorageDriver.List(ctx, p)
-}
-
-func (h listHook) Walk(ctx context.Context, p string, f storagedriver.WalkFn, opts ...func(*storagedriver.WalkOptions)) error {
-	return storagedriver.WalkFallback(ctx, h, p, f, opts...)
-}
-
 // A layer link deleted while the rebuild walks the repository (listed,
 // then gone when the walk enters its directory) ends the walk with "not
-// found". Taken for the end of _layers, it left every later link without
-// its reverse link, and the rebuild still wrote the marker.
+// found". That is not the end of _layers: every later link must still get
+// its reverse link before the rebuild writes the marker.
 func TestRebuildWalkCutByConcurrentDeleteResumes(t *testing.T) {
 	ctx := context.Background()
 	mem := inmemory.New()
@@ -53,16 +37,17 @@ func TestRebuildWalkCutByConcurrentDeleteResumes(t *testing.T) {
 			first = b
 		}
 	}
-	dir := layersRoot(repo) + "/sha256/" + first.Encoded()
+	dir := layout.LayersDir(repo) + "/sha256/" + first.Encoded()
 	var once sync.Once
-	d := listHook{StorageDriver: mem, before: func(p string) {
-		if p == dir {
+	d := &faulty{StorageDriver: mem, fail: func(op, p string) bool {
+		if op == "list" && p == dir {
 			once.Do(func() {
 				if err := mem.Delete(ctx, dir); err != nil {
 					t.Error(err)
 				}
 			})
 		}
+		return false
 	}}
 
 	res, err := Rebuild(ctx, d, RebuildOptions{Workers: 1})

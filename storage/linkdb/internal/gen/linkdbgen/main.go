@@ -1,7 +1,7 @@
 // Command linkdbgen fills a registry storage with a synthetic registry for
 // measuring `registry linkdb rebuild` and `verify`:
 //
-//	go run ./linkdb/internal/gen/linkdbgen -config bench.yml -repos 1000 -images 10 -layers 9
+//	go run ./storage/linkdb/internal/gen/linkdbgen -config bench.yml -repos 1000 -images 10 -layers 9
 //
 // The storage driver comes from the config file, as for `registry serve`.
 package main

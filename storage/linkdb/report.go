@@ -1,0 +1,133 @@
+package linkdb
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+)
+
+// Exit codes of `registry linkdb verify`, most urgent first when several
+// apply: a known risk beats "could not check everything", which beats leaks.
+const (
+	// ExitClean: the link database is sound (reclaimable blobs are normal).
+	ExitClean = 0
+	// ExitLeaks: only stale reverse links or stale referrers entries. Safe;
+	// a rebuild removes them.
+	ExitLeaks = 1
+	// ExitDataLoss: forward links without reverse links, missing referrers
+	// entries, corrupt link files, or links to missing blobs. Do not run GC
+	// before a rebuild (and for broken links, before an operator looked).
+	ExitDataLoss = 2
+	// ExitIncomplete: verify could not read everything (or could not run at
+	// all). What it printed is true, but it is not the whole picture.
+	ExitIncomplete = 3
+)
+
+// Report is the outcome of Verify.
+type Report struct {
+	Started             time.Time      `json:"started"`
+	Duration            time.Duration  `json:"duration_ns"`
+	CompleteSince       *time.Time     `json:"complete_since,omitempty"` // the rebuild marker, if any
+	Repositories        int            `json:"repositories"`
+	ForwardLinks        int64          `json:"forward_links"`
+	ReverseLinks        int64          `json:"reverse_links"`
+	Blobs               int64          `json:"blobs"`
+	ReferrerEntries     int64          `json:"referrer_entries"`
+	TagLinks            int64          `json:"tag_links"`
+	Counts              map[Kind]int64 `json:"counts"`
+	ReclaimableBytes    int64          `json:"reclaimable_bytes"`
+	ReclaimableComputed bool           `json:"reclaimable_computed"`
+	ReclaimableNote     string         `json:"reclaimable_note,omitempty"`
+	Findings            []Problem      `json:"findings"`
+	ExitCode            int            `json:"exit_code"`
+}
+
+func (r *Report) exitCode() int {
+	c := r.Counts
+	switch {
+	case c[MissingReverse]+c[MissingReferrer]+c[Corrupt]+c[BrokenForward] > 0:
+		return ExitDataLoss
+	case c[Unreadable] > 0:
+		return ExitIncomplete
+	case c[StaleReverse]+c[StaleReferrer] > 0:
+		return ExitLeaks
+	}
+	return ExitClean
+}
+
+// WriteText writes the human summary of r.
+func (r *Report) WriteText(w io.Writer) error {
+	bw := &errWriter{w: w}
+	fmt.Fprintf(bw, "link database verify: %d repositories, %d forward links, %d reverse links, %d blobs, %d referrers entries, %d tag links (%s)\n",
+		r.Repositories, r.ForwardLinks, r.ReverseLinks, r.Blobs, r.ReferrerEntries, r.TagLinks, r.Duration.Round(time.Millisecond))
+	if r.CompleteSince != nil {
+		fmt.Fprintf(bw, "marker: complete since %s\n", r.CompleteSince.Format(time.RFC3339))
+	} else {
+		fmt.Fprintf(bw, "marker: absent (no rebuild has finished; GC will not delete shared blobs)\n")
+	}
+	fmt.Fprintln(bw)
+	tw := tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)
+	for _, k := range Kinds {
+		n := r.Counts[k]
+		extra := ""
+		if k == Reclaimable {
+			if !r.ReclaimableComputed {
+				extra = " (not computed)"
+			} else if n > 0 {
+				extra = fmt.Sprintf(" (%d bytes)", r.ReclaimableBytes)
+			}
+		}
+		fmt.Fprintf(tw, "  %s\t%d%s\t%s\n", k, n, extra, k.Message())
+	}
+	tw.Flush()
+	if r.ReclaimableNote != "" {
+		fmt.Fprintf(bw, "\nreclaimable: %s\n", r.ReclaimableNote)
+	}
+	const perKind = 20
+	shown, perKindShown := false, map[Kind]int{}
+	for _, p := range r.Findings {
+		if p.Kind == Reclaimable || perKindShown[p.Kind] >= perKind {
+			continue // reclaimable is the normal state, not a finding to act on
+		}
+		perKindShown[p.Kind]++
+		if !shown {
+			fmt.Fprintf(bw, "\nfindings (first %d of each kind; --json lists more):\n", perKind)
+			shown = true
+		}
+		line := fmt.Sprintf("  %-16s %s", p.Kind, p.Path)
+		if p.Detail != "" {
+			line += "  (" + p.Detail + ")"
+		}
+		fmt.Fprintln(bw, line)
+	}
+	fmt.Fprintf(bw, "\nverdict: %s (exit %d)\n", verdict(r.ExitCode), r.ExitCode)
+	return bw.err
+}
+
+func verdict(code int) string {
+	switch code {
+	case ExitClean:
+		return "clean"
+	case ExitLeaks:
+		return "leaks only: run `registry linkdb rebuild` to remove them"
+	case ExitDataLoss:
+		return "DATA-LOSS RISK: do not run GC; run `registry linkdb rebuild`, then verify again"
+	default:
+		return "incomplete: some parts could not be read (see unreadable)"
+	}
+}
+
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
+}
