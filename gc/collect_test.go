@@ -3,11 +3,13 @@ package gc
 import (
 	"context"
 	"fmt"
+	"path"
 	"testing"
 	"time"
 
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 func TestTagOverwriteFreesOldUniqueLayers(t *testing.T) {
@@ -31,10 +33,10 @@ func TestTagOverwriteFreesOldUniqueLayers(t *testing.T) {
 	if want := int64(len("old-only") + len("config of base,old-only") + int(old.Size)); rep.BytesFreed != want {
 		t.Fatalf("bytes freed %d, want %d", rep.BytesFreed, want)
 	}
-	if f.exists(blobDataPath(oldOnly)) || !f.exists(blobDataPath(digest.FromString("base"))) {
+	if f.exists(layout.BlobDataPath(oldOnly)) || !f.exists(layout.BlobDataPath(digest.FromString("base"))) {
 		t.Fatal("wrong blobs in storage")
 	}
-	if f.exists(tagIndexDir("team/app", "latest", old.Digest) + "/link") {
+	if f.exists(path.Dir(layout.TagIndexPath("team/app", "latest", old.Digest)) + "/link") {
 		t.Fatal("tag history of the deleted manifest left behind")
 	}
 	if r := reasonOf(rep, KindManifest, cur.Digest); r != Tagged {
@@ -66,7 +68,7 @@ func TestSharedBlobNeverDeletedWhileLinkedElsewhere(t *testing.T) {
 	if !has(rep.BlobsDeleted, digest.FromString("a-only")) {
 		t.Fatalf("a-only should be deleted: %v", rep.BlobsDeleted)
 	}
-	if !f.exists(blobDataPath(base)) || !f.exists(layerLinkDir("b/c", base)+"/link") {
+	if !f.exists(layout.BlobDataPath(base)) || !f.exists(layout.LayerLinkDir("b/c", base)+"/link") {
 		t.Fatal("b/c lost its base layer")
 	}
 }
@@ -237,7 +239,7 @@ func TestFailingDeleteIsReportedAndSkipped(t *testing.T) {
 	f := newFixture(t)
 	a := f.layer("f", "a")
 	b := f.layer("f", "b")
-	f.c.driver = failingDelete{f.d, layerLinkDir("f", a.Digest)}
+	f.c.driver = failingDelete{f.d, layout.LayerLinkDir("f", a.Digest)}
 	rep, err := f.c.Collect(context.Background(), "f", RunOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // decide is the whole judgement of a run, and does no I/O: mark from the
@@ -188,7 +189,7 @@ func decideBlob(f *facts, pol policy, d digest.Digest, removed func(RepoLink) bo
 	}
 	size, err := f.size(d)
 	switch {
-	case isNotFound(err):
+	case layout.IsNotFound(err):
 		// The data is gone already; the directory (and any stale reverse
 		// link) is still worth removing.
 	case err != nil:

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // deleter deletes objects, each behind its fence and after a re-check: the
@@ -48,7 +50,7 @@ func (dl *deleter) deleteManifest(ctx context.Context, s *snapshot, m digest.Dig
 		dec.Reason, dec.Detail = Tagged, "tagged since the plan: "+t[0]
 		return dec
 	}
-	dec = dl.deleteDir(ctx, KindManifest, m, revisionDir(dl.pol.repo, m), h)
+	dec = dl.deleteDir(ctx, KindManifest, m, layout.RevisionDir(dl.pol.repo, m), h)
 	dec.Size = s.revisions[m].size
 	if !dec.Deleted() {
 		return dec
@@ -57,10 +59,10 @@ func (dl *deleter) deleteManifest(ctx context.Context, s *snapshot, m digest.Dig
 	// behind; they would point at nothing. Failures here leak a link file,
 	// never data, so they are reported and the run goes on.
 	for _, tag := range s.tagIndex[m] {
-		dl.deleteEntry(ctx, rep, m, tagIndexDir(dl.pol.repo, tag, m), "tag "+tag+" history")
+		dl.deleteEntry(ctx, rep, m, path.Dir(layout.TagIndexPath(dl.pol.repo, tag, m)), "tag "+tag+" history")
 	}
 	for _, sub := range s.referrers[m] {
-		dl.deleteEntry(ctx, rep, m, referrerDir(dl.pol.repo, sub, m), "referrers index of "+sub.String())
+		dl.deleteEntry(ctx, rep, m, path.Dir(layout.ReferrerLinkPath(dl.pol.repo, sub, m)), "referrers index of "+sub.String())
 	}
 	return dec
 }
@@ -68,7 +70,7 @@ func (dl *deleter) deleteManifest(ctx context.Context, s *snapshot, m digest.Dig
 // deleteEntry deletes an index entry of a deleted manifest; a failure is
 // reported, "not found" is success.
 func (dl *deleter) deleteEntry(ctx context.Context, rep *Report, m digest.Digest, dir, what string) {
-	if err := dl.c.driver.Delete(ctx, dir); err != nil && !isNotFound(err) {
+	if err := dl.c.driver.Delete(ctx, dir); err != nil && !layout.IsNotFound(err) {
 		rep.Errors = append(rep.Errors, Decision{Kind: KindManifest, Digest: m, Reason: DeleteFailed, Detail: fmt.Sprintf("%s: %v", what, err)})
 	}
 }
@@ -80,7 +82,7 @@ func (dl *deleter) deleteDir(ctx context.Context, kind ObjectKind, d digest.Dige
 	dec := Decision{Kind: kind, Digest: d}
 	_, err := dl.c.driver.Stat(ctx, dir+"/link")
 	switch {
-	case isNotFound(err):
+	case layout.IsNotFound(err):
 		dec.Reason = AlreadyGone
 		return dec
 	case err != nil:
@@ -91,7 +93,7 @@ func (dl *deleter) deleteDir(ctx context.Context, kind ObjectKind, d digest.Dige
 	switch {
 	case r != reasonInvalid:
 		dec.Reason, dec.Detail = r, detail
-	case isNotFound(err):
+	case layout.IsNotFound(err):
 		dec.Reason = AlreadyGone
 	case err != nil:
 		dec.Reason, dec.Detail = DeleteFailed, err.Error()
@@ -137,12 +139,12 @@ func (dl *deleter) deleteBlob(ctx context.Context, b digest.Digest, rep *Report)
 	// most empty reverse-link directories. The middleware leaves the
 	// blob's tombstone before it deletes, so a delete cut short never
 	// leaves a descriptor cache vouching for data that may be gone.
-	r, detail, err = dl.guardedDelete(ctx, h, func(ctx context.Context) error { return dl.c.driver.Delete(ctx, blobDir(b)) })
+	r, detail, err = dl.guardedDelete(ctx, h, func(ctx context.Context) error { return dl.c.driver.Delete(ctx, layout.BlobDir(b)) })
 	switch {
 	case r != reasonInvalid:
 		dec.Reason, dec.Detail = r, detail
 		return dec
-	case isNotFound(err):
+	case layout.IsNotFound(err):
 		dec.Reason, dec.Size = AlreadyGone, 0
 	case err != nil:
 		dec.Reason, dec.Detail = DeleteFailed, err.Error()

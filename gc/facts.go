@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -149,7 +150,7 @@ func (gt *gatherer) blob(ctx context.Context, d digest.Digest) {
 		return
 	}
 	var size int64
-	fi, err := gt.c.driver.Stat(ctx, blobDataPath(d))
+	fi, err := gt.c.driver.Stat(ctx, layout.BlobDataPath(d))
 	if err == nil {
 		size = fi.Size()
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
 	"sort"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -136,17 +138,17 @@ func (s scanLinks) List(ctx context.Context, blob digest.Digest) ([]RepoLink, er
 	var out []RepoLink
 	suffixL := "/_layers/" + blob.Algorithm().String() + "/" + blob.Encoded() + "/link"
 	suffixM := "/_manifests/revisions/" + blob.Algorithm().String() + "/" + blob.Encoded() + "/link"
-	err := s.d.Walk(ctx, reposRoot, func(fi storagedriver.FileInfo) error {
+	err := s.d.Walk(ctx, layout.RepositoriesRoot, func(fi storagedriver.FileInfo) error {
 		p := fi.Path()
 		for suffix, k := range map[string]LinkKind{suffixL: LinkLayer, suffixM: LinkManifest} {
 			if strings.HasSuffix(p, suffix) {
-				repo := strings.TrimSuffix(strings.TrimPrefix(p, reposRoot+"/"), suffix)
+				repo := strings.TrimSuffix(strings.TrimPrefix(p, layout.RepositoriesRoot+"/"), suffix)
 				out = append(out, RepoLink{Repo: repo, Kind: k})
 			}
 		}
 		return nil
 	})
-	if isNotFound(err) {
+	if layout.IsNotFound(err) {
 		err = nil
 	}
 	return out, err
@@ -187,21 +189,21 @@ func (f *fixture) put(p string, b []byte) {
 // blob stores content and returns its descriptor.
 func (f *fixture) blob(content string) v1.Descriptor {
 	d := digest.FromString(content)
-	f.put(blobDataPath(d), []byte(content))
+	f.put(layout.BlobDataPath(d), []byte(content))
 	return v1.Descriptor{MediaType: v1.MediaTypeImageLayerGzip, Digest: d, Size: int64(len(content))}
 }
 
 // layer stores a blob and links it into repo.
 func (f *fixture) layer(repo, content string) v1.Descriptor {
 	desc := f.blob(content)
-	f.put(layerLinkDir(repo, desc.Digest)+"/link", []byte(desc.Digest))
+	f.put(layout.LayerLinkDir(repo, desc.Digest)+"/link", []byte(desc.Digest))
 	return desc
 }
 
 func (f *fixture) rawManifest(repo string, b []byte) digest.Digest {
 	d := digest.FromBytes(b)
-	f.put(blobDataPath(d), b)
-	f.put(revisionDir(repo, d)+"/link", []byte(d))
+	f.put(layout.BlobDataPath(d), b)
+	f.put(layout.RevisionDir(repo, d)+"/link", []byte(d))
 	return d
 }
 
@@ -228,12 +230,12 @@ func (f *fixture) index(repo string, children ...v1.Descriptor) v1.Descriptor {
 }
 
 func (f *fixture) tag(repo, tag string, d digest.Digest) {
-	f.put(tagCurrentPath(repo, tag), []byte(d))
-	f.put(tagIndexDir(repo, tag, d)+"/link", []byte(d))
+	f.put(layout.TagCurrentPath(repo, tag), []byte(d))
+	f.put(path.Dir(layout.TagIndexPath(repo, tag, d))+"/link", []byte(d))
 }
 
 func (f *fixture) untag(repo, tag string) {
-	if err := f.d.Delete(context.Background(), tagsPath(repo)+"/"+tag); err != nil {
+	if err := f.d.Delete(context.Background(), layout.TagsDir(repo)+"/"+tag); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -252,7 +254,7 @@ func (f *fixture) tree() string {
 		}
 		return nil
 	})
-	if err != nil && !isNotFound(err) {
+	if err != nil && !layout.IsNotFound(err) {
 		f.t.Fatal(err)
 	}
 	sort.Strings(lines)
@@ -261,7 +263,7 @@ func (f *fixture) tree() string {
 
 func (f *fixture) exists(p string) bool {
 	_, err := f.d.Stat(context.Background(), p)
-	if err != nil && !isNotFound(err) {
+	if err != nil && !layout.IsNotFound(err) {
 		f.t.Fatal(err)
 	}
 	return err == nil

@@ -233,7 +233,7 @@ func (f *leaseFixture) layer(repo, content string) digest.Digest {
 func (f *leaseFixture) exists(p string) bool {
 	f.t.Helper()
 	_, err := f.mem.Stat(context.Background(), p)
-	if err != nil && !isNotFound(err) {
+	if err != nil && !layout.IsNotFound(err) {
 		f.t.Fatal(err)
 	}
 	return err == nil
@@ -310,12 +310,12 @@ type deleteTarget struct {
 }
 
 var (
-	layerTarget = deleteTarget{"layer link", KindLayerLink, layerLinkDir,
+	layerTarget = deleteTarget{"layer link", KindLayerLink, layout.LayerLinkDir,
 		func(repo string, d digest.Digest) layout.Object {
 			return layout.Object{Blob: d, Repo: repo, Kind: layout.LinkLayer}
 		},
 		func(repo string, d digest.Digest) string { return "reclaim:{" + d.String() + "}:f:l:" + repo }}
-	blobTarget = deleteTarget{"blob", KindBlob, func(_ string, d digest.Digest) string { return blobDir(d) },
+	blobTarget = deleteTarget{"blob", KindBlob, func(_ string, d digest.Digest) string { return layout.BlobDir(d) },
 		func(_ string, d digest.Digest) layout.Object { return layout.Object{Blob: d} },
 		func(_ string, d digest.Digest) string { return "reclaim:{" + d.String() + "}:f" }}
 )

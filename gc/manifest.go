@@ -12,6 +12,7 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // knownMediaTypes are the manifest types Distribution accepts on push. The
@@ -37,7 +38,7 @@ type manifestInfo struct {
 // readManifest reads and parses one revision. Unknown media types are not an
 // error (the manifest is kept); anything unreadable or unparsable is.
 func readManifest(ctx context.Context, d storagedriver.StorageDriver, m *manifestInfo) error {
-	b, err := d.GetContent(ctx, blobDataPath(m.digest))
+	b, err := d.GetContent(ctx, layout.BlobDataPath(m.digest))
 	if err != nil {
 		return abort(AbortManifestUnreadable, fmt.Errorf("read manifest %s: %w", m.digest, err))
 	}

@@ -161,7 +161,7 @@ func build(f *fixture, R, M int) {
 	// Reverse links for every forward link.
 	ctx := context.Background()
 	links := linkdb.NewReverseLinks(f.d)
-	err := f.d.Walk(ctx, reposRoot, func(fi storagedriver.FileInfo) error {
+	err := f.d.Walk(ctx, layout.RepositoriesRoot, func(fi storagedriver.FileInfo) error {
 		p := layout.Classify(fi.Path())
 		switch p.Kind {
 		case layout.KindLayerLink:

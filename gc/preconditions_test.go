@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // preconditionCases fail before anything is read. A collection and a
@@ -48,7 +49,7 @@ func TestPreconditionsStopCollectAndReclaimerAlike(t *testing.T) {
 			if _, err := r.Review(context.Background(), orphan); !errors.As(err, &ae) || ae.Reason != tc.want {
 				t.Fatalf("Review: %v, want abort %s", err, tc.want)
 			}
-			if q.claims != 0 || !f.exists(blobDataPath(orphan)) {
+			if q.claims != 0 || !f.exists(layout.BlobDataPath(orphan)) {
 				t.Fatal("an untrusted tick claimed or deleted")
 			}
 		})
@@ -61,14 +62,14 @@ func TestIncompleteLinkDBDeletesNoBlob(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.LinkDBComplete = func(context.Context) (bool, error) { return false, nil } })
 	l := f.layer("i", "orphan")
 	rep := f.collect("i", RunOptions{})
-	if !has(rep.LayersUnlinked, l.Digest) || reasonOf(rep, KindBlob, l.Digest) != LinkDBIncomplete || !f.exists(blobDataPath(l.Digest)) {
+	if !has(rep.LayersUnlinked, l.Digest) || reasonOf(rep, KindBlob, l.Digest) != LinkDBIncomplete || !f.exists(layout.BlobDataPath(l.Digest)) {
 		t.Fatalf("%s", summary(rep))
 	}
 	// The blob lost its last link: the review queue has it.
 	q := newFakeQueue(f.tr.clock)
 	q.add(l.Digest, f.tr.clock())
 	tick := newTestReclaimer(t, f, q, true).Tick(context.Background())
-	if tick.Abort != AbortLinkDBIncomplete || tick.Failed || !f.exists(blobDataPath(l.Digest)) {
+	if tick.Abort != AbortLinkDBIncomplete || tick.Failed || !f.exists(layout.BlobDataPath(l.Digest)) {
 		t.Fatalf("tick = %+v", tick)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // fakeQueue is an in-memory review queue on the fake tracker's clock.
@@ -133,11 +134,11 @@ func TestReclaimerDecidesEachItem(t *testing.T) {
 			t.Errorf("%s: %s, want %s", d.Digest, d.Reason, want[d.Digest])
 		}
 	}
-	if f.exists(blobDataPath(orphan.Digest)) {
+	if f.exists(layout.BlobDataPath(orphan.Digest)) {
 		t.Error("orphan blob not deleted")
 	}
 	for _, d := range []digest.Digest{linked.Digest, recent.Digest, notDue.Digest} {
-		if !f.exists(blobDataPath(d)) {
+		if !f.exists(layout.BlobDataPath(d)) {
 			t.Errorf("blob %s deleted", d)
 		}
 	}
@@ -178,7 +179,7 @@ func TestReclaimerKillSwitchDeletesNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	r.Run(ctx) // returns at once
-	if q.claims != 0 || !f.exists(blobDataPath(orphan)) {
+	if q.claims != 0 || !f.exists(layout.BlobDataPath(orphan)) {
 		t.Fatalf("disabled reclaimer claimed %d times / deleted the blob", q.claims)
 	}
 }
@@ -192,7 +193,7 @@ func TestReclaimerAccessAtTheFenceWins(t *testing.T) {
 	if len(rep.Decisions) != 1 || rep.Decisions[0].Reason != RecentlyAccessed {
 		t.Fatalf("decisions = %+v", rep.Decisions)
 	}
-	if !f.exists(blobDataPath(orphan)) {
+	if !f.exists(layout.BlobDataPath(orphan)) {
 		t.Fatal("deleted a blob accessed at the last moment")
 	}
 	if due, ok := q.dueAt(orphan); !ok || !due.After(f.tr.clock()) {
@@ -205,9 +206,9 @@ func TestReclaimerLinkAtTheFenceWins(t *testing.T) {
 	q, orphan := queuedBlob(f, "orphan about to be linked")
 	// A push linked it between the first check and the fence (without an
 	// access record, the worst case): the re-check under the fence sees it.
-	f.tr.onFence = func(o Object) { f.put(layerLinkDir("late", orphan)+"/link", []byte(orphan)) }
+	f.tr.onFence = func(o Object) { f.put(layout.LayerLinkDir("late", orphan)+"/link", []byte(orphan)) }
 	rep := newTestReclaimer(t, f, q, true).Tick(context.Background())
-	if len(rep.Decisions) != 1 || rep.Decisions[0].Reason != LinkedElsewhere || !f.exists(blobDataPath(orphan)) {
+	if len(rep.Decisions) != 1 || rep.Decisions[0].Reason != LinkedElsewhere || !f.exists(layout.BlobDataPath(orphan)) {
 		t.Fatalf("decisions = %+v", rep.Decisions)
 	}
 }
@@ -215,7 +216,7 @@ func TestReclaimerLinkAtTheFenceWins(t *testing.T) {
 func TestReclaimerFailuresKeepAndBackOff(t *testing.T) {
 	f := newFixture(t)
 	q, orphan := queuedBlob(f, "orphan on a failing disk")
-	f.c.driver = failingDelete{StorageDriver: f.d, path: blobDir(orphan)}
+	f.c.driver = failingDelete{StorageDriver: f.d, path: layout.BlobDir(orphan)}
 	r := newTestReclaimer(t, f, q, true)
 	rep := r.Tick(context.Background())
 	if len(rep.Decisions) != 1 || rep.Decisions[0].Reason != DeleteFailed || !rep.Failed {
@@ -270,7 +271,7 @@ func TestReclaimerRunDrainsAndStops(t *testing.T) {
 	cancel()
 	wait(t, done, "Run to exit on ctx.Done")
 	for _, d := range orphans {
-		if f.exists(blobDataPath(d)) {
+		if f.exists(layout.BlobDataPath(d)) {
 			t.Fatalf("%s not reclaimed", d)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // A repository that cannot be read is not collected: the run aborts and
@@ -22,9 +23,9 @@ func TestAbortsDeleteNothing(t *testing.T) {
 		}, AbortManifestUnreadable},
 		"manifest blob missing": {func(f *fixture) {
 			d := digest.FromString("missing")
-			f.put(revisionDir("x", d)+"/link", []byte(d))
+			f.put(layout.RevisionDir("x", d)+"/link", []byte(d))
 		}, AbortManifestUnreadable},
-		"unreadable tag": {func(f *fixture) { f.put(tagCurrentPath("x", "bad"), []byte("not a digest")) }, AbortStorageUnreadable},
+		"unreadable tag": {func(f *fixture) { f.put(layout.TagCurrentPath("x", "bad"), []byte("not a digest")) }, AbortStorageUnreadable},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t)

@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"path"
 	"sync"
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -66,12 +67,12 @@ var errWalkCut = errors.New("the walk was cut short by a concurrent delete")
 // walkEnd tells a walk that ended with err over an absent root (absent
 // true) from one cut short (an error wrapping errWalkCut).
 func walkEnd(ctx context.Context, d storagedriver.StorageDriver, root string, err error) (absent bool, _ error) {
-	if !isNotFound(err) {
+	if !layout.IsNotFound(err) {
 		return false, err
 	}
 	_, serr := d.Stat(ctx, root)
 	switch {
-	case isNotFound(serr):
+	case layout.IsNotFound(serr):
 		return true, nil
 	case serr != nil:
 		return false, serr
@@ -81,9 +82,9 @@ func walkEnd(ctx context.Context, d storagedriver.StorageDriver, root string, er
 
 func readSnapshot(ctx context.Context, d storagedriver.StorageDriver, repo string) (*snapshot, error) {
 	s := newSnapshot(repo)
-	w := &manifestWalk{s: s, root: manifestsPath(repo) + "/",
+	w := &manifestWalk{s: s,
 		revDirs: map[digest.Digest]string{}, currentDirs: map[string]string{}, tagSeen: map[string]bool{}}
-	noManifests, err := walkEnd(ctx, d, manifestsPath(repo), d.Walk(ctx, manifestsPath(repo), w.visit))
+	noManifests, err := walkEnd(ctx, d, layout.ManifestsDir(repo), d.Walk(ctx, layout.ManifestsDir(repo), w.visit))
 	if err != nil {
 		return nil, abort(AbortStorageUnreadable, fmt.Errorf("walk manifests of %s: %w", repo, err))
 	}
@@ -106,7 +107,6 @@ func readSnapshot(ctx context.Context, d storagedriver.StorageDriver, repo strin
 // manifestWalk collects the links under a repository's _manifests.
 type manifestWalk struct {
 	s        *snapshot
-	root     string
 	tagNames []string
 	// Directories that should hold a revision link or a tag's current link:
 	// one where the walk saw no link file is probed, because Walk leaves out
@@ -117,48 +117,37 @@ type manifestWalk struct {
 }
 
 func (w *manifestWalk) visit(fi storagedriver.FileInfo) error {
-	c := strings.Split(strings.TrimPrefix(fi.Path(), w.root), "/")
-	if fi.IsDir() {
-		return w.visitDir(fi.Path(), c)
-	}
-	if !strings.HasSuffix(fi.Path(), "/link") {
+	p := layout.Classify(fi.Path())
+	if p.Repo != w.s.repo {
 		return nil
 	}
-	switch {
-	case len(c) == 4 && c[0] == "revisions":
-		if dg, ok := splitDigest(c[1], c[2]); ok {
-			w.s.revisions[dg] = &manifestInfo{digest: dg}
-		}
-	case len(c) == 4 && c[0] == "tags" && c[2] == "current":
-		w.tagNames = append(w.tagNames, c[1])
-		w.tagSeen[c[1]] = true
-	case len(c) == 6 && c[0] == "tags" && c[2] == "index":
-		if dg, ok := splitDigest(c[3], c[4]); ok {
-			w.s.tagIndex[dg] = append(w.s.tagIndex[dg], c[1])
-		}
-	case len(c) == 6 && c[0] == "referrers":
-		sub, ok1 := splitDigest(c[1], c[2])
-		ref, ok2 := splitDigest(c[3], c[4])
-		if ok1 && ok2 {
-			w.s.referrers[ref] = append(w.s.referrers[ref], sub)
-		}
+	if fi.IsDir() {
+		return w.visitDir(fi.Path(), p)
+	}
+	switch p.Kind {
+	case layout.KindRevisionLink:
+		w.s.revisions[p.Digest] = &manifestInfo{digest: p.Digest}
+	case layout.KindTagCurrent:
+		w.tagNames = append(w.tagNames, p.Tag)
+		w.tagSeen[p.Tag] = true
+	case layout.KindTagIndex:
+		w.s.tagIndex[p.Digest] = append(w.s.tagIndex[p.Digest], p.Tag)
+	case layout.KindReferrerLink:
+		w.s.referrers[p.Referrer] = append(w.s.referrers[p.Referrer], p.Digest)
 	}
 	return nil
 }
 
-func (w *manifestWalk) visitDir(p string, c []string) error {
+func (w *manifestWalk) visitDir(dir string, p layout.Path) error {
 	switch {
-	case len(c) == 3 && c[0] == "revisions":
-		if dg, ok := splitDigest(c[1], c[2]); ok {
-			w.revDirs[dg] = p + "/link"
-		}
-	case len(c) == 3 && c[0] == "tags" && c[2] == "current":
-		w.currentDirs[c[1]] = p + "/link"
-	case len(c) == 4 && c[0] == "revisions" && c[3] == "link",
-		len(c) == 4 && c[0] == "tags" && c[2] == "current" && c[3] == "link":
+	case p.Kind == layout.KindRevisionLinkDir:
+		w.revDirs[p.Digest] = dir + "/link"
+	case p.Kind == layout.KindTagDir && p.Tag != "" && dir == path.Dir(layout.TagCurrentPath(w.s.repo, p.Tag)):
+		w.currentDirs[p.Tag] = dir + "/link"
+	case p.Kind == layout.KindRevisionLink, p.Kind == layout.KindTagCurrent:
 		// Fail closed: this could be the tag or the revision that
 		// keeps everything else.
-		return fmt.Errorf("%s: %w: a directory", p, errNotALink)
+		return fmt.Errorf("%s: %w: a directory", dir, errNotALink)
 	}
 	return nil
 }
@@ -196,16 +185,10 @@ func (w *manifestWalk) probeUnseen(ctx context.Context, d storagedriver.StorageD
 
 // walkLayers collects the layer links; absent when there is no _layers.
 func walkLayers(ctx context.Context, d storagedriver.StorageDriver, s *snapshot) (absent bool, _ error) {
-	root := layersPath(s.repo)
+	root := layout.LayersDir(s.repo)
 	err := d.Walk(ctx, root, func(fi storagedriver.FileInfo) error {
-		if fi.IsDir() || !strings.HasSuffix(fi.Path(), "/link") {
-			return nil
-		}
-		c := strings.Split(strings.TrimPrefix(fi.Path(), root+"/"), "/")
-		if len(c) == 3 {
-			if dg, ok := splitDigest(c[0], c[1]); ok {
-				s.layers[dg] = true
-			}
+		if p := layout.Classify(fi.Path()); !fi.IsDir() && p.Kind == layout.KindLayerLink && p.Repo == s.repo {
+			s.layers[p.Digest] = true
 		}
 		return nil
 	})
@@ -220,8 +203,8 @@ func readContents(ctx context.Context, d storagedriver.StorageDriver, s *snapsho
 	g.SetLimit(readConcurrency)
 	for _, tag := range tagNames {
 		g.Go(func() error {
-			dg, err := readLink(gctx, d, tagCurrentPath(s.repo, tag))
-			if isNotFound(err) {
+			dg, err := readLink(gctx, d, layout.TagCurrentPath(s.repo, tag))
+			if layout.IsNotFound(err) {
 				return nil // the tag was deleted while we walked
 			}
 			if err != nil {

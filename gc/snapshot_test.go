@@ -7,6 +7,7 @@ import (
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // listHook runs before every List, also the ones of its own Walk (the
@@ -42,7 +43,7 @@ func TestSnapshotWalkCutByConcurrentDeleteIsReadAgain(t *testing.T) {
 	f.tag(repo, "v1", tagged.Digest)
 
 	var once sync.Once
-	goneDir := revisionDir(repo, gone.Digest)
+	goneDir := layout.RevisionDir(repo, gone.Digest)
 	f.c.driver = listHook{StorageDriver: f.d, before: func(p string) {
 		if p == goneDir {
 			once.Do(func() {
@@ -62,7 +63,7 @@ func TestSnapshotWalkCutByConcurrentDeleteIsReadAgain(t *testing.T) {
 	}
 	for _, l := range []string{taggedLayer, "config of " + taggedLayer} {
 		d := digest.FromString(l)
-		if has(rep.LayersUnlinked, d) || has(rep.BlobsDeleted, d) || !f.exists(blobDataPath(d)) {
+		if has(rep.LayersUnlinked, d) || has(rep.BlobsDeleted, d) || !f.exists(layout.BlobDataPath(d)) {
 			t.Errorf("layer %q of the tagged manifest lost: %s", l, summary(rep))
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // sweepBatch is how many objects are fenced before one re-read of the tags.
@@ -114,7 +115,7 @@ func (dl *deleter) sweepLayers(ctx context.Context, p *planned, rep *Report, del
 			rep.add(Decision{Kind: KindLayerLink, Digest: l, Reason: r, Detail: detail})
 			continue
 		}
-		dec := dl.deleteDir(ctx, KindLayerLink, l, layerLinkDir(dl.pol.repo, l), h)
+		dec := dl.deleteDir(ctx, KindLayerLink, l, layout.LayerLinkDir(dl.pol.repo, l), h)
 		dl.release(ctx, rep, KindLayerLink, l, h)
 		if dec.Deleted() {
 			removed[l] = true

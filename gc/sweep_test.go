@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // A client racing the sweep: between the plan and the fence.
@@ -51,9 +52,9 @@ func TestRelinkUnderTheFenceKeepsBlob(t *testing.T) {
 	// Another repository mounts the blob after the plan and before the
 	// blob's fence (the mount touched the blob... but say the record was
 	// lost): the re-list under the fence must see the new link.
-	f.atFence(Object{Blob: l.Digest}, func() { f.put(layerLinkDir("dst", l.Digest)+"/link", []byte(l.Digest)) })
+	f.atFence(Object{Blob: l.Digest}, func() { f.put(layout.LayerLinkDir("dst", l.Digest)+"/link", []byte(l.Digest)) })
 	rep := f.run("src")
-	if reasonOf(rep, KindBlob, l.Digest) != LinkedElsewhere || !f.exists(blobDataPath(l.Digest)) {
+	if reasonOf(rep, KindBlob, l.Digest) != LinkedElsewhere || !f.exists(layout.BlobDataPath(l.Digest)) {
 		t.Fatalf("%s", summary(rep))
 	}
 }

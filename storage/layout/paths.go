@@ -132,11 +132,11 @@ func (p Path) String() string {
 	case KindLayerLink:
 		return LayerLinkPath(p.Repo, p.Digest)
 	case KindLayerLinkDir:
-		return path.Dir(LayerLinkPath(p.Repo, p.Digest))
+		return LayerLinkDir(p.Repo, p.Digest)
 	case KindRevisionLink:
 		return RevisionLinkPath(p.Repo, p.Digest)
 	case KindRevisionLinkDir:
-		return path.Dir(RevisionLinkPath(p.Repo, p.Digest))
+		return RevisionDir(p.Repo, p.Digest)
 	case KindTagCurrent:
 		return TagCurrentPath(p.Repo, p.Tag)
 	case KindTagIndex:
@@ -176,6 +176,9 @@ func ReverseLinkPath(d digest.Digest, repo string, k LinkKind) string {
 // RepositoryPath is the directory of repository repo.
 func RepositoryPath(repo string) string { return RepositoriesRoot + "/" + repo }
 
+// ManifestsDir holds repo's revisions, tags and referrers index.
+func ManifestsDir(repo string) string { return RepositoryPath(repo) + "/_manifests" }
+
 // LayersDir holds every layer link of repo.
 func LayersDir(repo string) string { return RepositoryPath(repo) + "/_layers" }
 
@@ -193,10 +196,18 @@ func LayerLinkPath(repo string, d digest.Digest) string {
 	return LayersDir(repo) + "/" + digestDir(d) + "/link"
 }
 
+// LayerLinkDir is the directory of repo's layer link to blob d, which
+// Distribution deletes whole.
+func LayerLinkDir(repo string, d digest.Digest) string { return path.Dir(LayerLinkPath(repo, d)) }
+
 // RevisionLinkPath is repo's manifest revision link to manifest d.
 func RevisionLinkPath(repo string, d digest.Digest) string {
 	return RevisionsDir(repo) + "/" + digestDir(d) + "/link"
 }
+
+// RevisionDir is the directory of repo's revision link to manifest d,
+// which Distribution deletes whole.
+func RevisionDir(repo string, d digest.Digest) string { return path.Dir(RevisionLinkPath(repo, d)) }
 
 // ForwardLinkPath is the forward link that reverse link (d, repo, k) mirrors.
 func ForwardLinkPath(repo string, d digest.Digest, k LinkKind) string {

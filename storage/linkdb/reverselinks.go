@@ -67,7 +67,7 @@ func (r *ReverseLinks) List(ctx context.Context, blob digest.Digest) ([]layout.R
 			return nil
 		}
 		if l, ok := reverseLinkOf(blob, p); ok {
-			found[l] = "is a directory"
+			found[l] = layout.ProblemDirectory
 		}
 		if l, ok := reverseLinkOf(blob, p+"/link"); ok {
 			kindDirs[l] = true
@@ -113,26 +113,8 @@ func (r *ReverseLinks) List(ctx context.Context, blob digest.Digest) ([]layout.R
 // false when the listing has no link entry (a write in flight, an
 // interrupted delete) or the directory is gone.
 func (r *ReverseLinks) probe(ctx context.Context, blob digest.Digest, l layout.RepoLink) (present bool, problem string, err error) {
-	p := layout.ReverseLinkPath(blob, l.Repo, l.Kind)
-	for round := 0; ; round++ {
-		if listed, err := layout.Listed(ctx, r.driver, p); err != nil || !listed {
-			return false, "", err
-		}
-		fi, err := r.driver.Stat(ctx, p)
-		switch {
-		case layout.IsNotFound(err) && round == 0:
-			// Deleted (perhaps re-created) between the listing and
-			// the stat, or there to stay: look once more.
-			continue
-		case layout.IsNotFound(err):
-			return true, "listed but not found by stat (a dangling symlink?)", nil
-		case err != nil:
-			return false, "", err
-		case fi.IsDir():
-			return true, "is a directory", nil
-		}
-		return true, "", nil // written since the walk
-	}
+	present, _, problem, err = layout.Probe(ctx, r.driver, layout.ReverseLinkPath(blob, l.Repo, l.Kind))
+	return present, problem, err
 }
 
 // Has reports whether a well-formed reverse link (blob, l) is there: a file

@@ -226,25 +226,6 @@ func walksAfter(p, q string) bool {
 // delete, or the directory is gone).
 func probeLink(ctx context.Context, d storagedriver.StorageDriver, p string) (e linkEntry, ok bool, err error) {
 	e.Path = p
-	for round := 0; ; round++ {
-		if ok, err := layout.Listed(ctx, d, p); err != nil || !ok {
-			return e, false, err
-		}
-		fi, err := d.Stat(ctx, p)
-		switch {
-		case layout.IsNotFound(err) && round == 0:
-			// Deleted (perhaps re-created) between the listing and
-			// the stat, or there to stay: look once more.
-			continue
-		case layout.IsNotFound(err):
-			e.Bad = "listed, but not found by stat (a dangling symlink?)"
-		case err != nil:
-			return e, false, err
-		case fi.IsDir():
-			e.Info, e.Bad = fi, "a directory, not a link file"
-		default:
-			e.Info = fi // written since the walk passed
-		}
-		return e, true, nil
-	}
+	ok, e.Info, e.Bad, err = layout.Probe(ctx, d, p)
+	return e, ok, err
 }
