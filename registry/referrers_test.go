@@ -58,11 +58,16 @@ func startRegistry(t *testing.T, edit func(*configuration.Configuration)) *testR
 		edit(cfg)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	s, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	app := handlers.NewApp(ctx, cfg)
-	srv := httptest.NewServer(Wrap(cfg, app))
+	srv := httptest.NewServer(s.Handler(app))
 	t.Cleanup(func() {
 		srv.Close()
 		_ = app.Shutdown()
+		s.Close()
 		cancel()
 	})
 	return &testRegistry{t: t, url: srv.URL + strings.TrimSuffix(cfg.HTTP.Prefix, "/"), root: root}
@@ -467,8 +472,7 @@ func TestReferrersDefaultPageSize(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h := newReferrersHandler(&configuration.Configuration{}, http.NotFoundHandler()).(*referrersHandler)
-	h.open = func(context.Context) (*referrersBackend, error) { return backendFromDriver(d), nil }
+	h := newReferrersHandler(&configuration.Configuration{}, backendFromDriver(d), &accessControl{}, http.NotFoundHandler())
 	for _, q := range []string{"", "?n=100000"} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v2/p/referrers/"+subject.String()+q, nil))
@@ -600,8 +604,7 @@ func raceHandler(t *testing.T, status int, payload []byte, linked bool) (http.Ha
 		w.Header().Set("Docker-Content-Digest", digest.FromBytes(payload).String())
 		w.WriteHeader(status)
 	})
-	h := newReferrersHandler(&configuration.Configuration{}, next).(*referrersHandler)
-	h.open = func(context.Context) (*referrersBackend, error) { return b, nil }
+	h := newReferrersHandler(&configuration.Configuration{}, b, &accessControl{}, next)
 	return h, referrers.New(d)
 }
 

@@ -15,10 +15,10 @@ import (
 	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
-// Decode reads the options map of the reclaim entry, fills the defaults
+// decode reads the options map of the reclaim entry, fills the defaults
 // and checks them. Keys are decoded in sorted order, so the same config
 // always reports the same bad option first.
-func Decode(m map[string]any) (Options, error) {
+func decode(m map[string]any) (Options, error) {
 	var o Options
 	var writeGrace time.Duration
 	err := decodeBlock(m, fields{

@@ -50,7 +50,7 @@ func Load(conf *configuration.Configuration) (o Options, on bool, err error) {
 		// Distribution would stack every entry, disabled or not.
 		return Options{}, true, fmt.Errorf("config: middleware %s: listed %d times under middleware: storage; list it once", MiddlewareName, len(entries))
 	}
-	if o, err = Decode(entries[0].Options); err != nil {
+	if o, err = decode(entries[0].Options); err != nil {
 		return Options{}, true, err
 	}
 	fallback, cache := len(o.Redis.Addrs) == 0, blobDescriptorCache(conf) == "redis"

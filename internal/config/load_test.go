@@ -1,4 +1,4 @@
-package config_test
+package config
 
 import (
 	"errors"
@@ -11,7 +11,6 @@ import (
 	"github.com/distribution/distribution/v3/configuration"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -20,7 +19,7 @@ func withEntries(entries ...configuration.Middleware) *configuration.Configurati
 }
 
 func TestLoadFindsTheEntry(t *testing.T) {
-	reclaim := configuration.Middleware{Name: config.MiddlewareName, Options: configuration.Parameters{"window": "2m"}}
+	reclaim := configuration.Middleware{Name: MiddlewareName, Options: configuration.Parameters{"window": "2m"}}
 	disabled := reclaim
 	disabled.Disabled = true
 	for _, tc := range []struct {
@@ -37,9 +36,9 @@ func TestLoadFindsTheEntry(t *testing.T) {
 		{"twice", withEntries(reclaim, disabled), true, "listed 2 times"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o, on, err := config.Load(tc.conf)
-			if on != tc.on || config.Enabled(tc.conf) != tc.on {
-				t.Fatalf("on = %v, Enabled = %v, want %v", on, config.Enabled(tc.conf), tc.on)
+			o, on, err := Load(tc.conf)
+			if on != tc.on || Enabled(tc.conf) != tc.on {
+				t.Fatalf("on = %v, Enabled = %v, want %v", on, Enabled(tc.conf), tc.on)
 			}
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -60,15 +59,15 @@ func TestLoadFindsTheEntry(t *testing.T) {
 // Without a redis block the middleware uses Distribution's `redis:`
 // section, and evicts from it when it is the blob descriptor cache.
 func TestLoadFallsBackToDistributionRedis(t *testing.T) {
-	conf := withEntries(configuration.Middleware{Name: config.MiddlewareName})
+	conf := withEntries(configuration.Middleware{Name: MiddlewareName})
 	conf.Redis.Options.Addrs = []string{"dist:6379"}
-	o, _, err := config.Load(conf)
+	o, _, err := Load(conf)
 	if err != nil || len(o.Redis.Addrs) != 1 || o.Redis.Addrs[0] != "dist:6379" || o.DescriptorCache != nil {
 		t.Fatalf("fallback: %+v %v", o.Redis, err)
 	}
 	conf.Storage = configuration.Storage{"cache": configuration.Parameters{"blobdescriptor": "redis"}}
 	conf.Middleware["storage"][0].Options = configuration.Parameters{"redis": map[string]any{"addrs": []any{"own:6379"}}}
-	o, _, err = config.Load(conf)
+	o, _, err = Load(conf)
 	if err != nil || o.Redis.Addrs[0] != "own:6379" || o.DescriptorCache == nil || o.DescriptorCache.Addrs[0] != "dist:6379" {
 		t.Fatalf("own redis, descriptor cache: %+v %+v %v", o.Redis, o.DescriptorCache, err)
 	}
@@ -78,10 +77,10 @@ func TestLoadFallsBackToDistributionRedis(t *testing.T) {
 // dropping them would talk plaintext to a Redis configured for TLS.
 func TestLoadKeepsDistributionRedisTLS(t *testing.T) {
 	cert, key := storagetest.WriteCA(t)
-	conf := withEntries(configuration.Middleware{Name: config.MiddlewareName})
+	conf := withEntries(configuration.Middleware{Name: MiddlewareName})
 	conf.Redis.Options.Addrs = []string{"redis.internal:6380"}
 	conf.Redis.TLS.Certificate, conf.Redis.TLS.Key, conf.Redis.TLS.RootCAs = cert, key, []string{cert}
-	o, _, err := config.Load(conf)
+	o, _, err := Load(conf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +88,7 @@ func TestLoadKeepsDistributionRedisTLS(t *testing.T) {
 		t.Fatalf("TLS settings lost: %+v", tc)
 	}
 	conf.Redis.TLS.Key = ""
-	if _, _, err := config.Load(conf); err == nil {
+	if _, _, err := Load(conf); err == nil {
 		t.Fatal("a certificate without its key was accepted")
 	}
 }
@@ -116,7 +115,7 @@ func TestRedisTLSOptions(t *testing.T) {
 		{"enabled not a bool", map[any]any{"enabled": "yes"}, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o, err := config.Decode(map[string]any{"redis": map[any]any{"addrs": []any{"127.0.0.1:6379"}, "tls": tc.tls}})
+			o, err := decode(map[string]any{"redis": map[any]any{"addrs": []any{"127.0.0.1:6379"}, "tls": tc.tls}})
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("Decode error = %v, want error %v", err, tc.wantErr)
 			}
@@ -138,17 +137,17 @@ func TestLoadRefusesGCOnAProxy(t *testing.T) {
 		if tc.block != "" {
 			opts[tc.block] = map[string]any{"enabled": true}
 		}
-		conf := withEntries(configuration.Middleware{Name: config.MiddlewareName, Options: opts})
+		conf := withEntries(configuration.Middleware{Name: MiddlewareName, Options: opts})
 		conf.Proxy.RemoteURL = "http://127.0.0.1:1"
-		_, _, err := config.Load(conf)
-		if errors.Is(err, config.ErrProxyGC) != tc.refused || (err != nil && strings.Contains(err.Error(), "\n")) {
+		_, _, err := Load(conf)
+		if errors.Is(err, ErrProxyGC) != tc.refused || (err != nil && strings.Contains(err.Error(), "\n")) {
 			t.Fatalf("%q on a proxy: %v, want refused=%v in one line", tc.block, err, tc.refused)
 		}
 	}
 }
 
 func TestOpenRedisTimeouts(t *testing.T) {
-	o, err := config.Decode(map[string]any{"timeout": "250ms", "redis": map[string]any{"addrs": []any{"127.0.0.1:1"}}})
+	o, err := decode(map[string]any{"timeout": "250ms", "redis": map[string]any{"addrs": []any{"127.0.0.1:1"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,10 +48,10 @@ const MiddlewareName = "reclaim"
 // Defaults of the options an operator sees. gc keeps defaults of its own
 // for callers that leave a value zero; these are the ones config.yml gets.
 const (
-	DefaultWindow            = 24 * time.Hour
-	DefaultCap               = 10000
-	DefaultReclaimerInterval = time.Minute
-	DefaultReclaimerBatch    = 100
+	defaultWindow            = 24 * time.Hour
+	defaultCap               = 10000
+	defaultReclaimerInterval = time.Minute
+	defaultReclaimerBatch    = 100
 )
 
 // Options are the decoded options of the reclaim middleware entry.
@@ -92,7 +92,7 @@ type Options struct {
 // GC is the `gc:` block: the GC API.
 type GC struct {
 	Enabled      bool
-	Cap          int // max link deletions per run (default DefaultCap)
+	Cap          int // max link deletions per run (default 10000)
 	KeepUntagged bool
 }
 
@@ -133,7 +133,7 @@ func optionError(key string, err error) *OptionError {
 }
 
 // WithDefaults fills every zero option with its default and checks the
-// result. Decode calls it; so does code that builds Options by hand.
+// result. decode calls it; so does code that builds Options by hand.
 func (o Options) WithDefaults() (Options, error) {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
@@ -143,19 +143,19 @@ func (o Options) WithDefaults() (Options, error) {
 	if o.Prefix == "" {
 		o.Prefix = "reclaim:"
 	}
-	def(&o.Window, DefaultWindow)
+	def(&o.Window, defaultWindow)
 	def(&o.AccessTTL, max(7*24*time.Hour, 4*o.Window))
 	def(&o.Dedup, time.Second)
 	def(&o.FenceWait, 2*time.Second)
 	def(&o.FencePoll, 100*time.Millisecond)
 	def(&o.Timeout, time.Second)
 	def(&o.EpochInterval, 5*time.Second)
-	def(&o.Reclaimer.Interval, DefaultReclaimerInterval)
+	def(&o.Reclaimer.Interval, defaultReclaimerInterval)
 	if o.GC.Cap == 0 {
-		o.GC.Cap = DefaultCap
+		o.GC.Cap = defaultCap
 	}
 	if o.Reclaimer.Batch == 0 {
-		o.Reclaimer.Batch = DefaultReclaimerBatch
+		o.Reclaimer.Batch = defaultReclaimerBatch
 	}
 	return o, o.check()
 }

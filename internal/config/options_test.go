@@ -1,4 +1,4 @@
-package config_test
+package config
 
 import (
 	"errors"
@@ -6,12 +6,10 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/reclaim-registry/reclaim/internal/config"
 )
 
 func TestDecode(t *testing.T) {
-	o, err := config.Decode(map[string]any{
+	o, err := decode(map[string]any{
 		"redis":     map[any]any{"addrs": []any{"a:1", "b:2"}, "password": "p", "db": 3, "mastername": "m"},
 		"prefix":    "x:",
 		"window":    "30m",
@@ -35,15 +33,15 @@ func TestDecode(t *testing.T) {
 // One window, one default: the GC API, the reclaimer, the queue's delay
 // and the middleware all read Options.Window.
 func TestDecodeDefaults(t *testing.T) {
-	o, err := config.Decode(nil)
+	o, err := decode(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := config.Options{
+	want := Options{
 		Prefix: "reclaim:", Window: 24 * time.Hour, AccessTTL: 7 * 24 * time.Hour, Dedup: time.Second,
 		FenceWait: 2 * time.Second, FencePoll: 100 * time.Millisecond, Timeout: time.Second, EpochInterval: 5 * time.Second,
-		GC:        config.GC{Cap: config.DefaultCap},
-		Reclaimer: config.Reclaimer{Interval: config.DefaultReclaimerInterval, Batch: config.DefaultReclaimerBatch},
+		GC:        GC{Cap: defaultCap},
+		Reclaimer: Reclaimer{Interval: defaultReclaimerInterval, Batch: defaultReclaimerBatch},
 	}
 	if o.Redis.Addrs != nil || o.DescriptorCache != nil {
 		t.Fatalf("redis %+v", o.Redis)
@@ -52,7 +50,7 @@ func TestDecodeDefaults(t *testing.T) {
 	if !reflect.DeepEqual(o, want) {
 		t.Fatalf("defaults\n got %+v\nwant %+v", o, want)
 	}
-	if o, _ := config.Decode(map[string]any{"window": "2m"}); o.Window != 2*time.Minute || o.AccessTTL != 7*24*time.Hour {
+	if o, _ := decode(map[string]any{"window": "2m"}); o.Window != 2*time.Minute || o.AccessTTL != 7*24*time.Hour {
 		t.Fatalf("window 2m: %+v", o)
 	}
 }
@@ -61,27 +59,27 @@ func TestDecodeBlocks(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opts map[string]any
-		gc   config.GC
-		rc   config.Reclaimer
+		gc   GC
+		rc   Reclaimer
 	}{
 		{"gc block, yaml v2 map", map[string]any{"gc": map[any]any{"enabled": true, "cap": 5, "untagged": "keep"}},
-			config.GC{Enabled: true, Cap: 5, KeepUntagged: true}, config.Reclaimer{}},
+			GC{Enabled: true, Cap: 5, KeepUntagged: true}, Reclaimer{}},
 		{"gc block, string map", map[string]any{"gc": map[string]any{"enabled": true, "untagged": "delete", "cap": 0}},
-			config.GC{Enabled: true, Cap: config.DefaultCap}, config.Reclaimer{}},
-		{"empty blocks", map[string]any{"gc": nil, "reclaimer": nil}, config.GC{Cap: config.DefaultCap}, config.Reclaimer{}},
+			GC{Enabled: true, Cap: defaultCap}, Reclaimer{}},
+		{"empty blocks", map[string]any{"gc": nil, "reclaimer": nil}, GC{Cap: defaultCap}, Reclaimer{}},
 		{"reclaimer block", map[string]any{"reclaimer": map[any]any{"enabled": true, "interval": "30s", "batch": 7, "workers": 2, "lease": "5s"}},
-			config.GC{Cap: config.DefaultCap}, config.Reclaimer{Enabled: true, Interval: 30 * time.Second, Batch: 7, Workers: 2, Lease: 5 * time.Second}},
+			GC{Cap: defaultCap}, Reclaimer{Enabled: true, Interval: 30 * time.Second, Batch: 7, Workers: 2, Lease: 5 * time.Second}},
 		{"kill switch", map[string]any{"reclaimer": map[string]any{"enabled": false, "interval": "1s"}},
-			config.GC{Cap: config.DefaultCap}, config.Reclaimer{Interval: time.Second, Batch: config.DefaultReclaimerBatch}},
-		{"any case", map[string]any{"GC": map[string]any{"Enabled": true}}, config.GC{Enabled: true, Cap: config.DefaultCap}, config.Reclaimer{}},
+			GC{Cap: defaultCap}, Reclaimer{Interval: time.Second, Batch: defaultReclaimerBatch}},
+		{"any case", map[string]any{"GC": map[string]any{"Enabled": true}}, GC{Enabled: true, Cap: defaultCap}, Reclaimer{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o, err := config.Decode(tc.opts)
+			o, err := decode(tc.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tc.rc == (config.Reclaimer{}) {
-				tc.rc = config.Reclaimer{Interval: config.DefaultReclaimerInterval, Batch: config.DefaultReclaimerBatch}
+			if tc.rc == (Reclaimer{}) {
+				tc.rc = Reclaimer{Interval: defaultReclaimerInterval, Batch: defaultReclaimerBatch}
 			}
 			if o.GC != tc.gc || o.Reclaimer != tc.rc {
 				t.Fatalf("got %+v %+v, want %+v %+v", o.GC, o.Reclaimer, tc.gc, tc.rc)
@@ -125,17 +123,17 @@ func TestDecodeNamesTheOption(t *testing.T) {
 		{map[string]any{"reclaimer": map[string]any{"batch": 0}}, "reclaimer.batch", "positive integer"},
 		{map[string]any{"reclaimer": "on"}, "reclaimer", "must be a map"},
 	} {
-		_, err := config.Decode(c.opts)
-		var oe *config.OptionError
-		if !errors.As(err, &oe) || !errors.Is(err, config.ErrBadOptions) {
-			t.Errorf("Decode(%v) = %v, want an *OptionError matching ErrBadOptions", c.opts, err)
+		_, err := decode(c.opts)
+		var oe *OptionError
+		if !errors.As(err, &oe) || !errors.Is(err, ErrBadOptions) {
+			t.Errorf("decode(%v) = %v, want an *OptionError matching ErrBadOptions", c.opts, err)
 			continue
 		}
 		if oe.Option != c.option || !strings.Contains(oe.Err.Error(), c.msg) {
-			t.Errorf("Decode(%v): option %q, %q; want option %q, %q", c.opts, oe.Option, oe.Err, c.option, c.msg)
+			t.Errorf("decode(%v): option %q, %q; want option %q, %q", c.opts, oe.Option, oe.Err, c.option, c.msg)
 		}
 		if want := `config: middleware reclaim: option "` + c.option + `": `; !strings.HasPrefix(err.Error(), want) {
-			t.Errorf("Decode(%v) = %q, want it to start with %q", c.opts, err, want)
+			t.Errorf("decode(%v) = %q, want it to start with %q", c.opts, err, want)
 		}
 	}
 }
@@ -143,10 +141,10 @@ func TestDecodeNamesTheOption(t *testing.T) {
 // The ignored writegrace option of old configs is still parsed: a bad value
 // is an error.
 func TestDecodeWriteGrace(t *testing.T) {
-	if _, err := config.Decode(map[string]any{"writegrace": "5s"}); err != nil {
+	if _, err := decode(map[string]any{"writegrace": "5s"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := config.Decode(map[string]any{"writegrace": "soon"}); !errors.Is(err, config.ErrBadOptions) {
+	if _, err := decode(map[string]any{"writegrace": "soon"}); !errors.Is(err, ErrBadOptions) {
 		t.Fatalf("bad writegrace: %v", err)
 	}
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
-	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
@@ -99,14 +98,6 @@ func TestRebuildWhileServingThroughTheMiddleware(t *testing.T) {
 			"redis":  map[string]any{"addrs": []any{mr.Addr()}},
 			"window": window.String(),
 		}))
-	// The process-wide Env (storage.Current) would outlive this registry
-	// and its miniredis, and stand in the way of the next test's upstream.
-	env, err := storage.Open(context.Background(), r.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { env.Close() })
-
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { client.Close() })
 	tr, err := tracker.NewTracker(client, tracker.TrackerOptions{})
