@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
@@ -172,9 +173,9 @@ func newLeaseFixture(t *testing.T, mod ...func(*Config)) *leaseFixture {
 				f.mu.Unlock()
 			}
 		}}
-	env, err := storage.NewEnv(context.Background(), hd, storage.Options{
+	env, err := storage.NewEnv(context.Background(), hd, config.Options{
 		Redis: redis.UniversalOptions{Addrs: []string{f.mr.Addr()}}, Window: time.Hour, FenceWait: time.Millisecond, FencePoll: time.Millisecond,
-	}, nil)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

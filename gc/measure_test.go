@@ -15,6 +15,7 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 
+	"github.com/reclaim-registry/reclaim/internal/config"
 	rstorage "github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
@@ -84,7 +85,7 @@ func TestMeasureCollectDoesNotGrowWithRegistry(t *testing.T) {
 		// reverse links (counted too). Access records come from the fake
 		// tracker; the middleware's own Redis is an embedded one.
 		ctx := context.Background()
-		env, err := rstorage.NewEnv(ctx, counting, rstorage.Options{Window: time.Hour}, nil)
+		env, err := rstorage.NewEnv(ctx, counting, config.Options{Window: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}

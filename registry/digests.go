@@ -7,10 +7,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/distribution/distribution/v3/configuration"
 	"github.com/opencontainers/go-digest"
-
-	"github.com/reclaim-registry/reclaim/storage"
 )
 
 // Only sha256 creates links while the reclaim middleware runs.
@@ -31,8 +28,8 @@ import (
 //	PUT  /v2/<name>/manifests/<d>                    manifest push by digest
 //
 // Reads (GET, HEAD) by any digest create no link and are left to Distribution.
-// Without the middleware, Distribution's behaviour is unchanged.
-func init() { register(sha256OnlyHandler) }
+// Without the middleware, Distribution's behaviour is unchanged (Server.Handler
+// adds this only with it).
 
 var (
 	uploadPathRe   = regexp.MustCompile(`^/v2/.+/blobs/uploads(/[^/]*)?$`)
@@ -43,16 +40,7 @@ var (
 // sha256.
 var errDigestAlgorithm = errors.New("only sha256 digests are supported: online garbage collection cannot protect the blob behind a link under another digest algorithm")
 
-func sha256OnlyHandler(config *configuration.Configuration, next http.Handler) http.Handler {
-	enabled := false
-	for _, m := range config.Middleware["storage"] {
-		if m.Name == storage.MiddlewareName && !m.Disabled {
-			enabled = true
-		}
-	}
-	if !enabled {
-		return next
-	}
+func sha256Only(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := checkLinkDigest(r); err != nil {
 			writeError(w, r, err)

@@ -28,7 +28,6 @@ var (
 	errMethod          = errors.New("method not allowed")
 	errNotFound        = errors.New("no such endpoint")
 	errRunNotFound     = errors.New("run not found or expired")
-	errUnavailable     = errors.New("reclaim storage middleware unavailable")
 	errUnauthenticated = errors.New("authentication required")
 )
 
@@ -66,8 +65,6 @@ func statusOf(err error) (int, apiError) {
 		return http.StatusMethodNotAllowed, apiError{"UNSUPPORTED", err.Error(), nil}
 	case errors.Is(err, errUnauthenticated), errors.Is(err, auth.ErrInvalidCredential), errors.Is(err, auth.ErrAuthenticationFailure):
 		return http.StatusUnauthorized, apiError{"UNAUTHORIZED", "authentication required", nil}
-	case errors.Is(err, errUnavailable):
-		return http.StatusServiceUnavailable, apiError{"UNAVAILABLE", err.Error(), nil}
 	}
 	return http.StatusInternalServerError, apiError{"UNKNOWN", "internal error", nil}
 }

@@ -4,17 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 
-	"github.com/distribution/distribution/v3/configuration"
-	"github.com/distribution/distribution/v3/registry/auth"
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
-	"github.com/sirupsen/logrus"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/internal/config"
 )
 
 // The GC API, served on the registry's own listener:
@@ -24,7 +22,7 @@ import (
 //	POST /gc/v1/repositories/<name>/plans/<id>/apply
 //	GET  /gc/v1/plans/<id>
 //	GET  /gc/v1/runs/<id>
-//	GET  /gc/v1/status
+//	GET  /gc/v1/status                        (status.go)
 //
 // Repository endpoints require the "delete" action on the repository from
 // the registry's configured access controller; the GET endpoints require an
@@ -38,8 +36,6 @@ const gcPrefix = "/gc/v1/"
 // maxBody bounds request bodies; the options fit in a few hundred bytes.
 const maxBody = 64 << 10
 
-func init() { register(newGCAPI) }
-
 // gcBackend is what the API needs from the storage layer.
 type gcBackend struct {
 	Collector *gc.Collector
@@ -50,36 +46,23 @@ type gcBackend struct {
 	Exists func(ctx context.Context, repo string) (bool, error)
 }
 
-// openGC builds the backend for a config; gcapi_storage.go sets it, tests
-// replace it.
-var openGC func(ctx context.Context, config *configuration.Configuration, c GCConfig) (*gcBackend, error)
+// errGCDisabled answers every GC API request while `gc.enabled` is off.
+var errGCDisabled = fmt.Errorf("%w: set gc.enabled in the reclaim storage middleware options", gc.ErrDisabled)
 
 type gcAPI struct {
-	next   http.Handler
-	config *configuration.Configuration
-	cfg    GCConfig
-	cfgErr error
-	ac     auth.AccessController
-	acErr  error
-
-	mu      sync.Mutex
-	backend *gcBackend
+	next    http.Handler
+	opts    config.Options
+	access  *accessControl
+	backend *gcBackend // nil while the API is disabled
 }
 
-func newGCAPI(config *configuration.Configuration, next http.Handler) http.Handler {
-	h := &gcAPI{next: next, config: config}
-	h.cfg, h.cfgErr = ParseGCConfig(config)
-	if h.cfgErr != nil {
-		logrus.WithError(h.cfgErr).Error("reclaim: GC API disabled: invalid configuration")
+// newGCAPI serves the API on b when opts enable it, and answers
+// errGCDisabled otherwise.
+func newGCAPI(access *accessControl, opts config.Options, b *gcBackend, next http.Handler) *gcAPI {
+	if !opts.GC.Enabled {
+		b = nil
 	}
-	if config != nil && config.Auth.Type() != "" {
-		h.ac, h.acErr = auth.GetAccessController(config.Auth.Type(), config.Auth.Parameters())
-		if h.acErr != nil {
-			// Fail closed: every GC request is refused until fixed.
-			logrus.WithError(h.acErr).Error("reclaim: GC API refuses requests: access controller")
-		}
-	}
-	return h
+	return &gcAPI{next: next, opts: opts, access: access, backend: b}
 }
 
 func (h *gcAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -98,16 +81,11 @@ var (
 )
 
 func (h *gcAPI) serve(w http.ResponseWriter, r *http.Request) error {
-	if h.cfgErr != nil {
-		return fmt.Errorf("%w: %v", gc.ErrDisabled, h.cfgErr)
-	}
-	if !h.cfg.Present || !h.cfg.Enabled {
-		return fmt.Errorf("%w: set gc.enabled in the reclaim storage middleware options", gc.ErrDisabled)
+	if h.backend == nil {
+		return errGCDisabled
 	}
 	rest := strings.TrimPrefix(r.URL.Path, gcPrefix)
 	switch {
-	case rest == "status":
-		return h.status(w, r)
 	case strings.HasPrefix(rest, "runs/"):
 		return h.getRun(w, r, strings.TrimPrefix(rest, "runs/"))
 	case strings.HasPrefix(rest, "plans/"):
@@ -129,41 +107,6 @@ func (h *gcAPI) serve(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	return fmt.Errorf("%w: %s", errNotFound, r.URL.Path)
-}
-
-// authorize asks the configured access controller. With no auth
-// configured the registry is open, and so is this API (as upstream).
-func (h *gcAPI) authorize(r *http.Request, repo, action string) error {
-	if h.acErr != nil {
-		return fmt.Errorf("access controller: %w", h.acErr)
-	}
-	if h.ac == nil {
-		return nil
-	}
-	var access []auth.Access
-	if repo != "" {
-		access = append(access, auth.Access{Resource: auth.Resource{Type: "repository", Name: repo}, Action: action})
-	}
-	_, err := h.ac.Authorized(r, access...)
-	return err
-}
-
-func (h *gcAPI) collector(ctx context.Context) (*gcBackend, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.backend != nil {
-		return h.backend, nil
-	}
-	if openGC == nil {
-		return nil, errUnavailable
-	}
-	b, err := openGC(ctx, h.config, h.cfg)
-	if err != nil {
-		// Not memoized: Redis may come up later.
-		return nil, fmt.Errorf("%w: %v", errUnavailable, err)
-	}
-	h.backend = b
-	return b, nil
 }
 
 // validateRepository accepts exactly the names Distribution serves under
@@ -191,17 +134,14 @@ func (h *gcAPI) repoRequest(r *http.Request, repo string) (collectRequest, *gcBa
 	if err := validateRepository(repo); err != nil {
 		return collectRequest{}, nil, err
 	}
-	if err := h.authorize(r, repo, "delete"); err != nil {
+	if err := h.access.authorize(r, repo, "delete"); err != nil {
 		return collectRequest{}, nil, err
 	}
 	req, err := readRequest(r)
 	if err != nil {
 		return collectRequest{}, nil, err
 	}
-	b, err := h.collector(r.Context())
-	if err != nil {
-		return collectRequest{}, nil, err
-	}
+	b := h.backend
 	if b.Exists != nil {
 		// An error is not "absent": the run reads storage again and aborts
 		// if it cannot.
@@ -308,18 +248,14 @@ func (h *gcAPI) getRecord(w http.ResponseWriter, r *http.Request, find func(*gcB
 	if r.Method != http.MethodGet {
 		return fmt.Errorf("%w: %s; use GET", errMethod, r.Method)
 	}
-	if err := h.authorize(r, "", ""); err != nil {
+	if err := h.access.authorize(r, "", ""); err != nil {
 		return err
 	}
-	b, err := h.collector(r.Context())
+	repo, v, err := find(h.backend)
 	if err != nil {
 		return err
 	}
-	repo, v, err := find(b)
-	if err != nil {
-		return err
-	}
-	if err := h.authorize(r, repo, "pull"); err != nil {
+	if err := h.access.authorize(r, repo, "pull"); err != nil {
 		// The caller is authenticated (checked above); a 401 here would
 		// tell them the id exists and belongs to a repository they lack.
 		return unknown
@@ -328,28 +264,15 @@ func (h *gcAPI) getRecord(w http.ResponseWriter, r *http.Request, find func(*gcB
 	return nil
 }
 
-func (h *gcAPI) status(w http.ResponseWriter, r *http.Request) error {
-	if r.Method != http.MethodGet {
-		return fmt.Errorf("%w: %s; use GET", errMethod, r.Method)
+// status is the API's part of GET /gc/v1/status (status.go).
+func (h *gcAPI) status(ctx context.Context) map[string]any {
+	if h.backend == nil {
+		return map[string]any{"enabled": false, "gc_api": errGCDisabled.Error()}
 	}
-	if err := h.authorize(r, "", ""); err != nil {
-		return err
+	out := map[string]any{"enabled": true, "window_seconds": int64(h.opts.Window.Seconds()), "cap": h.opts.GC.Cap,
+		"untagged": map[bool]string{true: "keep", false: "delete"}[h.opts.GC.KeepUntagged]}
+	if h.backend.Status != nil {
+		maps.Copy(out, h.backend.Status(ctx))
 	}
-	out := map[string]any{"enabled": true, "window_seconds": int64(h.cfg.Window.Seconds()), "cap": h.cfg.Cap,
-		"untagged": map[bool]string{true: "keep", false: "delete"}[h.cfg.KeepUntagged]}
-	b, err := h.collector(r.Context())
-	if err != nil {
-		var ae apiError
-		_, ae = statusOf(err)
-		out["backend"] = ae.Message
-		writeJSON(w, http.StatusServiceUnavailable, out)
-		return nil
-	}
-	if b.Status != nil {
-		for k, v := range b.Status(r.Context()) {
-			out[k] = v
-		}
-	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return out
 }

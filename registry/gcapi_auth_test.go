@@ -16,6 +16,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/internal/config"
 )
 
 // scopeController grants exactly the scopes listed in the request's
@@ -60,11 +61,7 @@ func init() {
 // configured controller for: delete on the repository to collect, pull on
 // the run's repository to read a run.
 func TestCollectRequiresDeleteScope(t *testing.T) {
-	config := &configuration.Configuration{
-		Auth: configuration.Auth{"gcscopetest": configuration.Parameters{}},
-		Middleware: map[string][]configuration.Middleware{"storage": {{Name: "reclaim",
-			Options: configuration.Parameters{"gc": map[string]any{"enabled": true}}}}},
-	}
+	conf := &configuration.Configuration{Auth: configuration.Auth{"gcscopetest": configuration.Parameters{}}}
 	d := inmemory.New()
 	if err := d.PutContent(context.Background(), "/docker/registry/v2/repositories/team/app/_layers/sha256/"+
 		digest.FromString("x").Encoded()+"/link", []byte(digest.FromString("x"))); err != nil {
@@ -74,12 +71,8 @@ func TestCollectRequiresDeleteScope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prev := openGC
-	openGC = func(context.Context, *configuration.Configuration, GCConfig) (*gcBackend, error) {
-		return &gcBackend{Collector: col}, nil
-	}
-	defer func() { openGC = prev }()
-	srv := httptest.NewServer(newGCAPI(config, http.NotFoundHandler()))
+	opts := config.Options{GC: config.GC{Enabled: true}}
+	srv := httptest.NewServer(newGCAPI(newAccessControl(conf), opts, &gcBackend{Collector: col}, http.NotFoundHandler()))
 	defer srv.Close()
 
 	do := func(method, path, grant string) *http.Response {

@@ -29,7 +29,6 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
-	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
@@ -495,13 +494,9 @@ func TestE2ERecentlyPulledUntaggedManifestKept(t *testing.T) {
 	}
 }
 
-// rawDriver is the filesystem driver below the middleware. It also closes
-// the registry's storage Env (and its Redis clients) when the test ends.
+// rawDriver is the filesystem driver below the middleware.
 func rawDriver(t *testing.T, r *registrytest.Registry) storagedriver.StorageDriver {
 	t.Helper()
-	if env, err := storage.Open(t.Context(), r.Config); err == nil {
-		t.Cleanup(func() { _ = env.Close() })
-	}
 	d, err := filesystem.FromParameters(map[string]any{"rootdirectory": r.Root})
 	if err != nil {
 		t.Fatal(err)

@@ -5,11 +5,10 @@ import (
 	"errors"
 	"time"
 
-	"github.com/distribution/distribution/v3/configuration"
-	registrymiddleware "github.com/distribution/distribution/v3/registry/middleware/registry"
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
@@ -19,32 +18,10 @@ import (
 // This file adapts the storage package to the small interfaces gc
 // declares, so gc stays free of Redis and storage types.
 
-func init() {
-	openGC = openStorageGC
-	// GC deletes blobs that Distribution's blob descriptor cache may still
-	// list; the descriptor wrapper turns those stale entries into "blob
-	// unknown" (storage/descriptors.go). Without it a HEAD answers 200 for
-	// a collected blob and a re-push skips the upload: a broken image.
-	// Registering the same option twice is harmless (the last one wins).
-	if err := registrymiddleware.RegisterOptions(storage.RegistryOption()); err != nil {
-		panic(err)
-	}
-}
-
-// openStorageGC builds the collector on the process's storage Env: the
-// driver wrapped by the reclaim middleware (deletes through it remove
-// reverse links and evict descriptor caches), its tracker and link index.
-func openStorageGC(ctx context.Context, config *configuration.Configuration, c GCConfig) (*gcBackend, error) {
-	if config != nil && config.Proxy.RemoteURL != "" {
-		return nil, storage.ErrProxyGC // manifests are stored unverified
-	}
-	env, err := storage.Open(ctx, config)
-	if err != nil {
-		return nil, err
-	}
-	// One window for everything: the larger of GC's (default 24h) and the
-	// middleware's, so neither default can shrink the other.
-	window := max(c.Window, env.Window)
+// newGCBackend builds the collector on the storage Env: the driver wrapped
+// by the reclaim middleware (deletes through it remove reverse links and
+// evict descriptor caches), its tracker and link index, and the window.
+func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
 	col, err := gc.New(gc.Config{
 		Driver:  env.Driver,
 		Tracker: gcTracker{env.Tracker},
@@ -54,21 +31,27 @@ func openStorageGC(ctx context.Context, config *configuration.Configuration, c G
 			return ok, err
 		},
 		Context:      storage.WithoutAccessRecords,
-		Window:       window,
-		Cap:          c.Cap,
-		KeepUntagged: c.KeepUntagged,
+		Window:       opts.Window,
+		Cap:          opts.GC.Cap,
+		KeepUntagged: opts.GC.KeepUntagged,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &gcBackend{Collector: col, Exists: repositoryExists(env.Raw), Status: func(ctx context.Context) map[string]any {
-		out := map[string]any{"window_seconds": int64(window.Seconds()), "embedded_redis": env.Embedded}
+	return &gcBackend{Collector: col, Exists: repositoryExists(env.Raw), Status: storageStatus(env)}, nil
+}
+
+// storageStatus is gcBackend.Status: whether Redis has recorded for a full
+// window and whether the link database is complete.
+func storageStatus(env *storage.Env) func(ctx context.Context) map[string]any {
+	return func(ctx context.Context) map[string]any {
+		out := map[string]any{"window_seconds": int64(env.Window.Seconds()), "embedded_redis": env.Embedded}
 		if since, err := env.Tracker.RecordingSince(ctx); err != nil {
 			out["redis"] = err.Error()
 		} else {
 			out["redis"] = "ok"
 			out["recording_since"] = since.UTC()
-			out["trusted"] = time.Since(since) >= window
+			out["trusted"] = time.Since(since) >= env.Window
 		}
 		if since, ok, err := linkdb.LinkDBComplete(ctx, env.Raw); err != nil {
 			out["linkdb"] = err.Error()
@@ -79,7 +62,7 @@ func openStorageGC(ctx context.Context, config *configuration.Configuration, c G
 			}
 		}
 		return out
-	}}, nil
+	}
 }
 
 // repositoryExists is gcBackend.Exists on d: a repository exists when it

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
-	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
@@ -42,10 +41,7 @@ func TestE2ERedisEvictingPolicyRefusesGC(t *testing.T) {
 	if err := linkdb.MarkLinkDBComplete(ctx, g.raw, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	env, err := storage.Open(ctx, r.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env := r.Server.Env()
 	tick := func() {
 		t.Helper()
 		if err := env.Tracker.StartRecording(ctx); err != nil {

@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -92,8 +91,7 @@ func TestReferrersDefaultPageSize(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h := newReferrersHandler(&configuration.Configuration{}, http.NotFoundHandler()).(*referrersHandler)
-	h.open = func(context.Context) (*referrersBackend, error) { return backendFromDriver(d), nil }
+	h := newReferrersHandler(&configuration.Configuration{}, backendFromDriver(d), &accessControl{}, http.NotFoundHandler())
 	for _, q := range []string{"", "?n=100000"} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v2/p/referrers/"+subject.String()+q, nil))

@@ -53,11 +53,16 @@ func startRegistry(t *testing.T, edit func(*configuration.Configuration)) *testR
 		edit(cfg)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	s, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	app := handlers.NewApp(ctx, cfg)
-	srv := httptest.NewServer(Wrap(cfg, app))
+	srv := httptest.NewServer(s.Handler(app))
 	t.Cleanup(func() {
 		srv.Close()
 		_ = app.Shutdown()
+		s.Close()
 		cancel()
 	})
 	return &testRegistry{t: t, url: srv.URL + strings.TrimSuffix(cfg.HTTP.Prefix, "/"), root: root}

@@ -97,8 +97,7 @@ func raceHandler(t *testing.T, status int, payload []byte, linked bool) (http.Ha
 		w.Header().Set("Docker-Content-Digest", digest.FromBytes(payload).String())
 		w.WriteHeader(status)
 	})
-	h := newReferrersHandler(&configuration.Configuration{}, next).(*referrersHandler)
-	h.open = func(context.Context) (*referrersBackend, error) { return b, nil }
+	h := newReferrersHandler(&configuration.Configuration{}, b, &accessControl{}, next)
 	return h, referrers.New(d)
 }
 

@@ -1,14 +1,11 @@
 package registry
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 
-	"github.com/distribution/distribution/v3/configuration"
-
+	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/storage"
 )
 
@@ -23,22 +20,16 @@ import (
 //	                    "persistence": "aof", "epoch": ..., "nodes": [{"addr", "run_id", ...}],
 //	                    "last_loss": {"reason": "restart", "at": ..., "epoch": ...} } }
 //
-// It is authenticated exactly like the GC API: the same access controller
-// code path (gcAPI.authorize), any authenticated caller. When the GC API is
-// disabled the reclaimer's part is still served, so an operator can watch a
-// reclaimer on instances that do not take collect requests.
-
-func init() { register(newStatusHandler) }
-
+// It is authenticated like the GC API, by the same access controller: any
+// authenticated caller. When the GC API is disabled ("enabled": false,
+// "gc_api": why) the reclaimer's part is still served, so an operator can
+// watch a reclaimer on instances that do not take collect requests.
 type statusHandler struct {
-	next   http.Handler // the GC API and everything below it
-	config *configuration.Configuration
-	auth   *gcAPI // only for its authorize, configured like the real one
-}
-
-func newStatusHandler(config *configuration.Configuration, next http.Handler) http.Handler {
-	a, _ := newGCAPI(config, nil).(*gcAPI)
-	return &statusHandler{next: next, config: config, auth: a}
+	next      http.Handler
+	access    *accessControl
+	api       *gcAPI
+	env       *storage.Env  // nil without the reclaim middleware
+	reclaimer *gc.Reclaimer // nil when disabled
 }
 
 func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -50,63 +41,30 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, fmt.Errorf("%w: %s; use GET", errMethod, r.Method))
 		return
 	}
-	if err := h.auth.authorize(r, "", ""); err != nil {
+	if err := h.access.authorize(r, "", ""); err != nil {
 		writeError(w, r, err)
 		return
 	}
-	// The GC API's own status, when it serves one.
-	rec := httptest.NewRecorder()
-	h.next.ServeHTTP(rec, r)
-	out := map[string]any{}
-	status := http.StatusOK
-	switch rec.Code {
-	case http.StatusOK, http.StatusServiceUnavailable:
-		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
-			out = map[string]any{"gc_api": fmt.Sprintf("unreadable status: %v", err)}
-		}
-		status = rec.Code
-	default:
-		// GC API disabled or misconfigured: say so, serve the rest.
-		out["enabled"] = false
-		out["gc_api"] = errorMessage(rec.Body.Bytes())
-	}
+	out := h.api.status(r.Context())
 	out["reclaimer"] = h.reclaimerStatus(r)
-	out["redis_health"] = h.redisHealth(r)
-	writeJSON(w, status, out)
+	out["redis_health"] = h.redisHealth()
+	writeJSON(w, http.StatusOK, out)
 }
 
 // redisHealth is what the tracker's last recording tick read from Redis
-// INFO (storage/redishealth.go): the eviction policy (GC refuses while it
-// evicts), persistence, each master's run_id, the epoch, and the last time
-// the epoch was moved forward and why.
-func (h *statusHandler) redisHealth(r *http.Request) any {
-	env, err := storage.Open(r.Context(), h.config)
-	if err != nil {
-		return map[string]any{"error": err.Error()}
+// INFO (storage/tracker/redishealth.go): the eviction policy (GC refuses
+// while it evicts), persistence, each master's run_id, the epoch, and the
+// last time the epoch was moved forward and why.
+func (h *statusHandler) redisHealth() any {
+	if h.env == nil {
+		return map[string]any{"error": fmt.Sprintf("the %q storage middleware is not configured", config.MiddlewareName)}
 	}
-	return env.Tracker.RedisHealth()
+	return h.env.Tracker.RedisHealth()
 }
 
 func (h *statusHandler) reclaimerStatus(r *http.Request) any {
-	rh := reclaimerFor(h.config)
-	switch {
-	case rh == nil:
-		return map[string]any{"enabled": false, "state": "not started"}
-	case rh.err != nil:
-		return map[string]any{"enabled": rh.cfg.Enabled, "state": "not started", "last_error": rh.err.Error()}
-	case rh.r == nil:
+	if h.reclaimer == nil {
 		return map[string]any{"enabled": false, "state": "disabled (reclaimer.enabled is false: no deletions)"}
 	}
-	return rh.r.Status(r.Context())
-}
-
-// errorMessage extracts the first message of a Distribution-style error body.
-func errorMessage(body []byte) string {
-	var e struct {
-		Errors []apiError `json:"errors"`
-	}
-	if json.Unmarshal(body, &e) == nil && len(e.Errors) > 0 {
-		return e.Errors[0].Message
-	}
-	return string(bytes.TrimSpace(body))
+	return h.reclaimer.Status(r.Context())
 }

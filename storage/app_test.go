@@ -133,18 +133,24 @@ func newTestApp(t testing.TB, o appOptions) *testApp {
 	}
 	cfg.Middleware = map[string][]configuration.Middleware{"storage": mws}
 	ctx, cancel := context.WithCancel(context.Background())
-	app := handlers.NewApp(ctx, cfg)
-	a := &testApp{t: t, opts: o, count: storagetest.LastCounting(), root: root}
-	var h http.Handler = app
+	a := &testApp{t: t, opts: o, root: root}
 	if !o.noReclaim {
-		env, err := Open(ctx, cfg)
+		// Open builds the driver stack the app uses below reclaim: its
+		// counting driver is the one that sees the app's calls.
+		env, err := open(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		a.env = env
+		a.env, a.count = env, storagetest.LastCounting()
 		a.rc = &storagetest.RedisCounter{}
 		env.Tracker.Client().AddHook(a.rc)
-		h = Handler(app)
+	}
+	app := handlers.NewApp(ctx, cfg)
+	var h http.Handler = app
+	if a.env == nil {
+		a.count = storagetest.LastCounting()
+	} else {
+		h = a.env.Handler(app)
 	}
 	a.srv = httptest.NewServer(h)
 	a.host = strings.TrimPrefix(a.srv.URL, "http://")

@@ -19,9 +19,9 @@ import (
 // DescriptorServiceFactory wraps every per-repository blob statter
 // Distribution builds (layers and manifests), outside its blob descriptor
 // cache. With the cache on, a blob HEAD makes no driver call at all, so this
-// is the only place that sees it. registry/hooks.go installs it with
-// registrymiddleware.RegisterOptions; it does nothing while no reclaim Env
-// is open.
+// is the only place that sees it. The registry package installs it with
+// registrymiddleware.RegisterOptions; it does nothing outside a request
+// scope of an Env (Env.Handler), so nothing without the reclaim middleware.
 //
 // Each Stat:
 //   - records the access (read: deduplicated; manifest PUT verification or
@@ -67,10 +67,11 @@ type descriptors struct {
 }
 
 func (s *descriptors) Stat(ctx context.Context, dgst digest.Digest) (v1.Descriptor, error) {
-	e := Current()
-	if e == nil || accessRecordsOff(ctx) || dgst.Validate() != nil {
+	sc := scopeOf(ctx)
+	if sc == nil || accessRecordsOff(ctx) || dgst.Validate() != nil {
 		return s.BlobDescriptorService.Stat(ctx, dgst)
 	}
+	e := sc.env
 	d := e.Driver.(*driver)
 	info := requestOf(ctx)
 	repo := info.repo

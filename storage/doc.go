@@ -4,8 +4,9 @@
 // # Basics
 //
 // Distribution's storage only points one way, from repositories to blobs.
-// The "reclaim" storage-driver middleware (registered in init, configured as
-// `middleware: storage: - name: reclaim`) adds the other direction: before it
+// The "reclaim" storage-driver middleware (configured as `middleware:
+// storage: - name: reclaim`; Open builds its Env, bind.go hands it to
+// Distribution) adds the other direction: before it
 // lets a layer link or a manifest revision link of repository R to blob B
 // through, it writes a reverse link under B's directory naming R
 // (ReverseLinks); after the forward link is deleted it removes the reverse
@@ -27,6 +28,6 @@
 //   - The upload purger and upstream's garbage-collect get the raw driver;
 //     cmd/registry guards garbage-collect.
 //   - Distribution's blob descriptor cache answers HEADs without a driver
-//     call; DescriptorServiceFactory sees those Stats (registry/hooks.go
+//     call; DescriptorServiceFactory sees those Stats (the registry package
 //     installs it).
 package storage

@@ -5,13 +5,15 @@ import (
 	"testing"
 
 	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
+
+	"github.com/reclaim-registry/reclaim/internal/config"
 )
 
 // The embedded default is noeviction and restarts with the process: its
 // health reads clean and its epoch is set.
 func TestEmbeddedRedisHealth(t *testing.T) {
 	ctx := context.Background()
-	e, err := NewEnv(ctx, inmemory.New(), Options{}, nil)
+	e, err := NewEnv(ctx, inmemory.New(), config.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

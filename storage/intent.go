@@ -107,9 +107,11 @@ func requestOf(ctx context.Context) requestInfo {
 	return info
 }
 
-// scope is per HTTP request (installed by Handler): what this request has
-// already fence-checked, and whether the middleware refused it.
+// scope is per HTTP request (installed by Env.Handler): the Env serving
+// it, what this request has already fence-checked, and whether the
+// middleware refused it.
 type scope struct {
+	env     *Env
 	mu      sync.Mutex
 	guarded map[layout.Object]time.Time
 	// linked: blobs this request reached through a repository link (the
@@ -234,9 +236,9 @@ const RetryAfter = "1"
 // Distribution chose for the storage error (500, or 400 for a manifest whose
 // references could not be verified). Clients retry 503 (go-containerregistry,
 // containerd, docker); they would give up on a 400.
-func Handler(next http.Handler) http.Handler {
+func (e *Env) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s := &scope{}
+		s := &scope{env: e}
 		rw := &refusalWriter{ResponseWriter: w, s: s}
 		ctx := context.WithValue(r.Context(), keyScope, s)
 		defer s.done(ctx)

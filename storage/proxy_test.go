@@ -9,6 +9,8 @@ import (
 
 	"github.com/distribution/distribution/v3/configuration"
 	"github.com/distribution/distribution/v3/registry/handlers"
+
+	reclaimconfig "github.com/reclaim-registry/reclaim/internal/config"
 )
 
 // A pull-through cache stores manifests without verifying them: with GC
@@ -32,7 +34,7 @@ func TestProxyModeRefusesGC(t *testing.T) {
 		gc, reclaimer bool
 	}{{"gc", true, false}, {"reclaimer", false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := Open(context.Background(), config(tc.gc, tc.reclaimer)); !errors.Is(err, ErrProxyGC) {
+			if _, err := open(context.Background(), config(tc.gc, tc.reclaimer)); !errors.Is(err, reclaimconfig.ErrProxyGC) {
 				t.Fatalf("Open: %v, want ErrProxyGC", err)
 			}
 			// what `registry serve` runs: Distribution turns the
@@ -43,14 +45,14 @@ func TestProxyModeRefusesGC(t *testing.T) {
 				handlers.NewApp(context.Background(), config(tc.gc, tc.reclaimer))
 			}()
 			msg := fmt.Sprint(got)
-			if !strings.Contains(msg, ErrProxyGC.Error()) || strings.Contains(msg, "\n") {
+			if !strings.Contains(msg, reclaimconfig.ErrProxyGC.Error()) || strings.Contains(msg, "\n") {
 				t.Fatalf("start: %v, want one line naming ErrProxyGC", got)
 			}
 			t.Logf("start-up error: %v", msg)
 		})
 	}
 	t.Run("gc off", func(t *testing.T) {
-		e, err := Open(context.Background(), config(false, false))
+		e, err := open(context.Background(), config(false, false))
 		if err != nil {
 			t.Fatalf("proxy mode without GC: %v", err)
 		}

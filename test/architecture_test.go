@@ -32,7 +32,8 @@ func deps(t *testing.T, pkg string) map[string]bool {
 
 // TestDependencies keeps the package graph of docs/architecture.md: the
 // decision core knows nothing of Redis or HTTP, the link database tools run
-// without the registry's handlers, and the vocabulary is a leaf.
+// without the registry's handlers, the vocabulary is a leaf, and the one
+// typed configuration depends on nothing it configures.
 func TestDependencies(t *testing.T) {
 	const (
 		redis    = "github.com/redis/go-redis/v9"
@@ -49,6 +50,7 @@ func TestDependencies(t *testing.T) {
 		{"storage/referrers", []string{mw, module + "/storage/tracker", module + "/gc", redis, handlers}},
 		{"storage/linkdb", []string{mw, module + "/gc", module + "/registry", handlers}},
 		{"storage", []string{module + "/gc", module + "/registry"}},
+		{"internal/config", []string{mw, module + "/storage/linkdb", module + "/gc", module + "/registry", handlers}},
 	} {
 		got := deps(t, tc.pkg)
 		for _, f := range tc.forbidden {

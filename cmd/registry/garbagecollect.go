@@ -2,14 +2,11 @@ package main
 
 import (
 	"errors"
-	"fmt"
-	"os"
 
-	"github.com/distribution/distribution/v3/configuration"
 	distregistry "github.com/distribution/distribution/v3/registry"
 	"github.com/spf13/cobra"
 
-	"github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/internal/config"
 )
 
 // errOnlineGC is why upstream's garbage-collect refuses to run on a registry
@@ -33,40 +30,15 @@ func guardGarbageCollect(gc *cobra.Command) {
 				return err
 			}
 		}
-		path := os.Getenv("REGISTRY_CONFIGURATION_PATH")
-		if len(args) > 0 {
-			path = args[0]
-		}
-		if path == "" {
-			return nil // upstream reports the missing configuration
-		}
-		on, err := reclaimConfigured(path)
+		conf, err := readConfig(configPath(args))
 		if err != nil {
-			return nil // upstream reports the unreadable configuration
+			return nil // upstream reports a missing or unreadable configuration
 		}
-		if on {
+		if config.Enabled(conf) {
 			return errOnlineGC
 		}
 		return nil
 	}
-}
-
-func reclaimConfigured(path string) (bool, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	config, err := configuration.Parse(f)
-	if err != nil {
-		return false, fmt.Errorf("parse %s: %w", path, err)
-	}
-	for _, m := range config.Middleware["storage"] {
-		if m.Name == storage.MiddlewareName && !m.Disabled {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 func init() { guardGarbageCollect(distregistry.GCCmd) }

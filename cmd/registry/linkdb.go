@@ -17,6 +17,7 @@ import (
 	"github.com/distribution/distribution/v3/registry/storage/driver/factory"
 	"github.com/spf13/cobra"
 
+	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
 
@@ -85,20 +86,21 @@ func runRebuild(cmd *cobra.Command, args []string, opts linkdb.RebuildOptions, c
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	config, d, err := openStorage(ctx, args)
+	conf, d, err := openStorage(ctx, args)
 	if err != nil {
 		fmt.Fprintf(stderr, "linkdb rebuild: %v\n", err)
 		return rebuildExitFailed
 	}
-	if err := checkReclaimConfig(config); err != nil {
-		fmt.Fprintf(stderr, "linkdb rebuild: %v\n", err)
+	reclaim, on, err := config.Load(conf)
+	if err != nil {
+		fmt.Fprintf(stderr, "linkdb rebuild: %s\n", oneLine(err))
 		return rebuildExitFailed
 	}
-	if !hasReclaimMiddleware(config) && !opts.Offline {
+	if !on && !opts.Offline {
 		fmt.Fprintln(stderr, "linkdb rebuild: warning: this config does not enable the reclaim storage middleware. "+
 			"A rebuild while serving is complete only if every registry instance writing to this storage runs with it.")
 	}
-	fencer, review, closeFencer, err := openFencer(ctx, config)
+	fencer, review, closeFencer, err := openFencer(reclaim)
 	if err != nil {
 		fmt.Fprintf(stderr, "linkdb rebuild: %v\n", err)
 		return rebuildExitFailed
@@ -249,34 +251,13 @@ func runVerify(cmd *cobra.Command, args []string, opts linkdb.VerifyOptions, asJ
 // creates its storage driver raw: no storage middleware, so linkdb's reads
 // are not recorded as accesses and its writes are not classified again.
 func openStorage(ctx context.Context, args []string) (*configuration.Configuration, storagedriver.StorageDriver, error) {
-	path := os.Getenv("REGISTRY_CONFIGURATION_PATH")
-	if len(args) > 0 {
-		path = args[0]
-	}
-	if path == "" {
-		return nil, nil, errors.New("configuration path unspecified")
-	}
-	fp, err := os.Open(path)
+	conf, err := readConfig(configPath(args))
 	if err != nil {
 		return nil, nil, err
 	}
-	defer fp.Close()
-	config, err := configuration.Parse(fp)
+	d, err := factory.Create(ctx, conf.Storage.Type(), conf.Storage.Parameters())
 	if err != nil {
-		return nil, nil, fmt.Errorf("parse %s: %w", path, err)
+		return nil, nil, fmt.Errorf("create %s driver: %w", conf.Storage.Type(), err)
 	}
-	d, err := factory.Create(ctx, config.Storage.Type(), config.Storage.Parameters())
-	if err != nil {
-		return nil, nil, fmt.Errorf("create %s driver: %w", config.Storage.Type(), err)
-	}
-	return config, d, nil
-}
-
-func hasReclaimMiddleware(config *configuration.Configuration) bool {
-	for _, m := range config.Middleware["storage"] {
-		if m.Name == "reclaim" {
-			return true
-		}
-	}
-	return false
+	return conf, d, nil
 }

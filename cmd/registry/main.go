@@ -2,7 +2,8 @@
 // Distribution registry binary. It keeps upstream's CLI (serve,
 // garbage-collect, --version) and config.yml, compiles in every upstream
 // storage driver, auth provider and storage middleware, and adds Reclaim's
-// own subcommands and middleware.
+// own subcommands and middleware. serve is its own (serve.go): it builds
+// the Reclaim server before Distribution's registry and closes it after.
 package main
 
 import (
@@ -22,8 +23,6 @@ import (
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/middleware/redirect"
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/middleware/rewrite"
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/s3-aws"
-
-	_ "github.com/reclaim-registry/reclaim/registry"
 )
 
 func main() {

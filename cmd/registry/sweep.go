@@ -5,24 +5,27 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/distribution/distribution/v3/configuration"
 	distregistry "github.com/distribution/distribution/v3/registry"
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 	"github.com/spf13/cobra"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/registry"
 	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
+	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // `registry gc sweep <config>` is the slow path: a walk of the whole blob
@@ -103,136 +106,162 @@ type sweepStats struct {
 }
 
 func runSweep(cmd *cobra.Command, configPath string, o sweepOptions) int {
-	out, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	stderr := cmd.ErrOrStderr()
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	config, err := readConfig(configPath)
+	sw, closeFn, err := openSweeper(ctx, configPath, o)
 	if err != nil {
-		fmt.Fprintf(stderr, "gc sweep: %v\n", err)
+		fmt.Fprintf(stderr, "gc sweep: %s\n", oneLine(err))
 		return sweepExitFailed
 	}
-	if err := checkReclaimConfig(config); err != nil {
-		fmt.Fprintf(stderr, "gc sweep: %v\n", err)
-		return sweepExitFailed
-	}
-	env, err := storage.Open(ctx, config)
-	if err != nil {
-		fmt.Fprintf(stderr, "gc sweep: %v\n", err)
-		return sweepExitFailed
-	}
-	defer env.Close()
+	defer closeFn()
+	sw.out, sw.stderr = cmd.OutOrStdout(), stderr
 	// The sweep's own reads must not count as accesses.
 	ctx = storage.WithoutAccessRecords(ctx)
-	q := env.Queue()
-	var rec *gc.Reclaimer
-	if o.apply {
-		if rec, _, err = registry.OpenReclaimer(ctx, config, true); err != nil {
-			fmt.Fprintf(stderr, "gc sweep: %v\n", err)
-			return sweepExitFailed
-		}
-	}
-	st := &sweepStats{decisions: map[string]int64{}}
-	prog := newSweepProgress(stderr, st)
+	prog := newSweepProgress(stderr, sw.st)
 	defer prog.stop()
-	mode := "dry run"
-	switch {
-	case o.enqueue:
-		mode = "enqueue"
-	case o.apply:
-		mode = "apply"
-	}
-	err = walkBlobShards(ctx, env.Raw, st, stderr, func(shardBlobs map[digest.Digest]*blobEntry) {
-		for _, d := range sortedBlobs(shardBlobs) {
-			e := shardBlobs[d]
-			st.blobs.Add(1)
-			if e.linked {
-				st.linked++
-				continue
-			}
-			in, err := q.Contains(ctx, d)
-			if err != nil {
-				st.failed++
-				fmt.Fprintf(stderr, "gc sweep: %s: %v\n", d, err)
-				continue
-			}
-			if in {
-				st.queued++
-				continue
-			}
-			st.found.Add(1)
-			st.foundBytes += e.size
-			switch {
-			case o.enqueue:
-				if err := q.Enqueue(ctx, 0, d); err != nil {
-					st.failed++
-					fmt.Fprintf(stderr, "gc sweep: enqueue %s: %v\n", d, err)
-					continue
-				}
-				st.enqueued++
-			case o.apply:
-				dec, err := rec.Review(ctx, d)
-				var ae *gc.AbortError
-				if errors.As(err, &ae) {
-					// fail closed for the whole sweep: nothing can qualify
-					fmt.Fprintf(stderr, "gc sweep: %v\n", err)
-					st.failed++
-					return
-				}
-				if err != nil {
-					fmt.Fprintf(stderr, "gc sweep: %s: %v\n", d, err)
-				}
-				st.decisions[dec.Reason.String()]++
-				if dec.Reason == gc.CheckFailed || dec.Reason == gc.DeleteFailed {
-					st.failed++
-				}
-				if o.verbose {
-					fmt.Fprintf(out, "%s\t%d\t%s\n", d, e.size, dec.Reason)
-				}
-				continue
-			}
-			if o.verbose {
-				fmt.Fprintf(out, "%s\t%d\n", d, e.size)
-			}
-		}
+	err = walkBlobShards(ctx, sw.raw, sw.st, stderr, func(shardBlobs map[digest.Digest]*blobEntry) {
+		sw.shard(ctx, shardBlobs)
 	})
 	prog.stop()
-	fmt.Fprintf(out, "gc sweep (%s): %d blobs, %d linked, %d unreferenced already queued, %d unreferenced not queued (%d bytes)",
-		mode, st.blobs.Load(), st.linked, st.queued, st.found.Load(), st.foundBytes)
-	switch {
-	case o.enqueue:
-		fmt.Fprintf(out, ", %d enqueued", st.enqueued)
-	case o.apply:
-		keys := make([]string, 0, len(st.decisions))
-		for k := range st.decisions {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			fmt.Fprintf(out, ", %s %d", k, st.decisions[k])
-		}
-	}
-	fmt.Fprintln(out)
+	sw.summary()
 	if err != nil {
 		fmt.Fprintf(stderr, "gc sweep: %v\n", err)
 		return sweepExitFailed
 	}
-	if st.failed > 0 {
+	if sw.st.failed > 0 {
 		return sweepExitPartial
 	}
 	return sweepExitOK
 }
 
-func readConfig(p string) (*configuration.Configuration, error) {
-	fp, err := os.Open(p)
+// sweeper is one sweep: the storage and queue of the registry's Reclaim
+// server, and with --apply the reclaimer's deletion step.
+type sweeper struct {
+	o           sweepOptions
+	out, stderr io.Writer
+	raw         storagedriver.StorageDriver
+	q           *tracker.Queue
+	rec         *gc.Reclaimer // --apply only
+	st          *sweepStats
+}
+
+// openSweeper builds the Reclaim server of the config at path. It does not
+// start the server's background reclaimer; with --apply it builds one with
+// the kill switch on, which deletes only when asked (Review).
+func openSweeper(ctx context.Context, path string, o sweepOptions) (*sweeper, func(), error) {
+	conf, err := readConfig(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer fp.Close()
-	config, err := configuration.Parse(fp)
+	srv, err := registry.New(ctx, conf)
 	if err != nil {
-		return nil, fmt.Errorf("parse %s: %w", p, err)
+		return nil, nil, err
 	}
-	return config, nil
+	sw := &sweeper{o: o, st: &sweepStats{decisions: map[string]int64{}}}
+	env := srv.Env()
+	if env == nil {
+		err = fmt.Errorf("the %q storage middleware is not configured", config.MiddlewareName)
+	} else if o.apply {
+		sw.rec, err = srv.NewReclaimer(true)
+	}
+	if err != nil {
+		srv.Close()
+		return nil, nil, err
+	}
+	sw.raw, sw.q = env.Raw, env.Queue()
+	return sw, func() { srv.Close() }, nil
+}
+
+// shard looks at the blobs of one shard: linked, already queued, or found
+// (then listed, queued or reviewed as the options say).
+func (sw *sweeper) shard(ctx context.Context, blobs map[digest.Digest]*blobEntry) {
+	st := sw.st
+	for _, d := range sortedBlobs(blobs) {
+		e := blobs[d]
+		st.blobs.Add(1)
+		if e.linked {
+			st.linked++
+			continue
+		}
+		in, err := sw.q.Contains(ctx, d)
+		if err != nil {
+			st.failed++
+			fmt.Fprintf(sw.stderr, "gc sweep: %s: %v\n", d, err)
+			continue
+		}
+		if in {
+			st.queued++
+			continue
+		}
+		st.found.Add(1)
+		st.foundBytes += e.size
+		if !sw.found(ctx, d, e) {
+			return
+		}
+	}
+}
+
+// found acts on one unreferenced blob that is not queued. It reports false
+// when the sweep cannot go on with this shard: nothing can qualify.
+func (sw *sweeper) found(ctx context.Context, d digest.Digest, e *blobEntry) bool {
+	st := sw.st
+	switch {
+	case sw.o.enqueue:
+		if err := sw.q.Enqueue(ctx, 0, d); err != nil {
+			st.failed++
+			fmt.Fprintf(sw.stderr, "gc sweep: enqueue %s: %v\n", d, err)
+			return true
+		}
+		st.enqueued++
+	case sw.o.apply:
+		dec, err := sw.rec.Review(ctx, d)
+		var ae *gc.AbortError
+		if errors.As(err, &ae) {
+			// fail closed for the whole shard: nothing can qualify
+			fmt.Fprintf(sw.stderr, "gc sweep: %v\n", err)
+			st.failed++
+			return false
+		}
+		if err != nil {
+			fmt.Fprintf(sw.stderr, "gc sweep: %s: %v\n", d, err)
+		}
+		st.decisions[dec.Reason.String()]++
+		if dec.Reason == gc.CheckFailed || dec.Reason == gc.DeleteFailed {
+			st.failed++
+		}
+		if sw.o.verbose {
+			fmt.Fprintf(sw.out, "%s\t%d\t%s\n", d, e.size, dec.Reason)
+		}
+		return true
+	}
+	if sw.o.verbose {
+		fmt.Fprintf(sw.out, "%s\t%d\n", d, e.size)
+	}
+	return true
+}
+
+// summary prints the one-line result.
+func (sw *sweeper) summary() {
+	st, out := sw.st, sw.out
+	mode := "dry run"
+	switch {
+	case sw.o.enqueue:
+		mode = "enqueue"
+	case sw.o.apply:
+		mode = "apply"
+	}
+	fmt.Fprintf(out, "gc sweep (%s): %d blobs, %d linked, %d unreferenced already queued, %d unreferenced not queued (%d bytes)",
+		mode, st.blobs.Load(), st.linked, st.queued, st.found.Load(), st.foundBytes)
+	switch {
+	case sw.o.enqueue:
+		fmt.Fprintf(out, ", %d enqueued", st.enqueued)
+	case sw.o.apply:
+		for _, k := range slices.Sorted(maps.Keys(st.decisions)) {
+			fmt.Fprintf(out, ", %s %d", k, st.decisions[k])
+		}
+	}
+	fmt.Fprintln(out)
 }
 
 // blobEntry is a blob with data, as the sweep saw it.

@@ -4,9 +4,11 @@
 // Two ways to start a registry, both with a per-test filesystem root and both
 // stopped by t.Cleanup:
 //
-//   - Start builds Distribution's handlers.App in this process, wraps it with
-//     Reclaim's HTTP features (registry.Wrap) and serves it with httptest. It is
-//     fast, needs no build, and runs under the race detector with the test.
+//   - Start builds the Reclaim server (registry.New) and Distribution's
+//     handlers.App in this process, as `serve` does, and serves the server's
+//     Handler around the app with httptest; Registry.Server is that server.
+//     It is fast, needs no build, and runs under the race detector with the
+//     test.
 //   - StartProcess runs the real `registry serve config.yml` binary, built once
 //     per test binary, on a free loopback port. Use it when the test needs what
 //     only a process has: the serve command's wiring, SIGKILL and restart, or

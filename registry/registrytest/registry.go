@@ -38,6 +38,8 @@ type Registry struct {
 	Config *configuration.Configuration
 	// Username and Password are the first WithHtpasswd user, empty without auth.
 	Username, Password string
+	// Server is the in-process Reclaim server (Start); nil for StartProcess.
+	Server *reclaim.Server
 }
 
 // Ref parses "repo:tag" or "repo@sha256:..." as a reference on this registry.
@@ -96,10 +98,12 @@ func (r *Registry) Do(t testing.TB, method, path string, header http.Header) *ht
 	return resp
 }
 
-// Start runs a registry in this process: Distribution's handlers.App for the
-// configuration built from opts, wrapped with Reclaim's HTTP features
-// (registry.Wrap), served by httptest on a loopback port. Storage is a fresh
-// t.TempDir unless WithRootDirectory says otherwise. t.Cleanup stops it.
+// Start runs a registry in this process the way `registry serve` does:
+// registry.New for the configuration built from opts, then Distribution's
+// handlers.App for it, wrapped by the Server's Handler and served by
+// httptest on a loopback port, and the background reclaimer started.
+// Storage is a fresh t.TempDir unless WithRootDirectory says otherwise.
+// t.Cleanup stops it.
 //
 // It does not use upstream's NewRegistry, which registers process-wide health
 // checks and can run only once per process, and it turns the Prometheus
@@ -114,20 +118,30 @@ func Start(t testing.TB, opts ...Option) *Registry {
 	cfg.HTTP.Debug.Prometheus.Enabled = false
 
 	ctx, cancel := context.WithCancel(context.Background())
-	app, err := newApp(ctx, cfg)
+	server, err := reclaim.New(ctx, cfg)
 	if err != nil {
 		cancel()
 		t.Fatalf("registrytest: start registry: %v", err)
 	}
-	srv := httptest.NewServer(reclaim.Wrap(cfg, app))
+	app, err := newApp(ctx, cfg)
+	if err != nil {
+		server.Close()
+		cancel()
+		t.Fatalf("registrytest: start registry: %v", err)
+	}
+	server.Start()
+	srv := httptest.NewServer(server.Handler(app))
 	t.Cleanup(func() {
 		srv.Close()
 		if err := app.Shutdown(); err != nil {
 			t.Errorf("registrytest: shut down registry: %v", err)
 		}
+		server.Close()
 		cancel()
 	})
-	return newRegistry(srv.URL, s, cfg)
+	r := newRegistry(srv.URL, s, cfg)
+	r.Server = server
+	return r
 }
 
 func newRegistry(url string, s *settings, cfg *configuration.Configuration) *Registry {

@@ -18,7 +18,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
-	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
@@ -134,15 +133,9 @@ func newServing(t *testing.T) *serving {
 			// a refused write fails at once: the test needs the refusal, not the wait
 			"fencewait": "1ms",
 		}))
-	// The process-wide Env (storage.Current) would outlive this registry
-	// and its miniredis, and stand in the way of the next test's upstream.
-	env, err := storage.Open(context.Background(), s.r.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { env.Close() })
 	client := redis.NewClient(&redis.Options{Addr: s.mr.Addr()})
 	t.Cleanup(func() { client.Close() })
+	var err error
 	if s.tr, err = tracker.NewTracker(client, tracker.TrackerOptions{}); err != nil {
 		t.Fatal(err)
 	}

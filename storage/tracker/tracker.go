@@ -92,9 +92,6 @@ func NewTracker(c redis.UniversalClient, opts TrackerOptions) (*Tracker, error) 
 // Client is the Redis client the tracker uses.
 func (t *Tracker) Client() redis.UniversalClient { return t.c }
 
-// AccessTTL is the lifetime of an access record; windows must stay below it.
-func (t *Tracker) AccessTTL() time.Duration { return t.opts.AccessTTL }
-
 func (t *Tracker) blobKey(d digest.Digest) string { return t.opts.Prefix + "{" + d.String() + "}" }
 
 func kindCode(k layout.LinkKind) string {

@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/registry"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
-	"github.com/reclaim-registry/reclaim/storage"
 )
 
 func TestMain(m *testing.M) { registrytest.Main(m) }
@@ -29,8 +30,8 @@ var badReclaimOptions = []struct {
 	{"wrong type", "window: 3600", `option "window": must be a duration`},
 	{"nested wrong type", "redis:\n          db: zero", `option "redis.db": must be an integer`},
 	{"dedup too close to window", "window: 5s\n        dedup: 1s", `option "dedup"`},
-	{"gc block", "gc:\n          cap: -1", "gc.cap: want a non-negative integer"},
-	{"reclaimer block", "reclaimer:\n          enabled: \"yes\"", "reclaimer.enabled: want true or false"},
+	{"gc block", "gc:\n          cap: -1", `option "gc.cap": must be a non-negative integer`},
+	{"reclaimer block", "reclaimer:\n          enabled: \"yes\"", `option "reclaimer.enabled": must be true or false`},
 }
 
 func writeBadConfig(t *testing.T, options string) string {
@@ -58,8 +59,7 @@ middleware:
 
 // Every command that reads the reclaim middleware options from a config
 // file stops on a bad one with exit 1 and a single stderr line naming the
-// option, never with Distribution's panic and stack trace (which is how
-// `serve` ended before it checked the options itself). It runs the real
+// option, never with Distribution's panic and stack trace. It runs the real
 // binary, so a panic cannot be recovered or hidden.
 func TestBadReclaimOptionsExitWithOneLine(t *testing.T) {
 	bin := registrytest.Binary(t)
@@ -136,12 +136,15 @@ func TestServeRefusesProxyGC(t *testing.T) {
 		if err := os.WriteFile(path, append(b, "proxy:\n  remoteurl: http://127.0.0.1:1\n"...), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		config, err := readConfig(path)
+		conf, err := readConfig(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = checkReclaimConfig(config)
-		if got := errors.Is(err, storage.ErrProxyGC); got != tc.want {
+		srv, err := registry.New(t.Context(), conf)
+		if err == nil {
+			srv.Close()
+		}
+		if got := errors.Is(err, config.ErrProxyGC); got != tc.want {
 			t.Fatalf("%q on a proxy: %v, want refused=%v", tc.block, err, tc.want)
 		}
 		if err != nil && strings.Contains(err.Error(), "\n") {

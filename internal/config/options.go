@@ -1,0 +1,187 @@
+// Package config is Reclaim's configuration: the options of the `reclaim`
+// entry under `middleware: storage:` in Distribution's config.yml, decoded
+// once and strictly into Options. The storage middleware, the GC API, the
+// reclaimer and every command read that one value.
+//
+//	middleware:
+//	  storage:
+//	    - name: reclaim
+//	      options:
+//	        window: 24h           # protection window W, for everything below
+//	        redis: {addrs: [host:port], username, password, db, mastername, clientname,
+//	                sentinelusername, sentinelpassword, tls: {...}}
+//	        prefix: "reclaim:"
+//	        accessttl: 168h       # default max(7 days, 4 windows)
+//	        dedup: 1s
+//	        fencewait: 2s
+//	        fencepoll: 100ms
+//	        timeout: 1s           # per registry-side Redis call
+//	        epochinterval: 5s
+//	        gc:
+//	          enabled: false      # serve the GC API
+//	          cap: 10000          # max link deletions per run
+//	          untagged: delete    # delete | keep
+//	        reclaimer:
+//	          enabled: false      # the background reclaimer's kill switch
+//	          interval: 1m
+//	          batch: 100
+//	          workers: 4          # default: gc's
+//	          lease: 1m           # default: gc's, max(10 intervals, 1m)
+//
+// Keys match case-insensitively (Distribution's environment overrides write
+// them in lower case); an unknown key, a key given twice, a value of the
+// wrong type or out of range is an *OptionError naming it, so a typo never
+// silently changes a policy.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MiddlewareName is the name of the entry under `middleware: storage:`.
+const MiddlewareName = "reclaim"
+
+// Defaults of the options an operator sees. gc keeps defaults of its own
+// for callers that leave a value zero; these are the ones config.yml gets.
+const (
+	defaultWindow            = 24 * time.Hour
+	defaultCap               = 10000
+	defaultReclaimerInterval = time.Minute
+	defaultReclaimerBatch    = 100
+)
+
+// Options are the decoded options of the reclaim middleware entry.
+type Options struct {
+	// Redis is where access records, fences and the review queue live: the
+	// entry's redis block, else Distribution's `redis:` section. No address
+	// means an embedded in-process Redis (the storage package starts it).
+	Redis redis.UniversalOptions
+	// DescriptorCache is Distribution's Redis when its blob descriptor cache
+	// is "redis": deletes evict their entries from it. Nil otherwise.
+	DescriptorCache *redis.UniversalOptions
+	// Prefix of every Redis key (default "reclaim:").
+	Prefix string
+	// Window is the protection window W (default 24h): GC deletes nothing
+	// accessed within it, a queued blob is reviewed a window after it was
+	// queued, and the tracker must have recorded for a window.
+	Window time.Duration
+	// AccessTTL is the lifetime of an access record (default 7 days, and at
+	// least 4 windows).
+	AccessTTL time.Duration
+	// Dedup is how long a read access of one blob is not re-sent to Redis
+	// by this process (default 1 s; at most a tenth of Window).
+	Dedup time.Duration
+	// FenceWait is how long a write waits for a fence to clear before it
+	// fails with a retryable error (default 2 s); FencePoll how often it
+	// looks again (default 100 ms).
+	FenceWait time.Duration
+	FencePoll time.Duration
+	// Timeout bounds each registry-side Redis call (default 1 s).
+	Timeout time.Duration
+	// EpochInterval is how often the recording epoch is re-asserted
+	// (default 5 s).
+	EpochInterval time.Duration
+	GC            GC
+	Reclaimer     Reclaimer
+}
+
+// GC is the `gc:` block: the GC API.
+type GC struct {
+	Enabled      bool
+	Cap          int // max link deletions per run (default 10000)
+	KeepUntagged bool
+}
+
+// Reclaimer is the `reclaimer:` block: the background reclaimer.
+type Reclaimer struct {
+	Enabled  bool // the kill switch
+	Interval time.Duration
+	Batch    int
+	Workers  int           // 0: gc's default
+	Lease    time.Duration // 0: gc's default
+}
+
+// ErrBadOptions matches every invalid option (errors.Is).
+var ErrBadOptions = errors.New("invalid reclaim middleware options")
+
+// OptionError is one invalid option. Option is the key as written in
+// config.yml, dotted for nested blocks ("redis.db", "gc.cap").
+type OptionError struct {
+	Option string
+	Err    error
+}
+
+func (e *OptionError) Error() string {
+	return fmt.Sprintf("config: middleware %s: option %q: %v", MiddlewareName, e.Option, e.Err)
+}
+
+// Unwrap lets errors.Is find ErrBadOptions and the cause.
+func (e *OptionError) Unwrap() []error { return []error{ErrBadOptions, e.Err} }
+
+// optionError names the option key of err, prefixing the name of a nested
+// OptionError ("redis" + "db" = "redis.db").
+func optionError(key string, err error) *OptionError {
+	var inner *OptionError
+	if errors.As(err, &inner) {
+		return &OptionError{Option: key + "." + inner.Option, Err: inner.Err}
+	}
+	return &OptionError{Option: key, Err: err}
+}
+
+// WithDefaults fills every zero option with its default and checks the
+// result. decode calls it; so does code that builds Options by hand.
+func (o Options) WithDefaults() (Options, error) {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if o.Prefix == "" {
+		o.Prefix = "reclaim:"
+	}
+	def(&o.Window, defaultWindow)
+	def(&o.AccessTTL, max(7*24*time.Hour, 4*o.Window))
+	def(&o.Dedup, time.Second)
+	def(&o.FenceWait, 2*time.Second)
+	def(&o.FencePoll, 100*time.Millisecond)
+	def(&o.Timeout, time.Second)
+	def(&o.EpochInterval, 5*time.Second)
+	def(&o.Reclaimer.Interval, defaultReclaimerInterval)
+	if o.GC.Cap == 0 {
+		o.GC.Cap = defaultCap
+	}
+	if o.Reclaimer.Batch == 0 {
+		o.Reclaimer.Batch = defaultReclaimerBatch
+	}
+	return o, o.check()
+}
+
+func (o Options) check() error {
+	for _, c := range []struct {
+		name   string
+		d      time.Duration
+		zeroOK bool
+	}{
+		{"window", o.Window, false}, {"accessttl", o.AccessTTL, false}, {"dedup", o.Dedup, true},
+		{"fencewait", o.FenceWait, true}, {"fencepoll", o.FencePoll, false}, {"timeout", o.Timeout, false},
+		{"epochinterval", o.EpochInterval, false},
+	} {
+		switch {
+		case c.d < 0 && c.zeroOK:
+			return &OptionError{Option: c.name, Err: fmt.Errorf("must not be negative, got %v", c.d)}
+		case c.d <= 0 && !c.zeroOK:
+			return &OptionError{Option: c.name, Err: fmt.Errorf("must be a positive duration, got %v", c.d)}
+		}
+	}
+	switch {
+	case o.AccessTTL < 2*o.Window:
+		return &OptionError{Option: "accessttl", Err: fmt.Errorf("%v must be at least twice the window %v", o.AccessTTL, o.Window)}
+	case o.Dedup*10 > o.Window:
+		return &OptionError{Option: "dedup", Err: fmt.Errorf("%v must be at most a tenth of the window %v", o.Dedup, o.Window)}
+	}
+	return nil
+}

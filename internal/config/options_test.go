@@ -1,0 +1,150 @@
+package config
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDecode(t *testing.T) {
+	o, err := decode(map[string]any{
+		"redis":     map[any]any{"addrs": []any{"a:1", "b:2"}, "password": "p", "db": 3, "mastername": "m"},
+		"prefix":    "x:",
+		"window":    "30m",
+		"dedup":     "500ms",
+		"fencewait": "3s",
+		"gc":        map[any]any{"enabled": true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Redis.Addrs) != 2 || o.Redis.Password != "p" || o.Redis.DB != 3 || o.Redis.MasterName != "m" ||
+		o.Prefix != "x:" || o.Window != 30*time.Minute || o.Dedup != 500*time.Millisecond || o.FenceWait != 3*time.Second ||
+		!o.GC.Enabled {
+		t.Fatalf("decoded %+v", o)
+	}
+	if o.AccessTTL < 2*o.Window || o.Timeout != time.Second || o.EpochInterval != 5*time.Second {
+		t.Fatalf("defaults %+v", o)
+	}
+}
+
+// One window, one default: the GC API, the reclaimer, the queue's delay
+// and the middleware all read Options.Window.
+func TestDecodeDefaults(t *testing.T) {
+	o, err := decode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Options{
+		Prefix: "reclaim:", Window: 24 * time.Hour, AccessTTL: 7 * 24 * time.Hour, Dedup: time.Second,
+		FenceWait: 2 * time.Second, FencePoll: 100 * time.Millisecond, Timeout: time.Second, EpochInterval: 5 * time.Second,
+		GC:        GC{Cap: defaultCap},
+		Reclaimer: Reclaimer{Interval: defaultReclaimerInterval, Batch: defaultReclaimerBatch},
+	}
+	if o.Redis.Addrs != nil || o.DescriptorCache != nil {
+		t.Fatalf("redis %+v", o.Redis)
+	}
+	o.Redis = want.Redis
+	if !reflect.DeepEqual(o, want) {
+		t.Fatalf("defaults\n got %+v\nwant %+v", o, want)
+	}
+	if o, _ := decode(map[string]any{"window": "2m"}); o.Window != 2*time.Minute || o.AccessTTL != 7*24*time.Hour {
+		t.Fatalf("window 2m: %+v", o)
+	}
+}
+
+func TestDecodeBlocks(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts map[string]any
+		gc   GC
+		rc   Reclaimer
+	}{
+		{"gc block, yaml v2 map", map[string]any{"gc": map[any]any{"enabled": true, "cap": 5, "untagged": "keep"}},
+			GC{Enabled: true, Cap: 5, KeepUntagged: true}, Reclaimer{}},
+		{"gc block, string map", map[string]any{"gc": map[string]any{"enabled": true, "untagged": "delete", "cap": 0}},
+			GC{Enabled: true, Cap: defaultCap}, Reclaimer{}},
+		{"empty blocks", map[string]any{"gc": nil, "reclaimer": nil}, GC{Cap: defaultCap}, Reclaimer{}},
+		{"reclaimer block", map[string]any{"reclaimer": map[any]any{"enabled": true, "interval": "30s", "batch": 7, "workers": 2, "lease": "5s"}},
+			GC{Cap: defaultCap}, Reclaimer{Enabled: true, Interval: 30 * time.Second, Batch: 7, Workers: 2, Lease: 5 * time.Second}},
+		{"kill switch", map[string]any{"reclaimer": map[string]any{"enabled": false, "interval": "1s"}},
+			GC{Cap: defaultCap}, Reclaimer{Interval: time.Second, Batch: defaultReclaimerBatch}},
+		{"any case", map[string]any{"GC": map[string]any{"Enabled": true}}, GC{Enabled: true, Cap: defaultCap}, Reclaimer{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := decode(tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.rc == (Reclaimer{}) {
+				tc.rc = Reclaimer{Interval: defaultReclaimerInterval, Batch: defaultReclaimerBatch}
+			}
+			if o.GC != tc.gc || o.Reclaimer != tc.rc {
+				t.Fatalf("got %+v %+v, want %+v %+v", o.GC, o.Reclaimer, tc.gc, tc.rc)
+			}
+		})
+	}
+}
+
+// Every invalid option is reported by its name as written in config.yml,
+// so `registry serve` can tell the operator which line to fix.
+func TestDecodeNamesTheOption(t *testing.T) {
+	for _, c := range []struct {
+		opts   map[string]any
+		option string
+		msg    string
+	}{
+		{map[string]any{"windw": "1h"}, "windw", "unknown option"},
+		{map[string]any{"window": 3600}, "window", "must be a duration"},
+		{map[string]any{"window": "soon"}, "window", `got "soon"`},
+		{map[string]any{"window": "-1h"}, "window", "must be a positive duration, got -1h0m0s"},
+		{map[string]any{"dedup": "-1s"}, "dedup", "must not be negative"},
+		{map[string]any{"fencepoll": "-1s"}, "fencepoll", "positive"},
+		{map[string]any{"window": "5s", "dedup": "1s"}, "dedup", "a tenth of the window"},
+		{map[string]any{"window": "1h", "accessttl": "90m"}, "accessttl", "twice the window"},
+		{map[string]any{"window": "1h", "Window": "2h"}, "window", `given twice (also as "Window")`},
+		{map[string]any{"redis": "localhost:6379"}, "redis", "must be a map"},
+		{map[string]any{"redis": map[any]any{"addrs": "x"}}, "redis.addrs", "must be a list"},
+		{map[string]any{"redis": map[any]any{"addrs": []any{1}}}, "redis.addrs", "must be a string"},
+		{map[string]any{"redis": map[any]any{"db": "0"}}, "redis.db", "must be an integer"},
+		{map[string]any{"redis": map[any]any{"adrs": []any{}}}, "redis.adrs", "unknown option"},
+		{map[string]any{"redis": map[any]any{"tls": map[any]any{"enabled": "yes"}}}, "redis.tls.enabled", "true or false"},
+		{map[string]any{"gc": map[string]any{"untagged": "kepp"}}, "gc.untagged", "delete or keep"},
+		{map[string]any{"gc": map[string]any{"enabled": "yes"}}, "gc.enabled", "true or false"},
+		{map[string]any{"gc": map[string]any{"cap": -1}}, "gc.cap", "non-negative integer"},
+		{map[string]any{"gc": map[string]any{"enable": true}}, "gc.enable", "unknown option"},
+		{map[string]any{"gc": true}, "gc", "must be a map"},
+		{map[string]any{"reclaimer": map[string]any{"enable": true}}, "reclaimer.enable", "unknown option"},
+		{map[string]any{"reclaimer": map[string]any{"enabled": "yes"}}, "reclaimer.enabled", "true or false"},
+		{map[string]any{"reclaimer": map[string]any{"interval": "soon"}}, "reclaimer.interval", "positive duration"},
+		{map[string]any{"reclaimer": map[string]any{"interval": "-1s"}}, "reclaimer.interval", "positive duration"},
+		{map[string]any{"reclaimer": map[string]any{"batch": 0}}, "reclaimer.batch", "positive integer"},
+		{map[string]any{"reclaimer": "on"}, "reclaimer", "must be a map"},
+	} {
+		_, err := decode(c.opts)
+		var oe *OptionError
+		if !errors.As(err, &oe) || !errors.Is(err, ErrBadOptions) {
+			t.Errorf("decode(%v) = %v, want an *OptionError matching ErrBadOptions", c.opts, err)
+			continue
+		}
+		if oe.Option != c.option || !strings.Contains(oe.Err.Error(), c.msg) {
+			t.Errorf("decode(%v): option %q, %q; want option %q, %q", c.opts, oe.Option, oe.Err, c.option, c.msg)
+		}
+		if want := `config: middleware reclaim: option "` + c.option + `": `; !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("decode(%v) = %q, want it to start with %q", c.opts, err, want)
+		}
+	}
+}
+
+// The ignored writegrace option of old configs is still parsed: a bad value
+// is an error.
+func TestDecodeWriteGrace(t *testing.T) {
+	if _, err := decode(map[string]any{"writegrace": "5s"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := decode(map[string]any{"writegrace": "soon"}); !errors.Is(err, ErrBadOptions) {
+		t.Fatalf("bad writegrace: %v", err)
+	}
+}
