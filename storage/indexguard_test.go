@@ -194,7 +194,7 @@ func testIndexTouchesFirst(t *testing.T, a *testApp, b storagetest.Backend, mt t
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	link := layout.RevisionLinkPath("r", ti.digest)
-	setHook(t, func(_ context.Context, method, path string) error {
+	testHook.Set(t, func(_ context.Context, method, path string) error {
 		if method == "PutContent" && path == link {
 			once.Do(func() { close(held) })
 			<-release

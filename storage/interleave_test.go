@@ -406,7 +406,7 @@ func TestUnlinkRace(t *testing.T) {
 			t.Fatal(err)
 		}
 		raced := false
-		setHook(t, func(ctx context.Context, m, p string) error {
+		testHook.Set(t, func(ctx context.Context, m, p string) error {
 			if m == "Delete" && strings.Contains(p, "/_repositories/") && !raced {
 				raced = true
 				// a pusher re-links between the forward and reverse delete
@@ -432,7 +432,7 @@ func TestUnlinkRace(t *testing.T) {
 func TestReverseLinkWriteFailureFailsForward(t *testing.T) {
 	a := newTestApp(t, appOptions{})
 	ctx := context.Background()
-	setHook(t, func(ctx context.Context, m, p string) error {
+	testHook.Set(t, func(ctx context.Context, m, p string) error {
 		if m == "PutContent" && strings.Contains(p, "/_repositories/") {
 			return errors.New("injected")
 		}
@@ -517,7 +517,7 @@ func TestUnlinkRaceWriterStraddles(t *testing.T) {
 			releaseWrite = make(chan struct{})
 			writerDone   = make(chan error, 1)
 		)
-		setHook(t, func(ctx context.Context, m, p string) error {
+		testHook.Set(t, func(ctx context.Context, m, p string) error {
 			switch {
 			case m == "Delete" && strings.Contains(p, "/_repositories/") && !started:
 				started = true

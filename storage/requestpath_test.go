@@ -41,7 +41,7 @@ func forEachCache(t *testing.T, caches []string, f func(t *testing.T, a *testApp
 
 // gated installs g as the test's hook.
 func gated(t *testing.T, g *storagetest.Gate) {
-	setHook(t, func(ctx context.Context, m, p string) error { return g.Wait(ctx, m, p) })
+	testHook.Set(t, func(ctx context.Context, m, p string) error { return g.Wait(ctx, m, p) })
 }
 
 // reach waits until g paused its call.
@@ -304,7 +304,7 @@ func TestStaleCacheCheckFailsClosed(t *testing.T) {
 	forEachCache(t, []string{"inmemory", "redis"}, func(t *testing.T, a *testApp) {
 		img, _ := random.Image(256, 2)
 		x := orphanLayer(t, a, "r", img, 1)
-		setHook(t, func(_ context.Context, m, p string) error {
+		testHook.Set(t, func(_ context.Context, m, p string) error {
 			if m == "Stat" && p == layout.BlobDataPath(x) {
 				return errors.New("injected: storage unavailable")
 			}

@@ -33,7 +33,7 @@ func TestCommitWithoutLinkIsQueued(t *testing.T) {
 		t.Fatalf("a linked push queued %d blobs (%v)", n, err)
 	}
 
-	setHook(t, func(ctx context.Context, m, p string) error {
+	testHook.Set(t, func(ctx context.Context, m, p string) error {
 		if m == "PutContent" && strings.Contains(p, "/_repositories/broken/_layers/") {
 			return errors.New("injected")
 		}
