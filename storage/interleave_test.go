@@ -66,10 +66,7 @@ func (a *testApp) age(t *testing.T) {
 	if err := iter.Err(); err != nil {
 		t.Fatal(err)
 	}
-	// the window has passed for this process's read dedup too
-	a.env.dedup.mu.Lock()
-	a.env.dedup.seen = nil
-	a.env.dedup.mu.Unlock()
+	a.forgetDedup() // the window has passed for this process's read dedup too
 }
 
 // fencedSignal is a go-redis hook that closes C the first time a touch is
