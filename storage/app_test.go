@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
-	storagemiddleware "github.com/distribution/distribution/v3/registry/storage/driver/middleware"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -28,39 +26,14 @@ import (
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
-// The "testhook" storage middleware puts a HookDriver between the real
-// driver and reclaim; each test sets the hook it needs.
-var (
-	hookMu     sync.Mutex
-	hookBefore func(ctx context.Context, method, path string) error
-)
-
-func setHook(t *testing.T, f func(ctx context.Context, method, path string) error) {
-	hookMu.Lock()
-	hookBefore = f
-	hookMu.Unlock()
-	t.Cleanup(func() {
-		hookMu.Lock()
-		hookBefore = nil
-		hookMu.Unlock()
-	})
-}
+// testHook sits between the real driver and reclaim ("testhook" in every
+// test app's middleware list); each test sets the hook it needs.
+var testHook = storagetest.RegisterHook("testhook")
 
 func init() {
 	logrus.SetLevel(logrus.FatalLevel)
 	// what registry/hooks.go does for the real binary
 	_ = registrymiddleware.RegisterOptions(RegistryOption())
-	_ = storagemiddleware.Register("testhook", func(_ context.Context, d storagedriver.StorageDriver, _ map[string]any) (storagedriver.StorageDriver, error) {
-		return &storagetest.HookDriver{StorageDriver: d, Before: func(ctx context.Context, m, p string) error {
-			hookMu.Lock()
-			f := hookBefore
-			hookMu.Unlock()
-			if f == nil {
-				return nil
-			}
-			return f(ctx, m, p)
-		}}, nil
-	})
 }
 
 type appOptions struct {

@@ -223,7 +223,7 @@ func median(ds []time.Duration) time.Duration {
 
 func benchApp(b *testing.B, reclaim bool) *testApp {
 	o := appOptions{noReclaim: !reclaim, cache: "inmemory"}
-	if addr := os.Getenv("RECLAIM_TEST_REDIS_ADDR"); addr != "" {
+	if addr := storagetest.RealRedis(); addr != "" {
 		o.redisAddr, o.prefix = addr, fmt.Sprintf("reclaimbench:%d:", os.Getpid())
 	}
 	return newTestApp(b, o)

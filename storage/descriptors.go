@@ -78,41 +78,23 @@ func (s *descriptors) Stat(ctx context.Context, dgst digest.Digest) (v1.Descript
 	if info.intent == intentMount && dgst == info.mount {
 		repo = info.from
 	}
-	var links []layout.Object
-	if layout.ValidRepo(repo) {
-		// Which link set the wrapped statter serves (callerKind); if that
-		// is unknown, the route tells for reads (blob routes read layer
-		// links, the manifest route revision links), and a manifest PUT,
-		// which verifies both kinds, records and checks both. An extra
-		// access record only makes GC keep more.
-		switch {
-		case s.kind != "":
-			links = []layout.Object{{Blob: dgst, Repo: repo, Kind: s.kind}}
-		case info.intent == intentReference:
-			links = []layout.Object{{Blob: dgst, Repo: repo, Kind: layout.LinkLayer}, {Blob: dgst, Repo: repo, Kind: layout.LinkManifest}}
-		case info.route == v2.RouteNameManifest:
-			links = []layout.Object{{Blob: dgst, Repo: repo, Kind: layout.LinkManifest}}
-		default:
-			links = []layout.Object{{Blob: dgst, Repo: repo, Kind: layout.LinkLayer}}
-		}
-	}
+	links := s.links(info, repo, dgst)
 	var gone bool
 	switch info.intent {
-	case intentReference, intentMount:
+	case intentReference:
 		var err error
-		wait := e.opts.FenceWait
-		if info.intent == intentMount {
-			wait = 0 // the mount falls back to an upload at once
-		}
-		if gone, err = d.guardWait(ctx, dgst, links, wait); err != nil {
-			if info.intent == intentMount && errors.Is(err, layout.ErrFenced) {
-				if sc := scopeOf(ctx); sc != nil {
-					sc.refused.Store(false)
-				}
-				return v1.Descriptor{}, distribution.ErrBlobUnknown
-			}
+		if gone, err = d.guard(ctx, dgst, links); err != nil {
 			return v1.Descriptor{}, err
 		}
+	case intentMount:
+		g, fenced, err := d.mountCheck(ctx, dgst, links)
+		if err != nil {
+			return v1.Descriptor{}, err
+		}
+		if fenced {
+			return v1.Descriptor{}, distribution.ErrBlobUnknown
+		}
+		gone = g
 	}
 	desc, err := s.BlobDescriptorService.Stat(ctx, dgst)
 	if err != nil {
@@ -129,6 +111,28 @@ func (s *descriptors) Stat(ctx context.Context, dgst digest.Digest) (v1.Descript
 		return desc, nil
 	}
 	return s.verify(ctx, e, repo, dgst, desc)
+}
+
+// links are the link objects a Stat of dgst in repo records (or checks):
+// the link set the wrapped statter serves (callerKind); if that is
+// unknown, the route tells for reads (blob routes read layer links, the
+// manifest route revision links), and a manifest PUT, which verifies both
+// kinds, records and checks both. An extra access record only makes GC
+// keep more.
+func (s *descriptors) links(info requestInfo, repo string, dgst digest.Digest) []layout.Object {
+	if !layout.ValidRepo(repo) {
+		return nil
+	}
+	link := func(k layout.LinkKind) layout.Object { return layout.Object{Blob: dgst, Repo: repo, Kind: k} }
+	switch {
+	case s.kind != "":
+		return []layout.Object{link(s.kind)}
+	case info.intent == intentReference:
+		return []layout.Object{link(layout.LinkLayer), link(layout.LinkManifest)}
+	case info.route == v2.RouteNameManifest:
+		return []layout.Object{link(layout.LinkManifest)}
+	}
+	return []layout.Object{link(layout.LinkLayer)}
 }
 
 // verify checks the storage behind a possibly stale cache answer: the blob

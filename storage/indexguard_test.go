@@ -25,7 +25,6 @@ import (
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/referrers"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 	"github.com/redis/go-redis/v9"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -194,7 +193,7 @@ func testIndexTouchesFirst(t *testing.T, a *testApp, b storagetest.Backend, mt t
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	link := layout.RevisionLinkPath("r", ti.digest)
-	setHook(t, func(_ context.Context, method, path string) error {
+	testHook.Set(t, func(_ context.Context, method, path string) error {
 		if method == "PutContent" && path == link {
 			once.Do(func() { close(held) })
 			<-release
@@ -248,7 +247,7 @@ func (h *inflight) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 
 func (h *inflight) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if a := cmd.Args(); cmd.Name() != "evalsha" || len(a) < 2 || a[1] != tracker.TouchScriptHash() {
+		if !isTouch(cmd) {
 			return next(ctx, cmd) // the epoch keeper's script, say
 		}
 		h.touches.Add(1)
@@ -258,6 +257,17 @@ func (h *inflight) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		defer h.now.Add(-1)
 		return next(ctx, cmd)
 	}
+}
+
+// isTouch tells the access-recording script from the tracker's other
+// scripts by its keys: only it passes (access, fence, tombstone) triplets.
+func isTouch(cmd redis.Cmder) bool {
+	a := cmd.Args() // evalsha, sha, numkeys, keys..., args...
+	if cmd.Name() != "evalsha" || len(a) < 6 {
+		return false
+	}
+	gone, _ := a[5].(string)
+	return strings.HasSuffix(gone, ":gone")
 }
 
 // The children check costs one Redis round trip per child, at most

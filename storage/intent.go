@@ -113,7 +113,7 @@ func requestOf(ctx context.Context) requestInfo {
 type scope struct {
 	env     *Env
 	mu      sync.Mutex
-	guarded map[layout.Object]time.Time
+	guarded accessTimes
 	// linked: blobs this request reached through a repository link (the
 	// references a manifest PUT verifies, as opposed to the manifest itself)
 	linked  map[digest.Digest]bool
@@ -170,14 +170,8 @@ func (s *scope) covered(objs []layout.Object, maxAge time.Duration) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
-	for _, o := range objs {
-		t, ok := s.guarded[o]
-		if !ok || now.Sub(t) > maxAge {
-			return false
-		}
-	}
-	return true
+	age, ok := s.guarded.oldest(objs, time.Now())
+	return ok && age <= maxAge
 }
 
 func (s *scope) record(objs []layout.Object, at time.Time) {
@@ -187,11 +181,9 @@ func (s *scope) record(objs []layout.Object, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.guarded == nil {
-		s.guarded = map[layout.Object]time.Time{}
+		s.guarded = accessTimes{}
 	}
-	for _, o := range objs {
-		s.guarded[o] = at
-	}
+	s.guarded.set(objs, at)
 }
 
 // noteLinks remembers the blobs of link objects among objs.
@@ -227,8 +219,15 @@ func (s *scope) refuse() {
 	}
 }
 
-// RetryAfter is the Retry-After (seconds) sent with a refused request.
-const RetryAfter = "1"
+// unrefuse takes a refusal back: the request goes on another way.
+func (s *scope) unrefuse() {
+	if s != nil {
+		s.refused.Store(false)
+	}
+}
+
+// retryAfter is the Retry-After (seconds) sent with a refused request.
+const retryAfter = "1"
 
 // Handler installs the per-request scope the middleware uses and turns a
 // request the middleware refused (a fence, or Redis down on a write) into
@@ -254,7 +253,7 @@ type refusalWriter struct {
 
 func (w *refusalWriter) WriteHeader(code int) {
 	if !w.wroteHeader && code >= 400 && w.s.refused.Load() {
-		w.Header().Set("Retry-After", RetryAfter)
+		w.Header().Set("Retry-After", retryAfter)
 		code = http.StatusServiceUnavailable
 	}
 	w.wroteHeader = true

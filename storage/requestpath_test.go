@@ -39,26 +39,21 @@ func forEachCache(t *testing.T, caches []string, f func(t *testing.T, a *testApp
 	})
 }
 
-// gated installs g as the test's hook.
-func gated(t *testing.T, g *storagetest.Gate) {
-	setHook(t, func(ctx context.Context, m, p string) error { return g.Wait(ctx, m, p) })
-}
-
-// reach waits until g paused its call.
-func reach(t *testing.T, g *storagetest.Gate) {
+// paused runs first until it reaches the call g pauses, runs meanwhile,
+// then lets first go on and returns its result.
+func paused[T any](t *testing.T, g *storagetest.Gate, first func() T, meanwhile func()) T {
 	t.Helper()
+	testHook.Set(t, func(ctx context.Context, m, p string) error { return g.Wait(ctx, m, p) })
+	ch := make(chan T, 1)
+	go func() { ch <- first() }()
 	select {
 	case <-g.Reached:
 	case <-time.After(30 * time.Second):
 		t.Fatalf("no %s on a path containing %s", g.Method, g.Substr)
 	}
-}
-
-// async runs f in the background; the returned func waits for its result.
-func async[T any](f func() T) func() T {
-	ch := make(chan T, 1)
-	go func() { ch <- f() }()
-	return func() T { return <-ch }
+	meanwhile()
+	g.Release()
+	return <-ch
 }
 
 // putManifest PUTs img's manifest as repo:ref and returns the status.
@@ -154,15 +149,13 @@ func TestRaceManifestPutVsDelete(t *testing.T) {
 		}
 		m, _ := imageDigests(t, img)
 		g := storagetest.NewGate("PutContent", "repositories/r/_manifests/revisions/sha256/"+m.Encoded()+"/link")
-		gated(t, g)
-		put := async(func() int { return a.putManifest("r", "v1", img) })
-		reach(t, g)
-		if code := a.do(http.MethodDelete, "/v2/r/manifests/"+m.String()).StatusCode; code != http.StatusAccepted {
-			t.Fatalf("DELETE during the PUT = %d, want 202", code)
-		}
-		g.Release()
-		if code := put(); code != http.StatusCreated {
-			t.Fatalf("PUT = %d, want 201", code)
+		put := paused(t, g, func() int { return a.putManifest("r", "v1", img) }, func() {
+			if code := a.do(http.MethodDelete, "/v2/r/manifests/"+m.String()).StatusCode; code != http.StatusAccepted {
+				t.Fatalf("DELETE during the PUT = %d, want 202", code)
+			}
+		})
+		if put != http.StatusCreated {
+			t.Fatalf("PUT = %d, want 201", put)
 		}
 		requireReverseLinks(t, a)
 		// The PUT wrote its links after the DELETE: the image is there.
@@ -183,15 +176,13 @@ func TestRaceManifestDeleteVsPut(t *testing.T) {
 		// the DELETE reads the link with GetContent; its only Stat of
 		// the forward link is unlink's look after removing both links
 		g := storagetest.NewGate("Stat", layout.RevisionLinkPath("r", m))
-		gated(t, g)
-		del := async(func() int { return a.do(http.MethodDelete, "/v2/r/manifests/"+m.String()).StatusCode })
-		reach(t, g)
-		if code := a.putManifest("r", "v1", img); code != http.StatusCreated {
-			t.Fatalf("PUT during the DELETE = %d, want 201", code)
-		}
-		g.Release()
-		if code := del(); code != http.StatusAccepted {
-			t.Fatalf("DELETE = %d, want 202", code)
+		del := paused(t, g, func() int { return a.do(http.MethodDelete, "/v2/r/manifests/"+m.String()).StatusCode }, func() {
+			if code := a.putManifest("r", "v1", img); code != http.StatusCreated {
+				t.Fatalf("PUT during the DELETE = %d, want 201", code)
+			}
+		})
+		if del != http.StatusAccepted {
+			t.Fatalf("DELETE = %d, want 202", del)
 		}
 		requireReverseLinks(t, a)
 	})
@@ -219,14 +210,12 @@ func TestRaceStaleCacheCheckVsReupload(t *testing.T) {
 				// the check's last look at the storage is src's
 				// revision-link path of x
 				g := storagetest.NewGate("Stat", layout.RevisionLinkPath("src", x))
-				gated(t, g)
-				req := async(func() int { return tc.do(a, x) })
-				reach(t, g)
-				if err := a.push("src:v1", img); err != nil {
-					t.Fatalf("re-push while a %s checks the stale entry: %v", tc.name, err)
-				}
-				g.Release()
-				if code := req(); code != tc.want {
+				code := paused(t, g, func() int { return tc.do(a, x) }, func() {
+					if err := a.push("src:v1", img); err != nil {
+						t.Fatalf("re-push while a %s checks the stale entry: %v", tc.name, err)
+					}
+				})
+				if code != tc.want {
 					t.Errorf("%s that saw the blob gone = %d, want %d", tc.name, code, tc.want)
 				}
 				if _, err := a.env.Raw.Stat(context.Background(), layout.LayerLinkPath("src", x)); err != nil {
@@ -277,21 +266,19 @@ func TestRaceDedupHidesTombstone(t *testing.T) {
 		img, _ := random.Image(256, 2)
 		x := orphanLayer(t, a, "r", img, 1)
 		g := storagetest.NewGate("Stat", layout.BlobDataPath(x))
-		gated(t, g)
-		first := async(func() int { return a.headBlob("r", x) })
-		reach(t, g)
-		if code := a.headBlob("r", x); code != http.StatusNotFound {
-			t.Errorf("concurrent HEAD of a deleted blob = %d, want 404", code)
-		}
-		// a client pushing now uploads what HEAD says is missing, and its
-		// manifest PUT is verified against Redis, not the dedup
-		if err := a.push("r:v1", img); err != nil {
-			t.Fatalf("push: %v", err)
-		}
-		g.Release()
-		// the first HEAD looks at the storage only now, after the push
-		if code := first(); code != http.StatusOK {
-			t.Errorf("HEAD = %d, want 200", code)
+		first := paused(t, g, func() int { return a.headBlob("r", x) }, func() {
+			if code := a.headBlob("r", x); code != http.StatusNotFound {
+				t.Errorf("concurrent HEAD of a deleted blob = %d, want 404", code)
+			}
+			// a client pushing now uploads what HEAD says is missing, and
+			// its manifest PUT is verified against Redis, not the dedup
+			if err := a.push("r:v1", img); err != nil {
+				t.Fatalf("push: %v", err)
+			}
+		})
+		// the first HEAD looked at the storage only after the push
+		if first != http.StatusOK {
+			t.Errorf("HEAD = %d, want 200", first)
 		}
 		requireReverseLinks(t, a)
 		a.pullAll("r:v1")
@@ -304,7 +291,7 @@ func TestStaleCacheCheckFailsClosed(t *testing.T) {
 	forEachCache(t, []string{"inmemory", "redis"}, func(t *testing.T, a *testApp) {
 		img, _ := random.Image(256, 2)
 		x := orphanLayer(t, a, "r", img, 1)
-		setHook(t, func(_ context.Context, m, p string) error {
+		testHook.Set(t, func(_ context.Context, m, p string) error {
 			if m == "Stat" && p == layout.BlobDataPath(x) {
 				return errors.New("injected: storage unavailable")
 			}
@@ -331,17 +318,15 @@ func TestTagWriteMeetsCollectedRevision(t *testing.T) {
 				// Distribution writes the tag's index link just before
 				// its current link: pause there
 				g := storagetest.NewGate("PutContent", "/_manifests/tags/v1/index/")
-				gated(t, g)
-				push := async(func() error { return a.push("r:v1", img, noRetry) })
-				reach(t, g)
-				// the push stalls for longer than the window; GC sees an
-				// untagged revision link nobody touched and deletes it
-				a.age(t)
-				f := a.fence(t, layout.Object{Blob: m, Repo: "r", Kind: layout.LinkManifest})
-				a.gcDelete(t, layout.RevisionLinkPath("r", m))
-				a.release(t, f)
-				g.Release()
-				if err := push(); statusOf(err) != http.StatusServiceUnavailable {
+				err := paused(t, g, func() error { return a.push("r:v1", img, noRetry) }, func() {
+					// the push stalls for longer than the window; GC sees
+					// an untagged revision link nobody touched and deletes it
+					a.age(t)
+					f := a.fence(t, layout.Object{Blob: m, Repo: "r", Kind: layout.LinkManifest})
+					a.gcDelete(t, layout.RevisionLinkPath("r", m))
+					a.release(t, f)
+				})
+				if statusOf(err) != http.StatusServiceUnavailable {
 					t.Fatalf("manifest PUT whose revision link was collected before its tag: %v, want 503", err)
 				}
 				if err := a.push("r:v1", img); err != nil {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -33,7 +32,7 @@ func TestCommitWithoutLinkIsQueued(t *testing.T) {
 		t.Fatalf("a linked push queued %d blobs (%v)", n, err)
 	}
 
-	setHook(t, func(ctx context.Context, m, p string) error {
+	testHook.Set(t, func(ctx context.Context, m, p string) error {
 		if m == "PutContent" && strings.Contains(p, "/_repositories/broken/_layers/") {
 			return errors.New("injected")
 		}
@@ -48,23 +47,7 @@ func TestCommitWithoutLinkIsQueued(t *testing.T) {
 	}
 	// The client uploads blobs concurrently and gives up at the first
 	// failed link write: which blobs got committed varies, at least one did.
-	var blobs []digest.Digest
-	cfg, err := img.ConfigName()
-	if err != nil {
-		t.Fatal(err)
-	}
-	blobs = append(blobs, digest.Digest(cfg.String()))
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range layers {
-		h, err := l.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		blobs = append(blobs, digest.Digest(h.String()))
-	}
+	_, blobs := imageDigests(t, img)
 	committed := 0
 	for _, b := range blobs {
 		if _, err := a.env.Raw.Stat(ctx, layout.BlobDataPath(b)); err != nil {

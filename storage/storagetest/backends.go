@@ -65,3 +65,10 @@ func ForEachBackend(t *testing.T, f func(t *testing.T, b Backend)) {
 		t.Run(b.Name, func(t *testing.T) { f(t, b) })
 	}
 }
+
+// Client returns a client of the backend, closed when the test ends.
+func (b Backend) Client(t testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: b.Addr})
+	t.Cleanup(func() { c.Close() })
+	return c
+}

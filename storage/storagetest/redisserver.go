@@ -84,7 +84,9 @@ func (s *RedisServer) start(t testing.TB) {
 	s.mu.Unlock()
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.After(10 * time.Second)
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
 	for {
 		// PING fails while the server loads its data (LOADING).
 		if c.Ping(context.Background()).Err() == nil {
@@ -93,12 +95,10 @@ func (s *RedisServer) start(t testing.TB) {
 		select {
 		case <-exited:
 			t.Fatalf("redis-server on %s exited: %s", s.Addr, s.log.String())
-		default:
-		}
-		if time.Now().After(deadline) {
+		case <-deadline:
 			t.Fatalf("redis-server on %s did not answer: %s", s.Addr, s.log.String())
+		case <-poll.C:
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

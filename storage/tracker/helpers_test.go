@@ -1,7 +1,10 @@
 package tracker
 
 import (
+	"context"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
@@ -13,11 +16,55 @@ var dA = digest.Digest("sha256:a3ed95caeb02ffe68cdd9fd84406680ae93d633cb16422d00
 
 func newTestTracker(t *testing.T, b storagetest.Backend) *Tracker {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: b.Addr})
-	t.Cleanup(func() { c.Close() })
-	tr, err := NewTracker(c, TrackerOptions{Prefix: b.Prefix})
+	tr, err := NewTracker(b.Client(t), TrackerOptions{Prefix: b.Prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tr
+}
+
+// age moves every access record and the recording epoch under tr's prefix
+// d into the past, as if d had passed without an access: the test clock
+// for miniredis and a real Redis alike, whose scripts read their own TIME.
+func age(t *testing.T, tr *Tracker, d time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	iter := tr.c.Scan(ctx, 0, tr.opts.Prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		if k != tr.sinceKey() && !strings.Contains(k, "}:a") {
+			continue
+		}
+		v, err := tr.c.Get(ctx, k).Int64()
+		if err != nil {
+			t.Fatalf("age %s: %v", k, err)
+		}
+		if err := tr.c.Set(ctx, k, v-d.Milliseconds(), redis.KeepTTL).Err(); err != nil {
+			t.Fatalf("age %s: %v", k, err)
+		}
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// expire lets key's TTL run out: miniredis is fast-forwarded past it, a
+// real Redis is polled until the key is gone.
+func expire(t *testing.T, b storagetest.Backend, c redis.UniversalClient, key string, ttl time.Duration) {
+	t.Helper()
+	if b.Mini != nil {
+		b.Mini.FastForward(ttl + time.Millisecond)
+		return
+	}
+	ctx := context.Background()
+	deadline := time.After(ttl + 10*time.Second)
+	poll := time.NewTicker(ttl / 4)
+	defer poll.Stop()
+	for c.Exists(ctx, key).Val() != 0 {
+		select {
+		case <-deadline:
+			t.Fatalf("%s outlived its TTL %v", key, ttl)
+		case <-poll.C:
+		}
+	}
 }

@@ -2,48 +2,42 @@ package tracker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
-// queueRedis runs f against miniredis and, when RECLAIM_TEST_REDIS_ADDR is
-// set, against the real Redis under a key prefix of its own.
-func queueRedis(t *testing.T, f func(t *testing.T, c redis.UniversalClient, prefix string)) {
-	m := miniredis.RunT(t)
-	t.Run("miniredis", func(t *testing.T) {
-		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-		t.Cleanup(func() { c.Close() })
-		f(t, c, "reclaim:")
-	})
-	addr := os.Getenv("RECLAIM_TEST_REDIS_ADDR")
-	if addr == "" {
-		return
-	}
-	t.Run("redis", func(t *testing.T) {
-		var b [6]byte
-		_, _ = rand.Read(b[:])
-		prefix := "reclaimtest:" + hex.EncodeToString(b[:]) + ":"
-		c := redis.NewClient(&redis.Options{Addr: addr})
-		t.Cleanup(func() {
-			c.Del(context.Background(), prefix+"review")
-			c.Close()
-		})
-		f(t, c, prefix)
+// queueRedis runs f against every backend, with a queue of its own.
+func queueRedis(t *testing.T, f func(t *testing.T, q *Queue)) {
+	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
+		f(t, NewQueue(b.Client(t), b.Prefix, 0))
 	})
 }
 
+// pass moves every item's score d into the past, as if d had passed: due
+// times and claims' leases alike.
+func pass(t *testing.T, q *Queue, d time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	items, err := q.c.ZRangeWithScores(ctx, q.key, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, z := range items {
+		if err := q.c.ZAdd(ctx, q.key, redis.Z{Score: z.Score - float64(d.Milliseconds()), Member: z.Member}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestQueueClaimLeaseAndAck(t *testing.T) {
-	queueRedis(t, func(t *testing.T, c redis.UniversalClient, prefix string) {
+	queueRedis(t, func(t *testing.T, q *Queue) {
 		ctx := context.Background()
-		q := NewQueue(c, prefix, 0)
 		a, b := digest.FromString("qa"), digest.FromString("qb")
 		if err := q.Enqueue(ctx, 0, a); err != nil {
 			t.Fatal(err)
@@ -62,7 +56,7 @@ func TestQueueClaimLeaseAndAck(t *testing.T) {
 		if again, err := q.Claim(ctx, 10, time.Minute); err != nil || len(again) != 0 {
 			t.Fatalf("second Claim = %v %v, want nothing while leased", again, err)
 		}
-		time.Sleep(300 * time.Millisecond)
+		pass(t, q, 300*time.Millisecond)
 		back, err := q.Claim(ctx, 10, time.Minute)
 		if err != nil || len(back) != 1 || back[0].Blob != a {
 			t.Fatalf("Claim after lease = %v %v, want %s back (its claimer crashed)", back, err, a)
@@ -84,9 +78,8 @@ func TestQueueClaimLeaseAndAck(t *testing.T) {
 }
 
 func TestQueueEnqueueDuringReviewSurvivesAck(t *testing.T) {
-	queueRedis(t, func(t *testing.T, c redis.UniversalClient, prefix string) {
+	queueRedis(t, func(t *testing.T, q *Queue) {
 		ctx := context.Background()
-		q := NewQueue(c, prefix, 0)
 		a := digest.FromString("qa")
 		if err := q.Enqueue(ctx, 0, a); err != nil {
 			t.Fatal(err)
@@ -115,9 +108,8 @@ func TestQueueEnqueueDuringReviewSurvivesAck(t *testing.T) {
 }
 
 func TestQueueRequeueAndLaterDueWins(t *testing.T) {
-	queueRedis(t, func(t *testing.T, c redis.UniversalClient, prefix string) {
+	queueRedis(t, func(t *testing.T, q *Queue) {
 		ctx := context.Background()
-		q := NewQueue(c, prefix, 0)
 		a := digest.FromString("qa")
 		if err := q.Enqueue(ctx, time.Hour, a); err != nil {
 			t.Fatal(err)
@@ -153,9 +145,8 @@ func TestQueueRequeueAndLaterDueWins(t *testing.T) {
 
 // Many concurrent claimers never hold the same item at once.
 func TestQueueConcurrentClaimsAreDisjoint(t *testing.T) {
-	queueRedis(t, func(t *testing.T, c redis.UniversalClient, prefix string) {
+	queueRedis(t, func(t *testing.T, q *Queue) {
 		ctx := context.Background()
-		q := NewQueue(c, prefix, 0)
 		var all []digest.Digest
 		for i := range 200 {
 			all = append(all, digest.FromString("item"+string(rune('a'+i%26))+string(rune(i))))

@@ -19,6 +19,23 @@ import (
 // driven by calling StartRecording, as KeepRecording does every
 // EpochInterval.
 
+// startServer starts a private redis-server and a tracker on it.
+func startServer(t *testing.T) (*storagetest.RedisServer, *redis.Client, *Tracker) {
+	t.Helper()
+	s := storagetest.StartRedisServer(t)
+	return s, s.Client(t), serverTracker(t, s)
+}
+
+// configSet sets the server's configuration, key and value pairs in order.
+func configSet(t *testing.T, c *redis.Client, kv ...string) {
+	t.Helper()
+	for i := 0; i+1 < len(kv); i += 2 {
+		if err := c.ConfigSet(context.Background(), kv[i], kv[i+1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func serverTracker(t *testing.T, s *storagetest.RedisServer) *Tracker {
 	t.Helper()
 	tr, err := NewTracker(s.Client(t), TrackerOptions{})
@@ -101,21 +118,15 @@ func TestRedisServerRestartMovesEpoch(t *testing.T) {
 // grows; the tick must move the epoch, even once the policy is back to
 // noeviction.
 func TestRedisServerEvictionsMoveEpoch(t *testing.T) {
-	s := storagetest.StartRedisServer(t)
+	_, c, tr := startServer(t)
 	ctx := context.Background()
-	c := s.Client(t)
-	tr := serverTracker(t, s)
 	e0 := tick(t, tr)
 
 	used, err := strconv.ParseInt(infoField(t, c, "memory", "used_memory"), 10, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, kv := range [][2]string{{"maxmemory-policy", "volatile-lru"}, {"maxmemory", strconv.FormatInt(used+512<<10, 10)}} {
-		if err := c.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	configSet(t, c, "maxmemory-policy", "volatile-lru", "maxmemory", strconv.FormatInt(used+512<<10, 10))
 	val := make([]byte, 1024)
 	for i := 0; infoField(t, c, "stats", "evicted_keys") == "0"; i++ {
 		if i == 10000 {
@@ -126,11 +137,7 @@ func TestRedisServerEvictionsMoveEpoch(t *testing.T) {
 		}
 	}
 	// Policy back to noeviction: only evicted_keys remembers.
-	for _, kv := range [][2]string{{"maxmemory", "0"}, {"maxmemory-policy", "noeviction"}} {
-		if err := c.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	configSet(t, c, "maxmemory", "0", "maxmemory-policy", "noeviction")
 	if _, err := tr.RecordingSince(ctx); err != nil {
 		t.Fatalf("the epoch did not survive the evictions (%v): this test needs it kept", err)
 	}
@@ -146,15 +153,11 @@ func TestRedisServerEvictionsMoveEpoch(t *testing.T) {
 
 // While the policy evicts, the tracker refuses to vouch for its records.
 func TestRedisServerEvictingPolicyRefuses(t *testing.T) {
-	s := storagetest.StartRedisServer(t)
+	_, c, tr := startServer(t)
 	ctx := context.Background()
-	c := s.Client(t)
-	tr := serverTracker(t, s)
 	tick(t, tr)
 	for _, policy := range []string{"allkeys-lru", "volatile-lru", "volatile-ttl", "allkeys-random"} {
-		if err := c.ConfigSet(ctx, "maxmemory-policy", policy).Err(); err != nil {
-			t.Fatal(err)
-		}
+		configSet(t, c, "maxmemory-policy", policy)
 		if err := tr.StartRecording(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -165,9 +168,7 @@ func TestRedisServerEvictingPolicyRefuses(t *testing.T) {
 			t.Fatalf("%s: health %+v", policy, h)
 		}
 	}
-	if err := c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
-		t.Fatal(err)
-	}
+	configSet(t, c, "maxmemory-policy", "noeviction")
 	tick(t, tr)
 }
 
@@ -176,10 +177,8 @@ func TestRedisServerEvictingPolicyRefuses(t *testing.T) {
 // the epoch. (Gaps are left out of the metric sum: other tests' trackers
 // may count some; this tracker's own last_loss covers them.)
 func TestRedisServerNoFalseEpochMoves(t *testing.T) {
-	s := storagetest.StartRedisServer(t)
+	s, c, tr := startServer(t)
 	ctx := context.Background()
-	c := s.Client(t)
-	tr := serverTracker(t, s)
 	e0 := tick(t, tr)
 	var total float64
 	for _, r := range []LossReason{LossRestart, LossFailover, LossEvicted, LossStatsReset, LossNewMaster} {

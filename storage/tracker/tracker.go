@@ -2,17 +2,13 @@ package tracker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/go-digest"
-	"github.com/reclaim-registry/reclaim/internal/rlog"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/redis/go-redis/v9"
 )
@@ -150,44 +146,6 @@ end
 return {0, gone}
 `)
 
-// KEYS: access of X, fence of X, fence of X's blob (== fence of X for a blob).
-// ARGV: window ms, lease ms, token.
-// Returns {0, now} fenced; {1, 0} already fenced; {2, last access ms}.
-var fenceScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('EXISTS', KEYS[3]) == 1 then return {1, 0} end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local a = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
-if a > 0 and now - a < tonumber(ARGV[1]) then return {2, a} end
-redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2])
-return {0, now}
-`)
-
-// KEYS[1]: lease key; ARGV[1]: token. Deletes the key only if we hold it.
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-`)
-
-// KEYS[1]: lease key; ARGV: token, lease ms. Extends the lease if we hold it.
-var renewScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0
-`)
-
-// KEYS[1]: since; ARGV[1]: "1" to move it forward to now, else only set if
-// missing. Returns the epoch in unix ms.
-var epochScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local cur = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
-if cur == 0 or (ARGV[1] == '1' and cur < now) then
-  redis.call('SET', KEYS[1], now)
-  return now
-end
-return cur
-`)
-
 // TouchBlob records access on objs, all of one blob, unless any of them or the
 // blob is fenced. gone reports a deletion tombstone on any of them.
 func (t *Tracker) TouchBlob(ctx context.Context, blob digest.Digest, links []layout.Object) (gone bool, err error) {
@@ -268,97 +226,6 @@ func (t *Tracker) ClearGone(ctx context.Context, objs ...layout.Object) error {
 	return nil
 }
 
-// Fence is a lease GC holds on an object while it deletes it.
-type Fence struct {
-	Object layout.Object
-	Token  string
-	// Taken is the Redis time the fence was taken.
-	Taken time.Time
-	key   string
-}
-
-// Fence takes a fence on o unless o was accessed within window (the error
-// wraps ErrRecentlyAccessed) or o or its blob is already fenced (ErrFenced).
-// It also fails with ErrNotRecording when the epoch is missing or younger
-// than window: then "no access record" proves nothing. The lease bounds how
-// long a crashed GC blocks writers of o.
-func (t *Tracker) Fence(ctx context.Context, o layout.Object, window, lease time.Duration) (*Fence, error) {
-	if window <= 0 || lease <= 0 || window >= t.opts.AccessTTL {
-		return nil, fmt.Errorf("storage: Fence: window %v and lease %v must be positive and window below the access TTL %v", window, lease, t.opts.AccessTTL)
-	}
-	blobFence := t.fenceKey(layout.Object{Blob: o.Blob})
-	tok, err := token()
-	if err != nil {
-		return nil, err
-	}
-	start := time.Now()
-	res, err := fenceScript.Run(ctx, t.c, []string{t.accessKey(o), t.fenceKey(o), blobFence},
-		window.Milliseconds(), lease.Milliseconds(), tok).Int64Slice()
-	metricRedisLatency.WithLabelValues("fence").Observe(time.Since(start).Seconds())
-	if err != nil {
-		return nil, fmt.Errorf("%w: fence %s: %v", layout.ErrTrackerUnavailable, o, err)
-	}
-	switch res[0] {
-	case 1:
-		metricFences.WithLabelValues("fenced").Inc()
-		return nil, fmt.Errorf("%w: %s", layout.ErrFenced, o)
-	case 2:
-		metricFences.WithLabelValues("recently_accessed").Inc()
-		return nil, fmt.Errorf("%w: %s at %s", layout.ErrRecentlyAccessed, o, time.UnixMilli(res[1]).UTC().Format(time.RFC3339Nano))
-	}
-	f := &Fence{Object: o, Token: tok, Taken: time.UnixMilli(res[1]), key: t.fenceKey(o)}
-	// The epoch lives in another hash slot, so it is checked right after
-	// the fence is taken; a fence without a trusted epoch is given back.
-	since, err := t.RecordingSince(ctx)
-	if err == nil && f.Taken.Sub(since) < window {
-		err = fmt.Errorf("%w: recording only since %s, window %v", layout.ErrNotRecording, since.UTC().Format(time.RFC3339), window)
-	}
-	if err != nil {
-		_ = t.Release(context.WithoutCancel(ctx), f)
-		metricFences.WithLabelValues("not_recording").Inc()
-		return nil, err
-	}
-	metricFences.WithLabelValues("taken").Inc()
-	return f, nil
-}
-
-// Release gives a fence back. Releasing one that expired or was already
-// released is not an error.
-func (t *Tracker) Release(ctx context.Context, f *Fence) error {
-	if f == nil {
-		return nil
-	}
-	if err := releaseScript.Run(ctx, t.c, []string{f.key}, f.Token).Err(); err != nil {
-		return fmt.Errorf("%w: release fence on %s: %v", layout.ErrTrackerUnavailable, f.Object, err)
-	}
-	return nil
-}
-
-// Confirm renews f for lease if it is still held, right before the delete it
-// guards. A fence that expired (a slow storage, a paused process) may have
-// let a writer through, so the delete must not happen: the error then wraps
-// ErrFenceLost.
-func (t *Tracker) Confirm(ctx context.Context, f *Fence, lease time.Duration) error {
-	n, err := renewScript.Run(ctx, t.c, []string{f.key}, f.Token, lease.Milliseconds()).Int64()
-	if err != nil {
-		return fmt.Errorf("%w: confirm fence on %s: %v", layout.ErrTrackerUnavailable, f.Object, err)
-	}
-	if n != 1 {
-		metricFences.WithLabelValues("lost").Inc()
-		return fmt.Errorf("%w: %s", layout.ErrFenceLost, f.Object)
-	}
-	return nil
-}
-
-// Fenced reports whether o (or its blob) is fenced right now.
-func (t *Tracker) Fenced(ctx context.Context, o layout.Object) (bool, error) {
-	n, err := t.c.Exists(ctx, t.fenceKey(o), t.fenceKey(layout.Object{Blob: o.Blob})).Result()
-	if err != nil {
-		return false, fmt.Errorf("%w: %v", layout.ErrTrackerUnavailable, err)
-	}
-	return n > 0, nil
-}
-
 // LastAccess returns o's last recorded access (Redis time); ok is false when
 // there is no record (never accessed, or older than the access TTL).
 func (t *Tracker) LastAccess(ctx context.Context, o layout.Object) (time.Time, bool, error) {
@@ -372,27 +239,6 @@ func (t *Tracker) LastAccess(ctx context.Context, o layout.Object) (time.Time, b
 	return time.UnixMilli(v), true, nil
 }
 
-// RecordingSince returns the epoch since which access records are complete.
-// ErrNotRecording when it is missing; ErrRedisEvicts while the last
-// recording tick saw a maxmemory-policy that may evict records.
-func (t *Tracker) RecordingSince(ctx context.Context) (time.Time, error) {
-	if policy, evicts := t.watch.evicting(); evicts {
-		return time.Time{}, fmt.Errorf("%w: %s", layout.ErrRedisEvicts, policy)
-	}
-	v, err := t.c.Get(ctx, t.sinceKey()).Result()
-	if errors.Is(err, redis.Nil) {
-		return time.Time{}, layout.ErrNotRecording
-	}
-	if err != nil {
-		return time.Time{}, fmt.Errorf("%w: read epoch: %v", layout.ErrTrackerUnavailable, err)
-	}
-	ms, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("%w: epoch %q: %v", layout.ErrNotRecording, v, err)
-	}
-	return time.UnixMilli(ms), nil
-}
-
 // Now returns Redis server time, the clock all records use.
 func (t *Tracker) Now(ctx context.Context) (time.Time, error) {
 	n, err := t.c.Time(ctx).Result()
@@ -401,152 +247,3 @@ func (t *Tracker) Now(ctx context.Context) (time.Time, error) {
 	}
 	return n, nil
 }
-
-// StartRecording is one recording tick. It sets the epoch if it is missing,
-// then reads INFO and moves the epoch forward when Redis may have lost
-// records silently since the last tick (restart, failover, eviction; see
-// redishealth.go). The registry calls it at start and then periodically
-// (KeepRecording), so a Redis that lost its data gets a fresh epoch, which
-// GC will not trust for a full window.
-func (t *Tracker) StartRecording(ctx context.Context) error {
-	if ctx.Err() != nil {
-		return ctx.Err() // shutting down: no failure to record
-	}
-	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opts.Timeout)
-	defer cancel()
-	epoch, err := epochScript.Run(ectx, t.c, []string{t.sinceKey()}, "0").Int64()
-	if err != nil {
-		t.failed(ectx, "epoch", err)
-		return fmt.Errorf("%w: set epoch: %v", layout.ErrTrackerUnavailable, err)
-	}
-	t.watch.noteEpoch(time.UnixMilli(epoch))
-	t.succeeded(ectx)
-	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opts.Timeout)
-	defer cancel()
-	return t.checkRedis(ictx)
-}
-
-// KeepRecording calls StartRecording every interval until ctx is done.
-func (t *Tracker) KeepRecording(ctx context.Context, interval time.Duration) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		_ = t.StartRecording(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}
-
-// failed notes a registry-side Redis failure: accesses may go unrecorded
-// from now until Redis answers again.
-func (t *Tracker) failed(ctx context.Context, op string, err error) {
-	metricRedisErrors.WithLabelValues(op).Inc()
-	if !t.failing.Swap(true) {
-		rlog.From(ctx).WithError(err).Warn("reclaim: redis unavailable; pulls go on, access records have a gap that GC will not trust")
-	}
-}
-
-// succeeded closes a gap: the epoch moves forward to now so GC distrusts
-// everything before it.
-func (t *Tracker) succeeded(ctx context.Context) {
-	if !t.failing.Load() {
-		return
-	}
-	t.gapMu.Lock()
-	defer t.gapMu.Unlock()
-	if !t.failing.Load() {
-		return
-	}
-	epoch, err := epochScript.Run(context.WithoutCancel(ctx), t.c, []string{t.sinceKey()}, "1").Int64()
-	if err != nil {
-		return
-	}
-	t.failing.Store(false)
-	metricRedisGaps.Inc()
-	metricEpochMoves.WithLabelValues(string(LossGap)).Inc()
-	t.watch.noteLoss(RedisLoss{At: time.Now().UTC(), Reason: LossGap, Detail: "redis calls failed, then succeeded", Epoch: time.UnixMilli(epoch).UTC()})
-	rlog.From(ctx).Warn("reclaim: redis is back; recording epoch moved forward over the gap")
-}
-
-// LockRepository takes the per-repository GC lease and renews it every
-// lease/3 until unlock is called. ErrRepositoryBusy when another run holds
-// it.
-//
-// held is ctx, cancelled (its cause wraps ErrLockLost) as soon as the lock
-// is known lost: a renewal found it gone or taken by another token, or no
-// renewal succeeded for lease/2 (Redis unreachable: it may expire unseen).
-// The run does its work under held, so a run that lost its lock stops
-// instead of going on beside the next one. Renewals stop when held ends.
-func (t *Tracker) LockRepository(ctx context.Context, repo string, lease time.Duration) (held context.Context, unlock func(), err error) {
-	if !layout.ValidRepo(repo) || lease < 3*time.Millisecond {
-		return nil, nil, fmt.Errorf("storage: LockRepository(%q, %v): bad arguments", repo, lease)
-	}
-	key := t.opts.Prefix + "run:" + repo
-	tok, err := token()
-	if err != nil {
-		return nil, nil, err
-	}
-	ok, err := t.c.SetNX(ctx, key, tok, lease).Result()
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: lock %s: %v", layout.ErrTrackerUnavailable, repo, err)
-	}
-	if !ok {
-		return nil, nil, fmt.Errorf("%w: %s", layout.ErrRepositoryBusy, repo)
-	}
-	held, lost := context.WithCancelCause(ctx)
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(lease / 3)
-		defer tick.Stop()
-		lastOK := time.Now()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-held.Done():
-				return
-			case <-tick.C:
-			}
-			start := time.Now()
-			rctx, cancel := context.WithTimeout(held, lease/3)
-			n, err := renewScript.Run(rctx, t.c, []string{key}, tok, lease.Milliseconds()).Int64()
-			cancel()
-			switch {
-			case err == nil && n == 1:
-				lastOK = start
-			case err == nil:
-				lost(fmt.Errorf("%w: %s: taken away or expired", layout.ErrLockLost, repo))
-				return
-			case time.Since(lastOK) >= lease/2:
-				lost(fmt.Errorf("%w: %s: not renewed for %v: %v", layout.ErrLockLost, repo, time.Since(lastOK).Round(time.Millisecond), err))
-				return
-			}
-		}
-	}()
-	var once sync.Once
-	return held, func() {
-		once.Do(func() {
-			close(stop)
-			<-done
-			lost(nil)
-			_ = releaseScript.Run(context.WithoutCancel(ctx), t.c, []string{key}, tok).Err()
-		})
-	}, nil
-}
-
-func token() (string, error) {
-	var b [12]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("storage: token: %w", err)
-	}
-	return hex.EncodeToString(b[:]), nil
-}
-
-// TouchScriptHash is the SHA1 the access-recording script runs under, so a
-// go-redis hook can tell the registry's access writes from other calls.
-func TouchScriptHash() string { return touchScript.Hash() }

@@ -9,105 +9,133 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
+	"github.com/redis/go-redis/v9"
 )
 
 var dB = digest.FromString("b")
 
+// window is the tests' protection window; age moves time past it.
+const window = time.Minute
+
 func TestTouchAndFence(t *testing.T) {
 	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
-		ctx := context.Background()
 		tr := newTestTracker(t, b)
-		if _, err := tr.Fence(ctx, layout.Object{Blob: dA}, time.Minute, time.Minute); !errors.Is(err, layout.ErrNotRecording) {
-			t.Fatalf("fence without epoch: %v, want ErrNotRecording", err)
-		}
-		if err := tr.StartRecording(ctx); err != nil {
-			t.Fatal(err)
-		}
-		// Epoch younger than the window: not trusted.
-		if _, err := tr.Fence(ctx, layout.Object{Blob: dA}, time.Minute, time.Minute); !errors.Is(err, layout.ErrNotRecording) {
-			t.Fatalf("fence with young epoch: %v, want ErrNotRecording", err)
-		}
-		if fenced, _ := tr.Fenced(ctx, layout.Object{Blob: dA}); fenced {
-			t.Fatal("a refused fence was left behind")
-		}
-		const w = 400 * time.Millisecond // > any scheduling delay on a loaded CI box
-		time.Sleep(w)
-
-		layer := layout.Object{Blob: dA, Repo: "r", Kind: layout.LinkLayer}
-		if err := tr.Touch(ctx, layout.Object{Blob: dA}, layer); err != nil {
-			t.Fatal(err)
-		}
-		if at, ok, err := tr.LastAccess(ctx, layer); err != nil || !ok || time.Since(at) > time.Minute {
-			t.Fatalf("LastAccess = %v %v %v", at, ok, err)
-		}
-		// Recently accessed: GC keeps it, blob and link alike.
-		for _, o := range []layout.Object{{Blob: dA}, layer} {
-			if _, err := tr.Fence(ctx, o, w, time.Minute); !errors.Is(err, layout.ErrRecentlyAccessed) {
-				t.Fatalf("fence %v right after access: %v", o, err)
-			}
-		}
-		time.Sleep(w + 20*time.Millisecond)
-		f, err := tr.Fence(ctx, layer, w, time.Minute)
-		if err != nil {
-			t.Fatalf("fence after window: %v", err)
-		}
-		// The link is fenced: touching it is refused and records nothing;
-		// the blob alone, or another repository's link, is not fenced.
-		before, _, _ := tr.LastAccess(ctx, layout.Object{Blob: dA})
-		if err := tr.Touch(ctx, layout.Object{Blob: dA}, layer); !errors.Is(err, layout.ErrFenced) {
-			t.Fatalf("touch fenced link: %v", err)
-		}
-		if after, _, _ := tr.LastAccess(ctx, layout.Object{Blob: dA}); !after.Equal(before) {
-			t.Fatal("a refused touch recorded an access")
-		}
-		if err := tr.Touch(ctx, layout.Object{Blob: dA, Repo: "other", Kind: layout.LinkLayer}); err != nil {
-			t.Fatalf("touch other link: %v", err)
-		}
-		if _, err := tr.Fence(ctx, layer, w, time.Minute); !errors.Is(err, layout.ErrFenced) {
-			t.Fatalf("second fence: %v", err)
-		}
-		if err := tr.Release(ctx, f); err != nil {
-			t.Fatal(err)
-		}
-		if err := tr.Touch(ctx, layer); err != nil {
-			t.Fatalf("touch after release: %v", err)
-		}
-
-		// A blob fence blocks every link of the blob.
-		time.Sleep(w + 20*time.Millisecond)
-		fb, err := tr.Fence(ctx, layout.Object{Blob: dA}, w, time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tr.Touch(ctx, layout.Object{Blob: dA, Repo: "third", Kind: layout.LinkManifest}); !errors.Is(err, layout.ErrFenced) {
-			t.Fatalf("touch link of fenced blob: %v", err)
-		}
-		if _, err := tr.Fence(ctx, layer, w, time.Minute); !errors.Is(err, layout.ErrFenced) {
-			t.Fatalf("fence link of fenced blob: %v", err)
-		}
-		// A release with the wrong token does nothing.
-		if err := tr.Release(ctx, &Fence{Object: fb.Object, Token: "x", key: fb.key}); err != nil {
-			t.Fatal(err)
-		}
-		if fenced, _ := tr.Fenced(ctx, layout.Object{Blob: dA}); !fenced {
-			t.Fatal("foreign release removed the fence")
-		}
-		_ = tr.Release(ctx, fb)
-
-		// Lease expiry frees the object even if GC dies.
-		time.Sleep(w + 20*time.Millisecond)
-		if _, err := tr.Fence(ctx, layout.Object{Blob: dB}, w, 50*time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
-		if b.Mini != nil {
-			b.Mini.FastForward(60 * time.Millisecond)
-		} else {
-			time.Sleep(60 * time.Millisecond)
-		}
-		if err := tr.Touch(ctx, layout.Object{Blob: dB}); err != nil {
-			t.Fatalf("touch after lease expiry: %v", err)
-		}
+		checkEpochGate(t, tr)
+		age(t, tr, window)
+		checkRecentAccess(t, tr)
+		age(t, tr, window)
+		checkLinkFence(t, tr)
+		age(t, tr, window)
+		checkBlobFence(t, tr)
+		checkLeaseExpiry(t, b, tr)
 	})
+}
+
+var layerA = layout.Object{Blob: dA, Repo: "r", Kind: layout.LinkLayer}
+
+// No fence without an epoch a window old.
+func checkEpochGate(t *testing.T, tr *Tracker) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := tr.Fence(ctx, layout.Object{Blob: dA}, window, time.Minute); !errors.Is(err, layout.ErrNotRecording) {
+		t.Fatalf("fence without epoch: %v, want ErrNotRecording", err)
+	}
+	if err := tr.StartRecording(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Epoch younger than the window: not trusted.
+	if _, err := tr.Fence(ctx, layout.Object{Blob: dA}, window, time.Minute); !errors.Is(err, layout.ErrNotRecording) {
+		t.Fatalf("fence with young epoch: %v, want ErrNotRecording", err)
+	}
+	if n, _ := tr.c.Exists(ctx, tr.fenceKey(layout.Object{Blob: dA})).Result(); n != 0 {
+		t.Fatal("a refused fence was left behind")
+	}
+}
+
+// Recently accessed: GC keeps it, blob and link alike.
+func checkRecentAccess(t *testing.T, tr *Tracker) {
+	t.Helper()
+	ctx := context.Background()
+	if err := tr.Touch(ctx, layout.Object{Blob: dA}, layerA); err != nil {
+		t.Fatal(err)
+	}
+	if at, ok, err := tr.LastAccess(ctx, layerA); err != nil || !ok || time.Since(at) > time.Minute {
+		t.Fatalf("LastAccess = %v %v %v", at, ok, err)
+	}
+	for _, o := range []layout.Object{{Blob: dA}, layerA} {
+		if _, err := tr.Fence(ctx, o, window, time.Minute); !errors.Is(err, layout.ErrRecentlyAccessed) {
+			t.Fatalf("fence %v right after access: %v", o, err)
+		}
+	}
+}
+
+// A fenced link refuses touches and records nothing; the blob alone, or
+// another repository's link, is not fenced.
+func checkLinkFence(t *testing.T, tr *Tracker) {
+	t.Helper()
+	ctx := context.Background()
+	f, err := tr.Fence(ctx, layerA, window, time.Minute)
+	if err != nil {
+		t.Fatalf("fence after window: %v", err)
+	}
+	before, _, _ := tr.LastAccess(ctx, layout.Object{Blob: dA})
+	if err := tr.Touch(ctx, layout.Object{Blob: dA}, layerA); !errors.Is(err, layout.ErrFenced) {
+		t.Fatalf("touch fenced link: %v", err)
+	}
+	if after, _, _ := tr.LastAccess(ctx, layout.Object{Blob: dA}); !after.Equal(before) {
+		t.Fatal("a refused touch recorded an access")
+	}
+	if err := tr.Touch(ctx, layout.Object{Blob: dA, Repo: "other", Kind: layout.LinkLayer}); err != nil {
+		t.Fatalf("touch other link: %v", err)
+	}
+	if _, err := tr.Fence(ctx, layerA, window, time.Minute); !errors.Is(err, layout.ErrFenced) {
+		t.Fatalf("second fence: %v", err)
+	}
+	if err := tr.Release(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Touch(ctx, layerA); err != nil {
+		t.Fatalf("touch after release: %v", err)
+	}
+}
+
+// A blob fence blocks every link of the blob, and only its holder releases
+// it.
+func checkBlobFence(t *testing.T, tr *Tracker) {
+	t.Helper()
+	ctx := context.Background()
+	fb, err := tr.Fence(ctx, layout.Object{Blob: dA}, window, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Touch(ctx, layout.Object{Blob: dA, Repo: "third", Kind: layout.LinkManifest}); !errors.Is(err, layout.ErrFenced) {
+		t.Fatalf("touch link of fenced blob: %v", err)
+	}
+	if _, err := tr.Fence(ctx, layerA, window, time.Minute); !errors.Is(err, layout.ErrFenced) {
+		t.Fatalf("fence link of fenced blob: %v", err)
+	}
+	if err := tr.Release(ctx, &Fence{Object: fb.Object, Token: "x", key: fb.key}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := tr.c.Exists(ctx, fb.key).Result(); n != 1 {
+		t.Fatal("foreign release removed the fence")
+	}
+	_ = tr.Release(ctx, fb)
+}
+
+// Lease expiry frees the object even if GC dies.
+func checkLeaseExpiry(t *testing.T, b storagetest.Backend, tr *Tracker) {
+	t.Helper()
+	ctx := context.Background()
+	const lease = 50 * time.Millisecond
+	f, err := tr.Fence(ctx, layout.Object{Blob: dB}, window, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expire(t, b, tr.c, f.key, lease)
+	if err := tr.Touch(ctx, layout.Object{Blob: dB}); err != nil {
+		t.Fatalf("touch after lease expiry: %v", err)
+	}
 }
 
 func TestTombstones(t *testing.T) {
@@ -141,11 +169,19 @@ func TestLockRepository(t *testing.T) {
 	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
 		ctx := context.Background()
 		tr := newTestTracker(t, b)
+		renewals := watchRenewals(tr, "a/b")
 		held, unlock, err := tr.LockRepository(ctx, "a/b", 600*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(900 * time.Millisecond) // renewed past its first lease
+		// four renewals, lease/3 apart: renewed past its first lease
+		for range 4 {
+			select {
+			case <-renewals:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the lock is not renewed")
+			}
+		}
 		if _, _, err := tr.LockRepository(ctx, "a/b", time.Second); !errors.Is(err, layout.ErrRepositoryBusy) {
 			t.Fatalf("second lock: %v", err)
 		}
@@ -205,7 +241,7 @@ func TestRedisGapMovesEpoch(t *testing.T) {
 			t.Fatalf("touch with redis failing: %v", err)
 		}
 		b.Mini.SetError("")
-		time.Sleep(5 * time.Millisecond)
+		b.Mini.SetTime(e0.Add(time.Second)) // a move of the epoch shows
 		if err := tr.Touch(ctx, layout.Object{Blob: dA}); err != nil {
 			t.Fatal(err)
 		}
@@ -241,11 +277,48 @@ func TestCanceledClientIsNoGap(t *testing.T) {
 	if err := tr.Touch(cctx, layout.Object{Blob: dA}); err != nil {
 		t.Fatalf("touch with a canceled request context: %v", err)
 	}
-	time.Sleep(5 * time.Millisecond)
+	b.Mini.SetTime(e0.Add(time.Second)) // a move of the epoch would show
 	if err := tr.Touch(ctx, layout.Object{Blob: dA}); err != nil {
 		t.Fatal(err)
 	}
 	if e1, _ := tr.RecordingSince(ctx); !e1.Equal(e0) {
 		t.Fatalf("epoch moved from %v to %v", e0, e1)
+	}
+}
+
+// watchRenewals reports every successful renewal of repo's lock on tr.
+func watchRenewals(tr *Tracker, repo string) <-chan struct{} {
+	ch := make(chan struct{}, 100)
+	tr.c.AddHook(renewalHook{key: tr.opts.Prefix + "run:" + repo, ch: ch})
+	return ch
+}
+
+// renewalHook is a go-redis hook that sends on ch for every renewal of the
+// lock under key that kept it: the renew script (key, token, lease) with
+// reply 1.
+type renewalHook struct {
+	key string
+	ch  chan struct{}
+}
+
+func (h renewalHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h renewalHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h renewalHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		a := cmd.Args()
+		if name := cmd.Name(); (name == "evalsha" || name == "eval") && len(a) == 6 && a[3] == h.key {
+			if c, ok := cmd.(*redis.Cmd); ok && err == nil && c.Val() == int64(1) {
+				select {
+				case h.ch <- struct{}{}:
+				default:
+				}
+			}
+		}
+		return err
 	}
 }

@@ -1,0 +1,176 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/internal/rlog"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+)
+
+// linkObject is the tracker object of a forward (or reverse) link path.
+func linkObject(p layout.Path) layout.Object {
+	return layout.Object{Blob: p.Digest, Repo: p.Repo, Kind: p.LinkSet()}
+}
+
+// putLink writes a forward link: fence check, reverse link, forward link,
+// then a look at the reverse link: a concurrent delete of the same link may
+// have removed it between the two writes (see unlink).
+func (d *driver) putLink(ctx context.Context, path string, p layout.Path, content []byte) error {
+	l := linkObject(p)
+	rl := layout.RepoLink{Repo: l.Repo, Kind: l.Kind}
+	if _, err := d.guard(ctx, p.Digest, []layout.Object{l}); err != nil {
+		return err
+	}
+	if err := d.links.Put(ctx, p.Digest, rl); err != nil {
+		metricReverseLinks.WithLabelValues("put", "error").Inc()
+		return err // invariant: no forward link without its reverse link
+	}
+	metricReverseLinks.WithLabelValues("put", "ok").Inc()
+	if err := d.StorageDriver.PutContent(ctx, path, content); err != nil {
+		return err
+	}
+	if ok, err := d.links.Has(ctx, p.Digest, rl); ok && err == nil {
+		return nil
+	}
+	// deleted under us, or cannot tell: write it again (idempotent)
+	metricReverseLinks.WithLabelValues("restore", "ok").Inc()
+	if err := d.links.Put(ctx, p.Digest, rl); err != nil {
+		metricReverseLinks.WithLabelValues("put", "error").Inc()
+		return fmt.Errorf("restore reverse link of %s: %w", path, err)
+	}
+	return nil
+}
+
+// linksDeletedWith lists the forward links a delete of path removes: the
+// link itself, the link in a link directory, or every link of a repository
+// (or of its _layers or _manifests).
+func (d *driver) linksDeletedWith(ctx context.Context, path string, p layout.Path) ([]layout.Path, error) {
+	switch p.Kind {
+	case layout.KindLayerLink, layout.KindRevisionLink:
+		return []layout.Path{p}, nil
+	case layout.KindLayerLinkDir:
+		return []layout.Path{{Kind: layout.KindLayerLink, Repo: p.Repo, Digest: p.Digest}}, nil
+	case layout.KindRevisionLinkDir:
+		return []layout.Path{{Kind: layout.KindRevisionLink, Repo: p.Repo, Digest: p.Digest}}, nil
+	case layout.KindRepositoryDir:
+		return d.forwardLinksUnder(ctx, path)
+	}
+	return nil, nil
+}
+
+// forwardLinksUnder lists the layer and revision links in a directory that
+// is about to be deleted whole.
+func (d *driver) forwardLinksUnder(ctx context.Context, dir string) ([]layout.Path, error) {
+	var out []layout.Path
+	err := d.StorageDriver.Walk(ctx, dir, func(fi storagedriver.FileInfo) error {
+		c := layout.Classify(fi.Path())
+		switch {
+		case fi.IsDir() && (c.Kind == layout.KindTagDir || c.Kind == layout.KindUpload):
+			return storagedriver.ErrSkipDir
+		case !fi.IsDir() && isLink(c.Kind):
+			out = append(out, c)
+		}
+		return nil
+	})
+	if err != nil && !errors.As(err, new(storagedriver.PathNotFoundError)) {
+		return nil, fmt.Errorf("list links under %s before delete: %w", dir, err)
+	}
+	return out, nil
+}
+
+// unlink removes the reverse link of a deleted forward link. A writer may
+// be re-creating the forward link meanwhile (it writes the reverse link
+// first). Each side looks at the other's object after its own write, so
+// whatever the order one of them puts the reverse link back:
+//
+//	deleter: delete forward, delete reverse, stat forward: back? restore reverse
+//	writer:  put reverse,    put forward,    stat reverse: gone? put it again
+//
+// If the deleter's stat misses the forward link, the writer's put of it
+// comes later, and so does its stat of the reverse link, which then
+// sees the deleter's delete. Neither side depends on timing. The cost is a
+// stale reverse link when the deleter wins the forward link: a leak that
+// linkdb verify reports and rebuild removes, never a loss.
+func (d *driver) unlink(ctx context.Context, p layout.Path) {
+	l := linkObject(p)
+	rl := layout.RepoLink{Repo: l.Repo, Kind: l.Kind}
+	if ctx.Err() != nil {
+		// The delete was called off (GC lost its fence or passed its
+		// deadline) and the forward delete finished anyway (a driver that
+		// ignores cancellation): nothing more is deleted after the call-off.
+		// The reverse link stays, a leak that linkdb rebuild removes; the
+		// tombstone was written before the delete.
+		metricReverseLinks.WithLabelValues("delete", "kept").Inc()
+		return
+	}
+	if err := d.links.Delete(ctx, p.Digest, rl); err != nil {
+		metricReverseLinks.WithLabelValues("delete", "error").Inc()
+		rlog.From(ctx).WithError(err).Warn("reclaim: stale reverse link left behind (a safe leak; linkdb verify removes it)")
+		return
+	}
+	metricReverseLinks.WithLabelValues("delete", "ok").Inc()
+	if _, err := d.StorageDriver.Stat(ctx, p.String()); !errors.As(err, new(storagedriver.PathNotFoundError)) {
+		// back, or cannot tell (fail safe): the reverse link stays
+		if err := d.links.Put(ctx, p.Digest, rl); err != nil {
+			rlog.From(ctx).WithError(err).Error("reclaim: could not restore the reverse link of a re-created forward link")
+		}
+		metricReverseLinks.WithLabelValues("restore", "ok").Inc()
+		return
+	}
+	d.markGone(ctx, l)
+	// Maybe the blob's last link: the reclaimer checks when it is due.
+	d.env.enqueue(ctx, "unlink", p.Digest)
+}
+
+// checkTagTarget runs right before a tag is pointed at manifest m (the
+// link's content): m's revision link in repo must still exist, checked
+// after a fence-checked touch of it. A manifest PUT writes the revision link
+// before the tag; a push that stalls longer than the window between the
+// two could otherwise see GC delete the (still untagged) revision link and
+// then write a tag that points at nothing. Either the touch comes first
+// (GC's fence is refused), or GC's delete does and the stat sees it: the
+// PUT fails with a retryable error and the client's retry writes the
+// revision link again.
+func (d *driver) checkTagTarget(ctx context.Context, repo string, content []byte) error {
+	m, err := digest.Parse(string(content))
+	if err != nil || accessRecordsOff(ctx) || !layout.ValidRepo(repo) {
+		return nil // not a link Distribution writes, or GC's own bookkeeping
+	}
+	if _, err := d.guard(ctx, m, []layout.Object{{Blob: m, Repo: repo, Kind: layout.LinkManifest}}); err != nil {
+		return err
+	}
+	_, err = d.StorageDriver.Stat(ctx, layout.RevisionLinkPath(repo, m))
+	if err == nil {
+		return nil
+	}
+	scopeOf(ctx).refuse()
+	if errors.As(err, new(storagedriver.PathNotFoundError)) {
+		rlog.From(ctx).WithField("manifest", m).Info("reclaim: tag write refused, its manifest's revision link was garbage-collected meanwhile")
+		return fmt.Errorf("%w: manifest %s in %s was garbage-collected before its tag was written", ErrRetryable, m, repo)
+	}
+	return fmt.Errorf("%w: check manifest %s in %s before its tag: %w", ErrRetryable, m, repo, err)
+}
+
+// committed queues a blob just written into the blob store for review,
+// unless the same request links it: an upload commit writes its layer link
+// and a manifest PUT its revision link right after the data, and a linked
+// blob needs no review until a link goes (unlink queues it then). Inside a
+// request the decision waits for the request's end (Handler), which saves
+// a Redis round trip per pushed blob; outside one it is made now.
+func (d *driver) committed(ctx context.Context, blob digest.Digest) {
+	if s := scopeOf(ctx); s != nil {
+		s.commit(d.env, blob)
+		return
+	}
+	d.env.enqueue(ctx, "commit", blob)
+}
+
+func (d *driver) markGone(ctx context.Context, o layout.Object) {
+	if err := d.env.Evict(ctx, o); err != nil {
+		rlog.From(ctx).WithError(err).Warn("reclaim: could not record deletion for the blob descriptor cache")
+	}
+}
