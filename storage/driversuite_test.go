@@ -10,6 +10,7 @@ import (
 	"github.com/distribution/distribution/v3/registry/storage/driver/testsuites"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -33,7 +34,7 @@ func TestDriverSuite(t *testing.T) {
 			return nil, err
 		}
 		ctx := context.Background()
-		e, err := NewEnv(ctx, below, Options{Redis: redis.UniversalOptions{Addrs: []string{b.Addr}}, Prefix: b.Prefix}, nil)
+		e, err := NewEnv(ctx, below, config.Options{Redis: redis.UniversalOptions{Addrs: []string{b.Addr}}, Prefix: b.Prefix})
 		if err != nil {
 			return nil, err
 		}
