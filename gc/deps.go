@@ -14,6 +14,8 @@ type (
 	LinkKind = layout.LinkKind
 	Object   = layout.Object
 	RepoLink = layout.RepoLink
+	// ReviewItem is one blob claimed from the review queue.
+	ReviewItem = layout.ReviewItem
 )
 
 // The two forward link sets that keep a blob alive.

@@ -40,23 +40,15 @@ const (
 // not known to be complete, so an empty reverse-link list proves nothing.
 const AbortLinkDBIncomplete AbortReason = "linkdb_incomplete"
 
-// QueueItem is one claimed review item. Lease is the queue's token for the
-// claim; the reclaimer hands it back unchanged.
-type QueueItem struct {
-	Blob  digest.Digest
-	Due   time.Time
-	Lease int64
-}
-
 // Queue is the review queue the reclaimer consumes.
 type Queue interface {
 	// Claim takes up to n due items and holds them for lease: nobody else
 	// claims them until it runs out.
-	Claim(ctx context.Context, n int, lease time.Duration) ([]QueueItem, error)
+	Claim(ctx context.Context, n int, lease time.Duration) ([]ReviewItem, error)
 	// Done removes a reviewed item (unless it was queued again meanwhile).
-	Done(ctx context.Context, it QueueItem) error
+	Done(ctx context.Context, it ReviewItem) error
 	// Requeue makes an item due again at due.
-	Requeue(ctx context.Context, it QueueItem, due time.Time) error
+	Requeue(ctx context.Context, it ReviewItem, due time.Time) error
 	// Len is the number of queued items and of those due now.
 	Len(ctx context.Context) (total, due int64, err error)
 }
@@ -278,7 +270,7 @@ func (r *Reclaimer) preconditions(ctx context.Context) (context.Context, *delete
 
 // review decides one item with the collection's blob step and settles it
 // in the queue.
-func (r *Reclaimer) review(ctx context.Context, dl *deleter, it QueueItem, scratch *Report) Decision {
+func (r *Reclaimer) review(ctx context.Context, dl *deleter, it ReviewItem, scratch *Report) Decision {
 	dec := dl.deleteBlob(ctx, it.Blob, scratch)
 	var qerr error
 	switch dec.Reason {

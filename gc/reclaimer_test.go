@@ -33,7 +33,7 @@ func (q *fakeQueue) add(d digest.Digest, due time.Time) {
 	delete(q.leases, d)
 }
 
-func (q *fakeQueue) Claim(ctx context.Context, n int, lease time.Duration) ([]QueueItem, error) {
+func (q *fakeQueue) Claim(ctx context.Context, n int, lease time.Duration) ([]ReviewItem, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.claims++
@@ -41,7 +41,7 @@ func (q *fakeQueue) Claim(ctx context.Context, n int, lease time.Duration) ([]Qu
 		return nil, q.claimErr
 	}
 	now := q.clock()
-	var out []QueueItem
+	var out []ReviewItem
 	for d, t := range q.due {
 		if len(out) == n {
 			break
@@ -49,13 +49,13 @@ func (q *fakeQueue) Claim(ctx context.Context, n int, lease time.Duration) ([]Qu
 		if !t.After(now) {
 			q.next++
 			q.due[d], q.leases[d] = now.Add(lease), q.next
-			out = append(out, QueueItem{Blob: d, Due: t, Lease: q.next})
+			out = append(out, ReviewItem{Blob: d, Due: t, Lease: q.next})
 		}
 	}
 	return out, nil
 }
 
-func (q *fakeQueue) Done(ctx context.Context, it QueueItem) error {
+func (q *fakeQueue) Done(ctx context.Context, it ReviewItem) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.leases[it.Blob] == it.Lease {
@@ -65,7 +65,7 @@ func (q *fakeQueue) Done(ctx context.Context, it QueueItem) error {
 	return nil
 }
 
-func (q *fakeQueue) Requeue(ctx context.Context, it QueueItem, due time.Time) error {
+func (q *fakeQueue) Requeue(ctx context.Context, it ReviewItem, due time.Time) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.leases[it.Blob] == it.Lease {

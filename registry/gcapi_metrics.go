@@ -7,42 +7,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/internal/metrics"
 )
 
 // GC metrics, in Prometheus' default registry (served by Distribution's
 // debug server at http.debug.prometheus.path). All derive from the run
 // reports, so they use the same reason names as the JSON.
 var (
-	metricRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "reclaim", Subsystem: "gc", Name: "runs_total",
-		Help: "GC runs by outcome (done, aborted, failed) and mode (dry_run true/false).",
-	}, []string{"status", "dry_run"})
-	metricDeleted = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "reclaim", Subsystem: "gc", Name: "deleted_total",
-		Help: "Objects deleted by real runs, by kind (manifest, layer_link, blob).",
-	}, []string{"kind"})
-	metricBytesFreed = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "reclaim", Subsystem: "gc", Name: "bytes_freed_total",
-		Help: "Bytes of blob data deleted by real runs.",
-	})
-	metricKept = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "reclaim", Subsystem: "gc", Name: "kept_total",
-		Help: "Objects kept by real runs, by kind and reason.",
-	}, []string{"kind", "reason"})
-	metricAborts = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "reclaim", Subsystem: "gc", Name: "aborts_total",
-		Help: "Runs refused or aborted before deleting anything, by reason.",
-	}, []string{"reason"})
-	metricDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: "reclaim", Subsystem: "gc", Name: "run_duration_seconds",
-		Help:    "Wall time of finished runs.",
-		Buckets: prometheus.ExponentialBuckets(0.01, 4, 10),
-	})
+	metricRuns       = metrics.CounterVec("gc", "runs_total", "GC runs by outcome (done, aborted, failed) and mode (dry_run true/false).", "status", "dry_run")
+	metricDeleted    = metrics.CounterVec("gc", "deleted_total", "Objects deleted by real runs, by kind (manifest, layer_link, blob).", "kind")
+	metricBytesFreed = metrics.Counter("gc", "bytes_freed_total", "Bytes of blob data deleted by real runs.")
+	metricKept       = metrics.CounterVec("gc", "kept_total", "Objects kept by real runs, by kind and reason.", "kind", "reason")
+	metricAborts     = metrics.CounterVec("gc", "aborts_total", "Runs refused or aborted before deleting anything, by reason.", "reason")
+	metricDuration   = metrics.Histogram("gc", "run_duration_seconds", "Wall time of finished runs.", prometheus.ExponentialBuckets(0.01, 4, 10))
 )
-
-func init() {
-	prometheus.MustRegister(metricRuns, metricDeleted, metricBytesFreed, metricKept, metricAborts, metricDuration)
-}
 
 // observe records a finished synchronous run.
 func observe(rep *gc.Report, err error) {

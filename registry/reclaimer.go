@@ -10,6 +10,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/internal/metrics"
 	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
@@ -30,7 +31,7 @@ func (s *Server) NewReclaimer(enabled bool) (*gc.Reclaimer, error) {
 		return nil, config.ErrProxyGC
 	}
 	rc := s.opts.Reclaimer
-	return gc.NewReclaimer(s.gc.Collector, gcQueue{s.env.Queue()}, gc.ReclaimerConfig{
+	return gc.NewReclaimer(s.gc.Collector, s.env.Queue(), gc.ReclaimerConfig{
 		Enabled: enabled, Interval: rc.Interval, Batch: rc.Batch, Workers: rc.Workers, Lease: rc.Lease,
 		Logf:    logrus.WithField("component", "reclaimer").Warnf,
 		Observe: observeTick,
@@ -78,81 +79,19 @@ func (s *Server) watchQueue(ctx context.Context) {
 	}
 }
 
-// gcQueue adapts *tracker.Queue to gc.Queue.
-type gcQueue struct{ q *tracker.Queue }
-
-var _ gc.Queue = gcQueue{}
-
-func (a gcQueue) Claim(ctx context.Context, n int, lease time.Duration) ([]gc.QueueItem, error) {
-	cs, err := a.q.Claim(ctx, n, lease)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]gc.QueueItem, len(cs))
-	for i, c := range cs {
-		out[i] = gc.QueueItem{Blob: c.Blob, Due: c.Due, Lease: c.Lease}
-	}
-	return out, nil
-}
-
-func toClaimed(it gc.QueueItem) tracker.Claimed {
-	return tracker.Claimed{Blob: it.Blob, Due: it.Due, Lease: it.Lease}
-}
-
-func (a gcQueue) Done(ctx context.Context, it gc.QueueItem) error {
-	return a.q.Done(ctx, toClaimed(it))
-}
-
-func (a gcQueue) Requeue(ctx context.Context, it gc.QueueItem, due time.Time) error {
-	return a.q.Requeue(ctx, toClaimed(it), due)
-}
-
-func (a gcQueue) Len(ctx context.Context) (int64, int64, error) {
-	t, d, err := a.q.Len(ctx)
-	return t, d, err
-}
+var _ gc.Queue = (*tracker.Queue)(nil)
 
 // Reclaimer metrics, in Prometheus' default registry, named like the JSON.
 var (
-	metricReclaimerEnabled = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: "reclaim", Subsystem: "reclaimer", Name: "enabled",
-		Help: "1 when the background reclaimer runs in this process.",
-	})
-	metricReclaimerTicks = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "reclaim", Subsystem: "reclaimer", Name: "ticks_total",
-		Help: "Reclaimer ticks by result: ok, failed, or the abort reason that stopped them.",
-	}, []string{"result"})
-	metricReclaimerReviewed = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "reclaim", Subsystem: "reclaimer", Name: "reviewed_total",
-		Help: "Blobs reviewed by decision reason (unreferenced and already_gone are deletions).",
-	}, []string{"reason"})
-	metricReclaimerBytes = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "reclaim", Subsystem: "reclaimer", Name: "bytes_freed_total",
-		Help: "Bytes of blob data the reclaimer deleted.",
-	})
-	metricReclaimerTickSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: "reclaim", Subsystem: "reclaimer", Name: "tick_duration_seconds",
-		Help:    "Wall time of reclaimer ticks.",
-		Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
-	})
-	metricReclaimerLastTick = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: "reclaim", Subsystem: "reclaimer", Name: "last_tick_timestamp_seconds",
-		Help: "Unix time of the last reclaimer tick.",
-	})
-	metricQueueLength = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: "reclaim", Subsystem: "reclaimer", Name: "queue_length",
-		Help: "Blobs in the review queue.",
-	})
-	metricQueueDue = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: "reclaim", Subsystem: "reclaimer", Name: "queue_due",
-		Help: "Blobs in the review queue that are due now.",
-	})
+	metricReclaimerEnabled     = metrics.Gauge("reclaimer", "enabled", "1 when the background reclaimer runs in this process.")
+	metricReclaimerTicks       = metrics.CounterVec("reclaimer", "ticks_total", "Reclaimer ticks by result: ok, failed, or the abort reason that stopped them.", "result")
+	metricReclaimerReviewed    = metrics.CounterVec("reclaimer", "reviewed_total", "Blobs reviewed by decision reason (unreferenced and already_gone are deletions).", "reason")
+	metricReclaimerBytes       = metrics.Counter("reclaimer", "bytes_freed_total", "Bytes of blob data the reclaimer deleted.")
+	metricReclaimerTickSeconds = metrics.Histogram("reclaimer", "tick_duration_seconds", "Wall time of reclaimer ticks.", prometheus.ExponentialBuckets(0.001, 4, 10))
+	metricReclaimerLastTick    = metrics.Gauge("reclaimer", "last_tick_timestamp_seconds", "Unix time of the last reclaimer tick.")
+	metricQueueLength          = metrics.Gauge("reclaimer", "queue_length", "Blobs in the review queue.")
+	metricQueueDue             = metrics.Gauge("reclaimer", "queue_due", "Blobs in the review queue that are due now.")
 )
-
-func init() {
-	prometheus.MustRegister(metricReclaimerEnabled, metricReclaimerTicks, metricReclaimerReviewed, metricReclaimerBytes,
-		metricReclaimerTickSeconds, metricReclaimerLastTick, metricQueueLength, metricQueueDue)
-}
 
 func observeTick(t gc.TickReport) {
 	result := "ok"

@@ -29,10 +29,9 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/sirupsen/logrus"
 
+	"github.com/reclaim-registry/reclaim/internal/metrics"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/referrers"
 )
@@ -51,12 +50,7 @@ const (
 	referrersQueryLastKey = "last"
 )
 
-var referrersIndexErrors = promauto.NewCounterVec(prometheus.CounterOpts{
-	Namespace: "reclaim",
-	Subsystem: "referrers",
-	Name:      "index_errors_total",
-	Help:      "Referrers index updates that failed (op: add, remove, read); the index is repaired by linkdb rebuild.",
-}, []string{"op"})
+var referrersIndexErrors = metrics.CounterVec("referrers", "index_errors_total", "Referrers index updates that failed (op: add, remove, read); the index is repaired by linkdb rebuild.", "op")
 
 // referrersLog is logrus, like Distribution's own logging (its request
 // context logger is internal to it).

@@ -4,8 +4,8 @@ import (
 	"context"
 
 	"github.com/opencontainers/go-digest"
-	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/reclaim-registry/reclaim/internal/metrics"
 	"github.com/reclaim-registry/reclaim/internal/rlog"
 	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
@@ -15,12 +15,7 @@ func (e *Env) Queue() *tracker.Queue {
 	return tracker.NewQueue(e.Tracker.Client(), e.opts.Prefix, e.opts.Timeout)
 }
 
-var metricEnqueued = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Namespace: "reclaim", Subsystem: "storage", Name: "review_enqueued_total",
-	Help: "Blobs the middleware queued for review by the reclaimer, by cause (unlink, commit) and result (ok, error).",
-}, []string{"cause", "result"})
-
-func init() { prometheus.MustRegister(metricEnqueued) }
+var metricEnqueued = metrics.CounterVec("storage", "review_enqueued_total", "Blobs the middleware queued for review by the reclaimer, by cause (unlink, commit) and result (ok, error).", "cause", "result")
 
 // enqueue is the middleware's hook: queue blob for review after the window,
 // best effort. A lost enqueue is a leak the slow-path sweep finds, never a

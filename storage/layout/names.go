@@ -3,6 +3,7 @@ package layout
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 )
@@ -40,6 +41,17 @@ type RepoLink struct {
 	// directory, an entry the listing shows but Stat cannot see). Such a
 	// link still counts as present: callers keep the blob and report it.
 	Problem string
+}
+
+// ReviewItem is one blob a reclaimer claimed from the review queue and
+// holds until its lease runs out.
+type ReviewItem struct {
+	Blob digest.Digest
+	// Due is when the item was due (before the claim).
+	Due time.Time
+	// Lease is the queue's token for the claim: Done and Requeue compare
+	// against it, so a claim that ran out cannot touch a newer one.
+	Lease int64
 }
 
 // Errors of the access tracker, shared by the middleware, GC and the link

@@ -56,15 +56,6 @@ func NewQueue(c redis.UniversalClient, prefix string, timeout time.Duration) *Qu
 	return &Queue{c: c, key: prefix + "review", timeout: timeout}
 }
 
-// Claimed is one item a reclaimer holds until its lease runs out.
-type Claimed struct {
-	Blob digest.Digest
-	// Due is when the item was due (before the claim).
-	Due time.Time
-	// Lease is the score the claim set; Done and Requeue compare against it.
-	Lease int64
-}
-
 // KEYS[1]: zset; ARGV: delay ms, members... Score = Redis now + delay.
 // An item already due later keeps its later due time: a later review is
 // never less safe, and a claimed item keeps its lease.
@@ -132,7 +123,7 @@ func (q *Queue) Enqueue(ctx context.Context, delay time.Duration, blobs ...diges
 }
 
 // Claim takes up to n due items and holds them for lease.
-func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]Claimed, error) {
+func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]layout.ReviewItem, error) {
 	if n <= 0 || lease <= 0 {
 		return nil, fmt.Errorf("storage: Claim(%d, %v): bad arguments", n, lease)
 	}
@@ -145,7 +136,7 @@ func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]Claime
 	}
 	now, _ := res[0].(int64)
 	leaseScore := now + lease.Milliseconds()
-	out := make([]Claimed, 0, (len(res)-1)/2)
+	out := make([]layout.ReviewItem, 0, (len(res)-1)/2)
 	for i := 1; i+1 < len(res); i += 2 {
 		m, _ := res[i].(string)
 		d, err := digest.Parse(m)
@@ -161,13 +152,13 @@ func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]Claime
 		case int64:
 			due = float64(s)
 		}
-		out = append(out, Claimed{Blob: d, Due: time.UnixMilli(int64(due)), Lease: leaseScore})
+		out = append(out, layout.ReviewItem{Blob: d, Due: time.UnixMilli(int64(due)), Lease: leaseScore})
 	}
 	return out, nil
 }
 
 // Done removes a claimed item, unless it was enqueued again meanwhile.
-func (q *Queue) Done(ctx context.Context, c Claimed) error {
+func (q *Queue) Done(ctx context.Context, c layout.ReviewItem) error {
 	if err := ackScript.Run(ctx, q.c, []string{q.key}, c.Blob.String(), c.Lease).Err(); err != nil {
 		return fmt.Errorf("%w: ack %s: %v", layout.ErrTrackerUnavailable, c.Blob, err)
 	}
@@ -176,7 +167,7 @@ func (q *Queue) Done(ctx context.Context, c Claimed) error {
 
 // Requeue makes a claimed item due again at due, unless it was enqueued
 // again meanwhile (then the newer due time stands).
-func (q *Queue) Requeue(ctx context.Context, c Claimed, due time.Time) error {
+func (q *Queue) Requeue(ctx context.Context, c layout.ReviewItem, due time.Time) error {
 	if err := requeueScript.Run(ctx, q.c, []string{q.key}, c.Blob.String(), c.Lease, due.UnixMilli()).Err(); err != nil {
 		return fmt.Errorf("%w: requeue %s: %v", layout.ErrTrackerUnavailable, c.Blob, err)
 	}

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/reclaim-registry/reclaim/internal/metrics"
 	"github.com/reclaim-registry/reclaim/internal/rlog"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
@@ -67,19 +67,12 @@ const (
 )
 
 var (
-	metricEpochMoves = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "reclaim", Subsystem: "redis", Name: "epoch_moves_total",
-		Help: "Times the recording epoch was moved forward because Redis may have lost records, by reason " +
-			"(restart, failover, evicted, stats_reset, new_master, gap).",
-	}, []string{"reason"})
-	metricRedisEvicts = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: "reclaim", Subsystem: "redis", Name: "evicts",
-		Help: "1 while a Redis master's maxmemory-policy may evict keys (GC refuses); 0 for noeviction or unknown.",
-	})
+	metricEpochMoves = metrics.CounterVec("redis", "epoch_moves_total", "Times the recording epoch was moved forward because Redis may have lost records, by reason "+
+		"(restart, failover, evicted, stats_reset, new_master, gap).", "reason")
+	metricRedisEvicts = metrics.Gauge("redis", "evicts", "1 while a Redis master's maxmemory-policy may evict keys (GC refuses); 0 for noeviction or unknown.")
 )
 
 func init() {
-	prometheus.MustRegister(metricEpochMoves, metricRedisEvicts)
 	for _, r := range []LossReason{LossRestart, LossFailover, LossEvicted, LossStatsReset, LossNewMaster, LossGap} {
 		metricEpochMoves.WithLabelValues(string(r))
 	}
