@@ -148,31 +148,22 @@ type leaseFixture struct {
 	tr  *redisTracker
 	c   *Collector
 
+	before  storagetest.Hook
 	mu      sync.Mutex
-	before  func(ctx context.Context, method, path string) error
 	deletes []string // deletes that reached mem
 }
 
 func newLeaseFixture(t *testing.T, mod ...func(*Config)) *leaseFixture {
 	t.Helper()
 	f := &leaseFixture{t: t, mr: miniredis.RunT(t), mem: inmemory.New(), clk: newFakeClock()}
-	hd := &storagetest.HookDriver{StorageDriver: f.mem,
-		Before: func(ctx context.Context, m, p string) error {
+	hd := f.before.Driver(f.mem)
+	hd.After = func(_ context.Context, m, p string, err error) {
+		if m == "Delete" && err == nil {
 			f.mu.Lock()
-			b := f.before
+			f.deletes = append(f.deletes, p)
 			f.mu.Unlock()
-			if b == nil {
-				return nil
-			}
-			return b(ctx, m, p)
-		},
-		After: func(_ context.Context, m, p string, err error) {
-			if m == "Delete" && err == nil {
-				f.mu.Lock()
-				f.deletes = append(f.deletes, p)
-				f.mu.Unlock()
-			}
-		}}
+		}
+	}
 	env, err := storage.NewEnv(context.Background(), hd, config.Options{
 		Redis: redis.UniversalOptions{Addrs: []string{f.mr.Addr()}}, Window: time.Hour, FenceWait: time.Millisecond, FencePoll: time.Millisecond,
 	})
@@ -200,12 +191,6 @@ func newLeaseFixture(t *testing.T, mod ...func(*Config)) *leaseFixture {
 	c.clock = f.clk
 	f.c = c
 	return f
-}
-
-func (f *leaseFixture) setBefore(b func(ctx context.Context, method, path string) error) {
-	f.mu.Lock()
-	f.before = b
-	f.mu.Unlock()
 }
 
 func (f *leaseFixture) deletesSoFar() int { f.mu.Lock(); defer f.mu.Unlock(); return len(f.deletes) }
@@ -247,7 +232,7 @@ func (f *leaseFixture) exists(p string) bool {
 func (f *leaseFixture) holdDelete(match func(p string) bool, onCancel func(ctx context.Context, p string) error) (reached <-chan string, release chan struct{}) {
 	arrived, release := make(chan string, 1), make(chan struct{})
 	var once sync.Once
-	f.setBefore(func(ctx context.Context, m, p string) error {
+	f.before.Set(f.t, func(ctx context.Context, m, p string) error {
 		if m != "Delete" || !match(p) {
 			return nil
 		}

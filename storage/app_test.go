@@ -18,6 +18,7 @@ import (
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/opencontainers/go-digest"
 	"github.com/sirupsen/logrus"
@@ -152,6 +153,20 @@ var noRetry = remote.WithRetryBackoff(remote.Backoff{Duration: time.Millisecond,
 
 func (a *testApp) push(ref string, img v1.Image, opts ...remote.Option) error {
 	return remote.Write(a.ref(ref), img, opts...)
+}
+
+// pushRandom pushes a random image of the given number of 256-byte layers
+// as ref and returns it.
+func (a *testApp) pushRandom(ref string, layers int64) v1.Image {
+	a.t.Helper()
+	img, err := random.Image(256, layers)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if err := a.push(ref, img); err != nil {
+		a.t.Fatal(err)
+	}
+	return img
 }
 
 func (a *testApp) do(method, path string) *http.Response {

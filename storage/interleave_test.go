@@ -288,14 +288,8 @@ func manifestPutMeetsLinkFence(t *testing.T, a *testApp) {
 // deleting: the revision link write is refused (503), never written
 // under GC's feet.
 func tagMoveMeetsRevisionFence(t *testing.T, a *testApp) {
-	img1, _ := random.Image(256, 1)
-	img2, _ := random.Image(256, 1)
-	if err := a.push("r:v1", img1); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.push("r:v1", img2); err != nil { // img1 is now untagged
-		t.Fatal(err)
-	}
+	img1 := a.pushRandom("r:v1", 1)
+	a.pushRandom("r:v1", 1) // img1 is now untagged
 	m1, _ := imageDigests(t, img1)
 	a.age(t)
 	f := a.fence(t, layout.Object{Blob: m1, Repo: "r", Kind: layout.LinkManifest})

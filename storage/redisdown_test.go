@@ -17,10 +17,7 @@ import (
 func TestRedisDown(t *testing.T) {
 	b := storagetest.Backends(t)[0]
 	a := newTestApp(t, appOptions{redisAddr: b.Addr, prefix: b.Prefix})
-	img, _ := random.Image(256, 2)
-	if err := a.push("r:v1", img); err != nil {
-		t.Fatal(err)
-	}
+	a.pushRandom("r:v1", 2)
 	e0, _ := a.env.Tracker.RecordingSince(context.Background())
 	b.Mini.SetError("LOADING injected outage")
 	a.pullAll("r:v1")

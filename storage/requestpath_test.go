@@ -143,10 +143,7 @@ func (a *testApp) staleCacheEntry(t *testing.T, repo string, x digest.Digest) {
 // PUT's forward link must not end up without its reverse link.
 func TestRaceManifestPutVsDelete(t *testing.T) {
 	forEachCache(t, []string{"", "inmemory", "redis"}, func(t *testing.T, a *testApp) {
-		img, _ := random.Image(256, 2)
-		if err := a.push("r:v1", img); err != nil {
-			t.Fatal(err)
-		}
+		img := a.pushRandom("r:v1", 2)
 		m, _ := imageDigests(t, img)
 		g := storagetest.NewGate("PutContent", "repositories/r/_manifests/revisions/sha256/"+m.Encoded()+"/link")
 		put := paused(t, g, func() int { return a.putManifest("r", "v1", img) }, func() {
@@ -168,10 +165,7 @@ func TestRaceManifestPutVsDelete(t *testing.T) {
 // completion in between, and the DELETE's look puts the reverse link back.
 func TestRaceManifestDeleteVsPut(t *testing.T) {
 	forEachCache(t, []string{"", "inmemory"}, func(t *testing.T, a *testApp) {
-		img, _ := random.Image(256, 2)
-		if err := a.push("r:v1", img); err != nil {
-			t.Fatal(err)
-		}
+		img := a.pushRandom("r:v1", 2)
 		m, _ := imageDigests(t, img)
 		// the DELETE reads the link with GetContent; its only Stat of
 		// the forward link is unlink's look after removing both links
@@ -235,14 +229,8 @@ func TestRaceStaleCacheCheckVsReupload(t *testing.T) {
 // manifest whose layer its repository does not link.
 func TestFailedMountKeepsTombstones(t *testing.T) {
 	forEachCache(t, []string{"inmemory", "redis"}, func(t *testing.T, a *testApp) {
-		img, _ := random.Image(256, 2)
-		if err := a.push("dst:v1", img); err != nil {
-			t.Fatal(err)
-		}
-		other, _ := random.Image(256, 1)
-		if err := a.push("other:v1", other); err != nil {
-			t.Fatal(err)
-		}
+		img := a.pushRandom("dst:v1", 2)
+		a.pushRandom("other:v1", 1)
 		_, blobs := imageDigests(t, img)
 		x := blobs[1]
 		a.gcDelete(t, layout.LayerLinkPath("dst", x)) // the data stays: only the link goes

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
-	storagemiddleware "github.com/distribution/distribution/v3/registry/storage/driver/middleware"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
@@ -26,31 +24,7 @@ import (
 
 // The "linkdbhook" storage middleware, listed below "reclaim", lets a test
 // fail a driver call of the serving registry.
-var (
-	servingHookMu sync.Mutex
-	servingHook   func(ctx context.Context, method, path string) error
-)
-
-func init() {
-	_ = storagemiddleware.Register("linkdbhook", func(_ context.Context, d storagedriver.StorageDriver, _ map[string]any) (storagedriver.StorageDriver, error) {
-		return &storagetest.HookDriver{StorageDriver: d, Before: func(ctx context.Context, m, p string) error {
-			servingHookMu.Lock()
-			h := servingHook
-			servingHookMu.Unlock()
-			if h == nil {
-				return nil
-			}
-			return h(ctx, m, p)
-		}}, nil
-	})
-}
-
-func setServingHook(t *testing.T, h func(ctx context.Context, method, path string) error) {
-	servingHookMu.Lock()
-	servingHook = h
-	servingHookMu.Unlock()
-	t.Cleanup(func() { servingHookMu.Lock(); servingHook = nil; servingHookMu.Unlock() })
-}
+var servingHook = storagetest.RegisterHook("linkdbhook")
 
 // The migration as an operator runs it: data pushed by an upstream registry,
 // then the registry restarted with the middleware, then a rebuild while
@@ -158,7 +132,7 @@ func (s *serving) leaveStaleReverseLink(t *testing.T, rb *parkedRebuild) (v1.Has
 	s.advance(time.Second)
 	reverseDir := path.Dir(layout.ReverseLinkPath(digest.Digest(blob.String()), relinkTo, layout.LinkLayer))
 	var failed sync.Once
-	setServingHook(t, func(_ context.Context, m, p string) error {
+	servingHook.Set(t, func(_ context.Context, m, p string) error {
 		var err error
 		if m == "Delete" && p == reverseDir {
 			failed.Do(func() { err = errors.New("injected: reverse-link delete fails") })

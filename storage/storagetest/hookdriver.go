@@ -86,9 +86,11 @@ func (h *HookDriver) Walk(ctx context.Context, path string, f storagedriver.Walk
 	return hookedErr(ctx, h, "Walk", path, func() error { return h.StorageDriver.Walk(ctx, path, f, opts...) })
 }
 
-// Hook is a storage middleware that puts a HookDriver into an app's driver
-// chain (an app is built from its configuration, so a test cannot hand it
-// a driver); each test sets the Before hook it needs.
+// Hook is a Before hook that a test can replace while drivers built with
+// it are in use. RegisterHook makes it a storage middleware, which puts a
+// HookDriver into an app's driver chain (an app is built from its
+// configuration, so a test cannot hand it a driver); each test sets the
+// Before hook it needs. The zero Hook calls nothing.
 type Hook struct {
 	mu     sync.Mutex
 	before func(ctx context.Context, method, path string) error
@@ -99,9 +101,14 @@ type Hook struct {
 func RegisterHook(name string) *Hook {
 	h := &Hook{}
 	_ = storagemiddleware.Register(name, func(_ context.Context, d storagedriver.StorageDriver, _ map[string]any) (storagedriver.StorageDriver, error) {
-		return &HookDriver{StorageDriver: d, Before: h.call}, nil
+		return h.Driver(d), nil
 	})
 	return h
+}
+
+// Driver wraps d in a HookDriver whose Before is h's current hook.
+func (h *Hook) Driver(d storagedriver.StorageDriver) *HookDriver {
+	return &HookDriver{StorageDriver: d, Before: h.call}
 }
 
 // Set makes f the Before hook until the test ends.
