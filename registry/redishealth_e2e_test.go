@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
-	"github.com/reclaim-registry/reclaim/storage/linkdb"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -37,10 +37,7 @@ func TestE2ERedisEvictingPolicyRefusesGC(t *testing.T) {
 	opts["epochinterval"] = "1h" // the test drives the ticks
 	opts["reclaimer"] = map[string]any{"enabled": true, "interval": "50ms"}
 	r := registrytest.Start(t, registrytest.WithStorageMiddleware("reclaim", opts))
-	g := &gcRegistry{Registry: r, raw: rawDriver(t, r)}
-	if err := linkdb.MarkLinkDBComplete(ctx, g.raw, time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	g := completeGC(t, r)
 	env := r.Server.Env()
 	tick := func() {
 		t.Helper()
@@ -48,7 +45,7 @@ func TestE2ERedisEvictingPolicyRefusesGC(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	health := func() (map[string]json.RawMessage, redisHealth, reclaimerStatus) {
+	health := func() (map[string]json.RawMessage, redisHealth, gc.ReclaimerStatus) {
 		t.Helper()
 		code, out, st := getStatus(t, r, false)
 		if code != 200 {
@@ -60,8 +57,8 @@ func TestE2ERedisEvictingPolicyRefusesGC(t *testing.T) {
 		}
 		return out, h, st
 	}
-	old := push(t, g, "evict/app:v1", image(t, layer(t)))
-	push(t, g, "evict/app:v1", image(t, layer(t))) // old is now untagged
+	old := push(t, g, "evict/app:v1", registrytest.Image(t, layer(t)))
+	push(t, g, "evict/app:v1", registrytest.Image(t, layer(t))) // old is now untagged
 	g.settle()
 
 	for _, policy := range []string{"allkeys-lru", "volatile-lru"} {
