@@ -32,6 +32,13 @@ func send(t *testing.T, r *registrytest.Registry, method, path string, header ht
 	for k, vs := range header {
 		req.Header[k] = vs
 	}
+	code, h, b := roundTrip(t, req)
+	return code, h.Get("Location"), b
+}
+
+// roundTrip sends req and returns the status, the headers and the body.
+func roundTrip(t *testing.T, req *http.Request) (int, http.Header, []byte) {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +48,7 @@ func send(t *testing.T, r *registrytest.Registry, method, path string, header ht
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, resp.Header.Get("Location"), b
+	return resp.StatusCode, resp.Header, b
 }
 
 // startUpload opens an upload session in repo and returns the path (with

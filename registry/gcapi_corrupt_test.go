@@ -99,11 +99,7 @@ func startCorrupt(t *testing.T) *corruptRegistry {
 	r := registrytest.Start(t,
 		registrytest.WithStorageMiddleware("readfault", map[string]any{"id": id}),
 		registrytest.WithStorageMiddleware("reclaim", reclaimOptions(t, corruptWindow, "")))
-	raw := rawDriver(t, r)
-	if err := linkdb.MarkLinkDBComplete(t.Context(), raw, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	return &corruptRegistry{gcRegistry: &gcRegistry{Registry: r, raw: raw}, faults: f}
+	return &corruptRegistry{gcRegistry: completeGC(t, r), faults: f}
 }
 
 // wait lets everything done so far age past the window.
@@ -137,9 +133,9 @@ type scene struct {
 func buildScene(t *testing.T, c *corruptRegistry) *scene {
 	t.Helper()
 	shared := layer(t)
-	a1 := image(t, shared, layer(t))
-	a2 := image(t, layer(t))
-	b := image(t, shared, layer(t))
+	a1 := registrytest.Image(t, shared, layer(t))
+	a2 := registrytest.Image(t, layer(t))
+	b := registrytest.Image(t, shared, layer(t))
 	s := &scene{
 		a1:     hashDigest(push(t, c.gcRegistry, "corrupt/a:v1", a1)),
 		b:      hashDigest(push(t, c.gcRegistry, "corrupt/b:v1", b)),

@@ -65,8 +65,8 @@ func TestE2ERedisDownAborts(t *testing.T) {
 	opts["timeout"] = "200ms" // each refused Redis call costs at most this
 	r := registrytest.Start(t, registrytest.WithStorageMiddleware("reclaim", opts))
 	g := &gcRegistry{Registry: r, raw: rawDriver(t, r)}
-	old := push(t, g, "down/app:v1", image(t, layer(t)))
-	push(t, g, "down/app:v1", image(t, layer(t)))
+	old := push(t, g, "down/app:v1", registrytest.Image(t, layer(t)))
+	push(t, g, "down/app:v1", registrytest.Image(t, layer(t)))
 	g.settle()
 	m.Close()
 	assertAbort(t, g, "down/app", "redis_unavailable")
@@ -78,15 +78,15 @@ func TestE2ERedisDownAborts(t *testing.T) {
 func TestE2ERecordingTooShortAborts(t *testing.T) {
 	r := registrytest.Start(t, registrytest.WithStorageMiddleware("reclaim", reclaimOptions(t, time.Hour, "")))
 	g := &gcRegistry{Registry: r, raw: rawDriver(t, r)}
-	push(t, g, "young/app:v1", image(t, layer(t)))
-	push(t, g, "young/app:v1", image(t, layer(t)))
+	push(t, g, "young/app:v1", registrytest.Image(t, layer(t)))
+	push(t, g, "young/app:v1", registrytest.Image(t, layer(t)))
 	assertAbort(t, g, "young/app", "redis_recording_too_short")
 }
 
 func TestE2EUnparsableManifestAborts(t *testing.T) {
 	g := startGC(t)
-	push(t, g, "bad/app:v1", image(t, layer(t)))
-	push(t, g, "bad/app:v1", image(t, layer(t)))
+	push(t, g, "bad/app:v1", registrytest.Image(t, layer(t)))
+	push(t, g, "bad/app:v1", registrytest.Image(t, layer(t)))
 	junk := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","layers":`)
 	d := digest.FromBytes(junk)
 	ctx := t.Context()
@@ -112,8 +112,8 @@ func TestE2EPushReusingBlobWhileGCDeletesIt(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := startGC(t)
 			shared := layer(t)
-			push(t, g, "src/app:v1", image(t, shared))
-			push(t, g, "src/app:v1", image(t, layer(t))) // shared is now unreferenced in src
+			push(t, g, "src/app:v1", registrytest.Image(t, shared))
+			push(t, g, "src/app:v1", registrytest.Image(t, layer(t))) // shared is now unreferenced in src
 			g.settle()
 			sharedD := digestOf(t, shared)
 			dataPath := layout.BlobDataPath(digest.Digest(sharedD.String()))
@@ -128,7 +128,7 @@ func TestE2EPushReusingBlobWhileGCDeletesIt(t *testing.T) {
 					return nil
 				}
 				go func() {
-					pushErr <- remote.Write(g.Ref(t, "dst/app:v1"), image(t, shared), g.Remote(t)...)
+					pushErr <- remote.Write(g.Ref(t, "dst/app:v1"), registrytest.Image(t, shared), g.Remote(t)...)
 				}()
 				if tc.method == "Stat" {
 					// Let the push finish before GC goes on to the fence.
@@ -162,7 +162,7 @@ func TestE2EPushReusingBlobWhileGCDeletesIt(t *testing.T) {
 				if !errors.As(err, &te) || (te.StatusCode != http.StatusServiceUnavailable && te.StatusCode != http.StatusTooManyRequests) {
 					t.Fatalf("push failed, and not retryably: %v", err)
 				}
-				if err := remote.Write(g.Ref(t, "dst/app:v1"), image(t, shared), g.Remote(t)...); err != nil {
+				if err := remote.Write(g.Ref(t, "dst/app:v1"), registrytest.Image(t, shared), g.Remote(t)...); err != nil {
 					t.Fatalf("retried push: %v", err)
 				}
 			}
@@ -174,7 +174,7 @@ func TestE2EPushReusingBlobWhileGCDeletesIt(t *testing.T) {
 
 func TestE2EAPIErrors(t *testing.T) {
 	g := startGC(t, registrytest.WithHtpasswd("admin", "secret"))
-	push(t, g, "api/app:v1", image(t, layer(t)))
+	push(t, g, "api/app:v1", registrytest.Image(t, layer(t)))
 
 	anon := func(method, path string) int {
 		req, _ := http.NewRequestWithContext(t.Context(), method, g.URL+path, nil)
@@ -236,7 +236,7 @@ func TestE2EAPIErrors(t *testing.T) {
 
 func TestE2EBusyRepository(t *testing.T) {
 	g := startGC(t)
-	push(t, g, "busy/app:v1", image(t, layer(t)))
+	push(t, g, "busy/app:v1", registrytest.Image(t, layer(t)))
 	g.settle()
 	reached := make(chan struct{})
 	release := make(chan struct{})
@@ -269,9 +269,9 @@ func TestE2EBusyRepository(t *testing.T) {
 
 func TestE2EPlanApplyAsyncStatus(t *testing.T) {
 	g := startGC(t)
-	a := push(t, g, "plan/app:v1", image(t, layer(t)))
-	b := push(t, g, "plan/app:v1", image(t, layer(t))) // a untagged
-	push(t, g, "plan/app:v1", image(t, layer(t)))      // b untagged
+	a := push(t, g, "plan/app:v1", registrytest.Image(t, layer(t)))
+	b := push(t, g, "plan/app:v1", registrytest.Image(t, layer(t))) // a untagged
+	push(t, g, "plan/app:v1", registrytest.Image(t, layer(t)))      // b untagged
 	g.settle()
 
 	before := g.tree(t)
@@ -362,8 +362,8 @@ func TestE2EDisabledByDefault(t *testing.T) {
 func TestE2EMountWhileGCUnlinksSource(t *testing.T) {
 	g := startGC(t)
 	shared := layer(t)
-	push(t, g, "msrc/app:v1", image(t, shared))
-	push(t, g, "msrc/app:v1", image(t, layer(t)))
+	push(t, g, "msrc/app:v1", registrytest.Image(t, shared))
+	push(t, g, "msrc/app:v1", registrytest.Image(t, layer(t)))
 	g.settle()
 	sharedD := digestOf(t, shared)
 	target := layout.LayerLinkPath("msrc/app", digest.Digest(sharedD.String()))
@@ -387,7 +387,7 @@ func TestE2EMountWhileGCUnlinksSource(t *testing.T) {
 	if status == http.StatusCreated && contains(rep.BlobsDeleted, sharedD) {
 		t.Fatal("GC deleted a blob that was just mounted into another repository")
 	}
-	push(t, g, "mdst/app:v1", image(t, shared))
+	push(t, g, "mdst/app:v1", registrytest.Image(t, shared))
 	registrytest.AssertPullable(t, g.Registry, "mdst/app:v1")
 	g.checkLinks(t)
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,8 +19,6 @@ import (
 	"github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
 	storagemiddleware "github.com/distribution/distribution/v3/registry/storage/driver/middleware"
 	ggcrv1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -98,30 +95,30 @@ func startGC(t *testing.T, opts ...registrytest.Option) *gcRegistry {
 		registrytest.WithStorageMiddleware("gchook", nil),
 		registrytest.WithStorageMiddleware("reclaim", reclaimOptions(t, e2eWindow, "")),
 	}
-	r := registrytest.Start(t, append(base, opts...)...)
+	g := completeGC(t, registrytest.Start(t, append(base, opts...)...))
+	g.settle()
+	return g
+}
+
+// completeGC wraps r, which started empty with the reclaim middleware, and
+// marks its link database complete: it has been from the start.
+func completeGC(t *testing.T, r *registrytest.Registry) *gcRegistry {
+	t.Helper()
 	raw := rawDriver(t, r)
-	// The registry started empty with the middleware: its link database is
-	// complete from the start.
 	if err := linkdb.MarkLinkDBComplete(t.Context(), raw, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	g := &gcRegistry{Registry: r, raw: raw}
-	g.settle()
-	return g
+	return &gcRegistry{Registry: r, raw: raw}
 }
 
 // settle waits until everything done so far is older than the window.
 func (g *gcRegistry) settle() { time.Sleep(e2eWindow + 200*time.Millisecond) }
 
+// post sends an empty POST to path as g's user.
 func (g *gcRegistry) post(t *testing.T, path string) (int, []byte) {
 	t.Helper()
-	resp := g.Do(t, http.MethodPost, path, nil)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, b
+	code, _, body := g.send(t, http.MethodPost, path, "")
+	return code, body
 }
 
 func (g *gcRegistry) collectRaw(t *testing.T, repo string, dry bool) (int, []byte) {
@@ -304,18 +301,6 @@ func untag(t *testing.T, g *gcRegistry, repo, tag string) {
 	}
 }
 
-// image builds an OCI image from the given layers.
-func image(t *testing.T, layers ...ggcrv1.Layer) ggcrv1.Image {
-	t.Helper()
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	img, err := mutate.AppendLayers(img, layers...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
-}
-
 func layer(t *testing.T) ggcrv1.Layer {
 	t.Helper()
 	l, err := random.Layer(1024, types.OCILayer)
@@ -358,9 +343,9 @@ func configDigest(t *testing.T, img ggcrv1.Image) ggcrv1.Hash {
 func TestE2ESharedBaseAndTagOverwrite(t *testing.T) {
 	g := startGC(t)
 	base := layer(t)
-	a1 := image(t, base, layer(t))
-	a2 := image(t, base, layer(t))
-	b := image(t, base, layer(t))
+	a1 := registrytest.Image(t, base, layer(t))
+	a2 := registrytest.Image(t, base, layer(t))
+	b := registrytest.Image(t, base, layer(t))
 	a1d := push(t, g, "team/a:v1", a1)
 	push(t, g, "team/b:v1", b)
 	a2d := push(t, g, "team/a:v1", a2) // overwrite: a1 is now untagged
@@ -475,8 +460,8 @@ func referrersCount(t *testing.T, g *gcRegistry, repo string, subject ggcrv1.Has
 
 func TestE2ERecentlyPulledUntaggedManifestKept(t *testing.T) {
 	g := startGC(t)
-	old := push(t, g, "k8s/app:v1", image(t, layer(t)))
-	push(t, g, "k8s/app:v1", image(t, layer(t)))
+	old := push(t, g, "k8s/app:v1", registrytest.Image(t, layer(t)))
+	push(t, g, "k8s/app:v1", registrytest.Image(t, layer(t)))
 	g.settle()
 	// A node pulls the old image by digest, as Kubernetes does.
 	registrytest.AssertPullable(t, g.Registry, "k8s/app@"+old.String())

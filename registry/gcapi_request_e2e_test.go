@@ -2,7 +2,6 @@ package registry_test
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -35,24 +34,15 @@ func (g *gcRegistry) send(t *testing.T, method, path, body string, user ...strin
 	case g.Username != "":
 		req.SetBasicAuth(g.Username, g.Password)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header, b
+	return roundTrip(t, req)
 }
 
 // deletable pushes two images to repo, deletes the first one's tag and
 // waits out the window: a real collection of repo deletes that manifest.
 func deletable(t *testing.T, g *gcRegistry, repo string) digest.Digest {
 	t.Helper()
-	old := push(t, g, repo+":old", image(t, layer(t)))
-	push(t, g, repo+":keep", image(t, layer(t)))
+	old := push(t, g, repo+":old", registrytest.Image(t, layer(t)))
+	push(t, g, repo+":keep", registrytest.Image(t, layer(t)))
 	untag(t, g, repo, "old")
 	g.settle()
 	return digest.Digest(old.String())
@@ -244,7 +234,7 @@ func TestE2ECollectDefaultsToDryRun(t *testing.T) {
 // Every route that takes a name answers 400 NAME_INVALID.
 func TestE2EUnstorableNameIsInvalid(t *testing.T) {
 	g := startGC(t)
-	push(t, g, "a:v1", image(t, layer(t)))
+	push(t, g, "a:v1", registrytest.Image(t, layer(t)))
 	for _, name := range []string{"localhost:5000/a", "localhost:5000/a/b", "127.0.0.1:5000/a", "[::1]/a", "[::1]:5000/a"} {
 		t.Run(name, func(t *testing.T) {
 			for _, route := range []string{"/collect?dry_run=true", "/collect?dry_run=false", "/plan",
@@ -268,7 +258,7 @@ func TestE2EUnstorableNameIsInvalid(t *testing.T) {
 func TestE2EUnknownRepositoryBeforePreconditions(t *testing.T) {
 	r := registrytest.Start(t, registrytest.WithStorageMiddleware("reclaim", reclaimOptions(t, time.Hour, "")))
 	g := &gcRegistry{Registry: r, raw: rawDriver(t, r)}
-	push(t, g, "young/app:v1", image(t, layer(t)))
+	push(t, g, "young/app:v1", registrytest.Image(t, layer(t)))
 	for _, route := range []string{"/collect?dry_run=true", "/collect?dry_run=false", "/plan",
 		"/plans/0123456789abcdef01234567/apply?dry_run=false"} {
 		code, hdr, body := g.send(t, http.MethodPost, "/gc/v1/repositories/no/such/app"+route, "")
@@ -326,7 +316,7 @@ func TestE2EForeignIDsLookUnknown(t *testing.T) {
 	adminRemote := []remote.Option{remote.WithAuth(&authn.Basic{Username: "admin", Password: "pw"}), remote.WithContext(t.Context())}
 	for _, repo := range []string{"alice/app", "bob/app"} {
 		for _, tag := range []string{"old", "keep"} {
-			if err := remote.Write(g.Ref(t, repo+":"+tag), image(t, layer(t)), adminRemote...); err != nil {
+			if err := remote.Write(g.Ref(t, repo+":"+tag), registrytest.Image(t, layer(t)), adminRemote...); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -5,23 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
-	"github.com/reclaim-registry/reclaim/storage/linkdb"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
+	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
-
-type redisHealth struct {
-	MaxmemoryPolicy string `json:"maxmemory_policy"`
-	Evicts          bool   `json:"evicts"`
-	Persistence     string `json:"persistence"`
-	Epoch           string `json:"epoch"`
-	Nodes           []struct {
-		RunID string `json:"run_id"`
-	} `json:"nodes"`
-	LastLoss *struct {
-		Reason string `json:"reason"`
-	} `json:"last_loss"`
-}
 
 // (3) An in-process registry on a redis-server of its own whose
 // maxmemory-policy may evict: collect (dry run and real) is refused with
@@ -37,10 +25,7 @@ func TestE2ERedisEvictingPolicyRefusesGC(t *testing.T) {
 	opts["epochinterval"] = "1h" // the test drives the ticks
 	opts["reclaimer"] = map[string]any{"enabled": true, "interval": "50ms"}
 	r := registrytest.Start(t, registrytest.WithStorageMiddleware("reclaim", opts))
-	g := &gcRegistry{Registry: r, raw: rawDriver(t, r)}
-	if err := linkdb.MarkLinkDBComplete(ctx, g.raw, time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	g := completeGC(t, r)
 	env := r.Server.Env()
 	tick := func() {
 		t.Helper()
@@ -48,20 +33,20 @@ func TestE2ERedisEvictingPolicyRefusesGC(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	health := func() (map[string]json.RawMessage, redisHealth, reclaimerStatus) {
+	health := func() (map[string]json.RawMessage, tracker.RedisHealth, gc.ReclaimerStatus) {
 		t.Helper()
 		code, out, st := getStatus(t, r, false)
 		if code != 200 {
 			t.Fatalf("status: %d %s", code, out)
 		}
-		var h redisHealth
+		var h tracker.RedisHealth
 		if err := json.Unmarshal(out["redis_health"], &h); err != nil {
 			t.Fatalf("redis_health %s: %v", out["redis_health"], err)
 		}
 		return out, h, st
 	}
-	old := push(t, g, "evict/app:v1", image(t, layer(t)))
-	push(t, g, "evict/app:v1", image(t, layer(t))) // old is now untagged
+	old := push(t, g, "evict/app:v1", registrytest.Image(t, layer(t)))
+	push(t, g, "evict/app:v1", registrytest.Image(t, layer(t))) // old is now untagged
 	g.settle()
 
 	for _, policy := range []string{"allkeys-lru", "volatile-lru"} {
@@ -71,7 +56,7 @@ func TestE2ERedisEvictingPolicyRefusesGC(t *testing.T) {
 		tick()
 		assertAbort(t, g, "evict/app", "redis_evicts")
 		out, h, _ := health()
-		if h.MaxmemoryPolicy != policy || !h.Evicts || h.Persistence != "aof" || len(h.Nodes) != 1 || h.Nodes[0].RunID == "" || h.Epoch == "" {
+		if h.MaxmemoryPolicy != policy || !h.Evicts || h.Persistence != "aof" || len(h.Nodes) != 1 || h.Nodes[0].RunID == "" || h.Epoch.IsZero() {
 			t.Fatalf("%s: redis_health %s", policy, out["redis_health"])
 		}
 		deadline := time.Now().Add(10 * time.Second)

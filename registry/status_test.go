@@ -2,7 +2,6 @@ package registry_test
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,39 +9,23 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
-	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
 
-type reclaimerStatus struct {
-	Enabled     bool             `json:"enabled"`
-	QueueLength int64            `json:"queue_length"`
-	Deleted     int64            `json:"deleted"`
-	DeletedBy   map[string]int64 `json:"deleted_by_reason"`
-	KeptBy      map[string]int64 `json:"kept_by_reason"`
-	LastAbort   string           `json:"last_abort"`
-	State       string           `json:"state"`
-}
-
-func getStatus(t *testing.T, r *registrytest.Registry, auth bool) (int, map[string]json.RawMessage, reclaimerStatus) {
+func getStatus(t *testing.T, r *registrytest.Registry, auth bool) (int, map[string]json.RawMessage, gc.ReclaimerStatus) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, r.URL+"/gc/v1/status", nil)
 	if auth {
 		req.SetBasicAuth(r.Username, r.Password)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	code, _, b := roundTrip(t, req)
 	var out map[string]json.RawMessage
-	var st reclaimerStatus
-	if resp.StatusCode == http.StatusOK {
+	var st gc.ReclaimerStatus
+	if code == http.StatusOK {
 		if err := json.Unmarshal(b, &out); err != nil {
 			t.Fatalf("status body %s: %v", b, err)
 		}
@@ -50,7 +33,7 @@ func getStatus(t *testing.T, r *registrytest.Registry, auth bool) (int, map[stri
 			t.Fatalf("reclaimer status %s: %v", out["reclaimer"], err)
 		}
 	}
-	return resp.StatusCode, out, st
+	return code, out, st
 }
 
 // The reclaimer inside an in-process registry frees a manifest blob after
@@ -68,13 +51,7 @@ func TestReclaimerFreesDeletedManifestAndReportsStatus(t *testing.T) {
 			"gc":        map[string]any{"enabled": true},
 			"reclaimer": map[string]any{"enabled": true, "interval": "100ms", "batch": 10},
 		}))
-	raw, err := filesystem.FromParameters(map[string]any{"rootdirectory": r.Root})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := linkdb.MarkLinkDBComplete(t.Context(), raw, time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	completeGC(t, r)
 
 	if code, _, _ := getStatus(t, r, false); code != http.StatusUnauthorized {
 		t.Fatalf("status without credentials: %d, want 401", code)

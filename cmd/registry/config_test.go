@@ -78,7 +78,7 @@ func TestBadReclaimOptionsExitWithOneLine(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
 				run := exec.CommandContext(ctx, bin, append(cmd.args, path)...)
-				run.Env = withoutRegistryEnv()
+				run.Env = registrytest.ChildEnv()
 				var stdout, stderr bytes.Buffer
 				run.Stdout, run.Stderr = &stdout, &stderr
 				err := run.Run()
@@ -103,18 +103,6 @@ func TestBadReclaimOptionsExitWithOneLine(t *testing.T) {
 			})
 		}
 	}
-}
-
-// withoutRegistryEnv is the test's environment without REGISTRY_*
-// variables, which Distribution reads as config overrides.
-func withoutRegistryEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "REGISTRY_") {
-			env = append(env, kv)
-		}
-	}
-	return env
 }
 
 // GC on a pull-through cache is refused at start-up in one line: the proxy

@@ -58,6 +58,30 @@ func (f *gcClientFlags) bind(cmd *cobra.Command) {
 	cmd.MarkFlagsMutuallyExclusive("token", "user")
 }
 
+// gcSelection holds the flags collect and plan share: what happens to
+// untagged manifests, and how many links may go at most.
+type gcSelection struct {
+	untagged string
+	limit    int
+}
+
+func (s *gcSelection) bind(cmd *cobra.Command, capUsage string) {
+	cmd.Flags().StringVar(&s.untagged, "untagged", "", "untagged manifests: delete or keep (default: the server's policy)")
+	cmd.Flags().IntVar(&s.limit, "cap", 0, capUsage)
+}
+
+// query is the selection as API query parameters; unset flags are left out.
+func (s *gcSelection) query() url.Values {
+	q := url.Values{}
+	if s.untagged != "" {
+		q.Set("untagged", s.untagged)
+	}
+	if s.limit > 0 {
+		q.Set("cap", strconv.Itoa(s.limit))
+	}
+	return q
+}
+
 func newGCCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "gc",
@@ -72,9 +96,9 @@ func newGCCommand() *cobra.Command {
 
 func newGCCollectCommand() *cobra.Command {
 	var f gcClientFlags
+	var sel gcSelection
 	var dryRun bool
-	var untagged, plan string
-	var limit int
+	var plan string
 	cmd := &cobra.Command{
 		Use:   "collect <repository>",
 		Short: "Collect one repository: delete untagged manifests, unused layer links and unlinked blobs",
@@ -83,14 +107,8 @@ func newGCCollectCommand() *cobra.Command {
 			"  registry gc collect library/app --plan 3f2a... --json",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			q := url.Values{}
+			q := sel.query()
 			q.Set("dry_run", strconv.FormatBool(dryRun))
-			if untagged != "" {
-				q.Set("untagged", untagged)
-			}
-			if limit > 0 {
-				q.Set("cap", strconv.Itoa(limit))
-			}
 			if plan != "" {
 				q.Set("plan", plan)
 			}
@@ -102,30 +120,21 @@ func newGCCollectCommand() *cobra.Command {
 		},
 	}
 	f.bind(cmd)
+	sel.bind(cmd, "delete at most this many links (default: the server's cap)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "report what would be deleted, delete nothing")
-	cmd.Flags().StringVar(&untagged, "untagged", "", "untagged manifests: delete or keep (default: the server's policy)")
-	cmd.Flags().IntVar(&limit, "cap", 0, "delete at most this many links (default: the server's cap)")
 	cmd.Flags().StringVar(&plan, "plan", "", "apply this plan: delete only what it lists and still qualifies")
 	return cmd
 }
 
 func newGCPlanCommand() *cobra.Command {
 	var f gcClientFlags
-	var untagged string
-	var limit int
+	var sel gcSelection
 	cmd := &cobra.Command{
 		Use:   "plan <repository>",
 		Short: "Preview a collection and store it as a plan to apply with `gc collect --plan`",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			q := url.Values{}
-			if untagged != "" {
-				q.Set("untagged", untagged)
-			}
-			if limit > 0 {
-				q.Set("cap", strconv.Itoa(limit))
-			}
-			body, err := f.do(cmd, http.MethodPost, "repositories/"+args[0]+"/plan", q)
+			body, err := f.do(cmd, http.MethodPost, "repositories/"+args[0]+"/plan", sel.query())
 			if err != nil {
 				return err
 			}
@@ -143,8 +152,7 @@ func newGCPlanCommand() *cobra.Command {
 		},
 	}
 	f.bind(cmd)
-	cmd.Flags().StringVar(&untagged, "untagged", "", "untagged manifests: delete or keep (default: the server's policy)")
-	cmd.Flags().IntVar(&limit, "cap", 0, "plan at most this many link deletions")
+	sel.bind(cmd, "plan at most this many link deletions")
 	return cmd
 }
 

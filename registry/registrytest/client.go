@@ -31,17 +31,15 @@ const ArtifactType = "application/vnd.reclaim.test.artifact"
 // types) with the given number of random layers, for os/arch.
 func RandomImage(t testing.TB, layers int, os, arch string) v1.Image {
 	t.Helper()
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	for range layers {
+	ls := make([]v1.Layer, layers)
+	for i := range ls {
 		l, err := random.Layer(LayerSize, types.OCILayer)
 		if err != nil {
 			t.Fatalf("registrytest: random layer: %v", err)
 		}
-		if img, err = mutate.AppendLayers(img, l); err != nil {
-			t.Fatalf("registrytest: append layer: %v", err)
-		}
+		ls[i] = l
 	}
+	img := Image(t, ls...)
 	cf, err := img.ConfigFile()
 	if err != nil {
 		t.Fatalf("registrytest: config: %v", err)
@@ -50,6 +48,19 @@ func RandomImage(t testing.TB, layers int, os, arch string) v1.Image {
 	cf.OS, cf.Architecture = os, arch
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		t.Fatalf("registrytest: set platform: %v", err)
+	}
+	return img
+}
+
+// Image returns an OCI image (OCI manifest and config media types) of the
+// given layers.
+func Image(t testing.TB, layers ...v1.Layer) v1.Image {
+	t.Helper()
+	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	img, err := mutate.AppendLayers(img, layers...)
+	if err != nil {
+		t.Fatalf("registrytest: append layers: %v", err)
 	}
 	return img
 }

@@ -235,7 +235,7 @@ func (p *Process) start(t testing.TB) error {
 		return err
 	}
 	cmd := exec.Command(p.bin, "serve", p.ConfigPath)
-	cmd.Env = childEnv()
+	cmd.Env = ChildEnv()
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	if err := cmd.Start(); err != nil {
@@ -254,10 +254,10 @@ func (p *Process) start(t testing.TB) error {
 	return waitReady(t, p.URL, done)
 }
 
-// childEnv is the test's environment without REGISTRY_* variables, which
+// ChildEnv is the test's environment without REGISTRY_* variables, which
 // Distribution reads as config overrides: the config file is the whole
-// truth for a test registry.
-func childEnv() []string {
+// truth for a registry process a test starts.
+func ChildEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "REGISTRY_") {

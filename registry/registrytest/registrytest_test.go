@@ -40,14 +40,7 @@ func TestAssertPullableDetectsCorruptBlob(t *testing.T) {
 	t.Parallel()
 	r := registrytest.Start(t)
 	img := registrytest.PushImage(t, r, "harness/corrupt:v1", 2)
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := layers[1].Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := layerDigest(t, img, 1)
 	data := blobPath(r, d)
 	b, err := os.ReadFile(data)
 	if err != nil {
@@ -102,14 +95,7 @@ func TestMount(t *testing.T) {
 	t.Parallel()
 	r := registrytest.Start(t)
 	img := registrytest.PushImage(t, r, "harness/src:v1", 1)
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := layers[0].Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := layerDigest(t, img, 0)
 	if got := registrytest.BlobStatus(t, r, "harness/dst", d); got != http.StatusNotFound {
 		t.Fatalf("blob in target before mount: status %d, want 404", got)
 	}
@@ -143,6 +129,20 @@ func TestBadConfigFailsTheTest(t *testing.T) {
 	if !rec.failed() || !strings.Contains(rec.log(), "no-such-middleware") {
 		t.Fatalf("Start with an unknown middleware did not fail clearly: %q", rec.log())
 	}
+}
+
+// layerDigest is the digest of img's i-th layer.
+func layerDigest(t *testing.T, img v1.Image, i int) v1.Hash {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := layers[i].Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 func blobPath(r *registrytest.Registry, d v1.Hash) string {

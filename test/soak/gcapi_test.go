@@ -9,25 +9,13 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 )
 
 // gcStatus is the part of GET /gc/v1/status the soak reads.
 type gcStatus struct {
-	Reclaimer struct {
-		Enabled        bool             `json:"enabled"`
-		Reviewed       int64            `json:"reviewed"`
-		Deleted        int64            `json:"deleted"`
-		BytesFreed     int64            `json:"bytes_freed"`
-		QueueLength    int64            `json:"queue_length"`
-		Due            int64            `json:"due"`
-		KeptBy         map[string]int64 `json:"kept_by_reason"`
-		DeletedBy      map[string]int64 `json:"deleted_by_reason"`
-		FailedTicks    int64            `json:"failed_ticks"`
-		LastError      string           `json:"last_error"`
-		LastAbort      string           `json:"last_abort"`
-		ReviewedPerSec float64          `json:"reviewed_per_second"`
-	} `json:"reclaimer"`
+	Reclaimer gc.ReclaimerStatus `json:"reclaimer"`
 }
 
 func status(ctx context.Context, r *registrytest.Registry) (gcStatus, error) {

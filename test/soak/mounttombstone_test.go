@@ -9,8 +9,6 @@ import (
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -112,10 +110,7 @@ func (g *sharedLayerRig) push(reference string) v1.Image {
 	if err != nil {
 		g.t.Fatal(err)
 	}
-	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	if img, err = mutate.AppendLayers(img, g.xl, other); err != nil {
-		g.t.Fatal(err)
-	}
+	img := registrytest.Image(g.t, g.xl, other)
 	rf, _ := ref(g.r, reference)
 	if err := remote.Write(rf, img, remoteOpts(context.Background(), g.r)...); err != nil {
 		g.t.Fatalf("push %s: %v", reference, err)
