@@ -31,13 +31,20 @@ func (c *Collector) Collect(ctx context.Context, repo string, o RunOptions) (*Re
 }
 
 // Start begins a collection in the background and returns its run id. The
-// lock is taken before Start returns, so a busy repository fails here.
-func (c *Collector) Start(ctx context.Context, repo string, o RunOptions) (string, error) {
+// lock is taken before Start returns, so a busy repository fails here. done,
+// when not nil, is called with the outcome once the run has finished (the
+// stored report carries it too).
+func (c *Collector) Start(ctx context.Context, repo string, o RunOptions, done func(*Report, error)) (string, error) {
 	r, err := c.begin(ctx, repo, o)
 	if err != nil {
 		return "", err
 	}
-	go r.finish(context.WithoutCancel(ctx)) //nolint:errcheck // the stored report carries the outcome
+	go func() {
+		rep, err := r.finish(context.WithoutCancel(ctx))
+		if done != nil {
+			done(rep, err)
+		}
+	}()
 	return r.rep.RunID, nil
 }
 

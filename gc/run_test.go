@@ -3,6 +3,7 @@ package gc
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,14 +133,22 @@ func TestRequestErrors(t *testing.T) {
 func TestStartRunsInBackground(t *testing.T) {
 	f := newFixture(t)
 	f.layer("bg", "x")
-	// The run stores its report, then gives its lock back.
+	// The run stores its report and gives its lock back before done.
 	finished := make(chan string, 1)
-	f.tr.onUnlock = func(repo string) { finished <- repo }
-	id, err := f.c.Start(context.Background(), "bg", RunOptions{})
+	var unlocked atomic.Bool
+	f.tr.onUnlock = func(string) { unlocked.Store(true) }
+	id, err := f.c.Start(context.Background(), "bg", RunOptions{}, func(rep *Report, err error) {
+		if err != nil || rep.Status != StatusDone || !unlocked.Load() {
+			t.Errorf("done called with %v, %v (unlocked %v)", rep, err, unlocked.Load())
+		}
+		finished <- rep.RunID
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wait(t, finished, "the background run")
+	if got := wait(t, finished, "the background run"); got != id {
+		t.Fatalf("done reported run %q, started %q", got, id)
+	}
 	r, ok := f.c.Run(id)
 	if !ok || r.Status != "done" {
 		t.Fatalf("background run not stored as done: %+v", r)

@@ -185,12 +185,11 @@ func (h *gcAPI) collect(w http.ResponseWriter, r *http.Request, repo, planID str
 	}
 	o := req.options()
 	if req.Async {
-		id, err := b.Collector.Start(r.Context(), repo, o)
+		id, err := b.Collector.Start(r.Context(), repo, o, observe)
 		if err != nil {
 			observeAbort(err)
 			return hidePlan(err, o.PlanID)
 		}
-		go observeWhenDone(b.Collector, id)
 		writeJSON(w, http.StatusAccepted, map[string]any{"run_id": id, "repository": repo, "status": "running",
 			"status_url": gcPrefix + "runs/" + id})
 		return nil

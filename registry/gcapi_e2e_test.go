@@ -11,13 +11,11 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
-	storagemiddleware "github.com/distribution/distribution/v3/registry/storage/driver/middleware"
 	ggcrv1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -35,33 +33,11 @@ import (
 // for a push to finish inside it, short enough to wait out.
 const e2eWindow = time.Second
 
-// hookDriver lets a test run code inside chosen driver calls (the
-// "gchook" storage middleware, listed below "reclaim").
-var (
-	hookMu     sync.Mutex
-	hookBefore func(ctx context.Context, method, path string) error
-)
+// gcHook lets a test run code inside chosen driver calls (the "gchook"
+// storage middleware, listed below "reclaim").
+var gcHook = storagetest.RegisterHook("gchook")
 
-func init() {
-	_ = storagemiddleware.Register("gchook", func(_ context.Context, d storagedriver.StorageDriver, _ map[string]any) (storagedriver.StorageDriver, error) {
-		return &storagetest.HookDriver{StorageDriver: d, Before: func(ctx context.Context, m, p string) error {
-			hookMu.Lock()
-			h := hookBefore
-			hookMu.Unlock()
-			if h == nil {
-				return nil
-			}
-			return h(ctx, m, p)
-		}}, nil
-	})
-}
-
-func setHook(t *testing.T, h func(ctx context.Context, method, path string) error) {
-	hookMu.Lock()
-	hookBefore = h
-	hookMu.Unlock()
-	t.Cleanup(func() { hookMu.Lock(); hookBefore = nil; hookMu.Unlock() })
-}
+func setHook(t *testing.T, h func(ctx context.Context, method, path string) error) { gcHook.Set(t, h) }
 
 type gcRegistry struct {
 	*registrytest.Registry

@@ -2,7 +2,6 @@ package registry
 
 import (
 	"errors"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -53,25 +52,6 @@ func observeAbort(err error) {
 		metricAborts.WithLabelValues(string(ae.Reason)).Inc()
 	case errors.Is(err, gc.ErrRepositoryBusy):
 		metricAborts.WithLabelValues("repository_busy").Inc()
-	}
-}
-
-// observeWhenDone records an asynchronous run once it finishes.
-func observeWhenDone(c *gc.Collector, id string) {
-	for {
-		rep, ok := c.Run(id)
-		if !ok {
-			return
-		}
-		if rep.Status != "running" {
-			var err error
-			if rep.Abort != "" {
-				err = &gc.AbortError{Reason: gc.AbortReason(rep.Abort)}
-			}
-			observe(rep, err)
-			return
-		}
-		time.Sleep(time.Second)
 	}
 }
 

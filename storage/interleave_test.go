@@ -42,30 +42,11 @@ func newWindowApp(t *testing.T, b storagetest.Backend, cache string) *testApp {
 // TIME.
 func (a *testApp) age(t *testing.T) {
 	t.Helper()
-	ctx := context.Background()
-	c := a.env.Tracker.Client()
 	prefix := a.opts.prefix
 	if prefix == "" {
 		prefix = "reclaim:"
 	}
-	shift := (testWindow + time.Millisecond).Milliseconds()
-	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		k := iter.Val()
-		if k != prefix+"since" && !strings.Contains(k, "}:a") {
-			continue
-		}
-		v, err := c.Get(ctx, k).Int64()
-		if err != nil {
-			t.Fatalf("age %s: %v", k, err)
-		}
-		if err := c.Set(ctx, k, v-shift, redis.KeepTTL).Err(); err != nil {
-			t.Fatalf("age %s: %v", k, err)
-		}
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
-	}
+	storagetest.Age(t, a.env.Tracker.Client(), prefix, testWindow+time.Millisecond)
 	a.forgetDedup() // the window has passed for this process's read dedup too
 }
 

@@ -2,7 +2,6 @@ package tracker
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,24 +27,7 @@ func newTestTracker(t *testing.T, b storagetest.Backend) *Tracker {
 // for miniredis and a real Redis alike, whose scripts read their own TIME.
 func age(t *testing.T, tr *Tracker, d time.Duration) {
 	t.Helper()
-	ctx := context.Background()
-	iter := tr.c.Scan(ctx, 0, tr.opts.Prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		k := iter.Val()
-		if k != tr.sinceKey() && !strings.Contains(k, "}:a") {
-			continue
-		}
-		v, err := tr.c.Get(ctx, k).Int64()
-		if err != nil {
-			t.Fatalf("age %s: %v", k, err)
-		}
-		if err := tr.c.Set(ctx, k, v-d.Milliseconds(), redis.KeepTTL).Err(); err != nil {
-			t.Fatalf("age %s: %v", k, err)
-		}
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
-	}
+	storagetest.Age(t, tr.c, tr.opts.Prefix, d)
 }
 
 // expire lets key's TTL run out: miniredis is fast-forwarded past it, a

@@ -11,7 +11,6 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
-	storagemiddleware "github.com/distribution/distribution/v3/registry/storage/driver/middleware"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
@@ -22,31 +21,9 @@ import (
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
-var (
-	hookMu     sync.Mutex
-	hookBefore func(ctx context.Context, method, path string)
-)
-
-func init() {
-	_ = storagemiddleware.Register("soakhook", func(_ context.Context, d storagedriver.StorageDriver, _ map[string]any) (storagedriver.StorageDriver, error) {
-		return &storagetest.HookDriver{StorageDriver: d, Before: func(ctx context.Context, m, p string) error {
-			hookMu.Lock()
-			h := hookBefore
-			hookMu.Unlock()
-			if h != nil {
-				h(ctx, m, p)
-			}
-			return nil
-		}}, nil
-	})
-}
-
-// setHook makes h the "soakhook" middleware's hook (nil: none).
-func setHook(h func(ctx context.Context, method, path string)) {
-	hookMu.Lock()
-	hookBefore = h
-	hookMu.Unlock()
-}
+// soakHook runs a test's code inside chosen driver calls (the "soakhook"
+// storage middleware).
+var soakHook = storagetest.RegisterHook("soakhook")
 
 // windowRegistry is an in-process registry with the reclaim middleware
 // (window w) on a miniredis whose clock the test moves with skipWindow;
@@ -80,10 +57,9 @@ func TestKeptIndexChildPullableDuringSweep(t *testing.T) {
 
 	p := &childProbe{r: r, m: m, index: index, child: child,
 		childFence: "reclaim:{" + child.String() + "}:f:m:fw/app"}
-	setHook(p.before)
-	t.Cleanup(func() { setHook(nil) })
+	soakHook.Set(t, func(ctx context.Context, m, path string) error { p.before(ctx, m, path); return nil })
 	rep, err := collectFull(ctx, r, "fw/app")
-	setHook(nil)
+	soakHook.Set(t, nil)
 	after := p.get(child)
 	p.mu.Lock()
 	defer p.mu.Unlock()
