@@ -17,6 +17,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
 type apiErrors struct {
@@ -123,6 +124,7 @@ func TestE2EPushReusingBlobWhileGCDeletesIt(t *testing.T) {
 			}
 			var fired atomic.Bool
 			pushErr := make(chan error, 1)
+			fenced := storagetest.WatchFenced(g.Server.Env().Tracker.Client())
 			setHook(t, func(ctx context.Context, method, path string) error {
 				if method != tc.method || path != target || !fired.CompareAndSwap(false, true) {
 					return nil
@@ -139,7 +141,15 @@ func TestE2EPushReusingBlobWhileGCDeletesIt(t *testing.T) {
 						t.Error("push did not finish")
 					}
 				} else {
-					time.Sleep(500 * time.Millisecond) // let the push reach the fence
+					// Hold the delete until the push meets GC's fence.
+					select {
+					case <-fenced.C:
+					case err := <-pushErr:
+						pushErr <- err
+						t.Error("the push finished without meeting GC's fence")
+					case <-time.After(10 * time.Second):
+						t.Error("the push never reached the fence")
+					}
 				}
 				return nil
 			})

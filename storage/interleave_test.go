@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +17,6 @@ import (
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 	"github.com/reclaim-registry/reclaim/storage/tracker"
-	"github.com/redis/go-redis/v9"
 )
 
 // These tests force each interleaving of docs/gc-protocol.md: the GC side
@@ -50,35 +48,9 @@ func (a *testApp) age(t *testing.T) {
 	a.forgetDedup() // the window has passed for this process's read dedup too
 }
 
-// fencedSignal is a go-redis hook that closes C the first time a touch is
-// refused by a fence: the writer is now waiting for the fence to clear.
-type fencedSignal struct {
-	once sync.Once
-	C    chan struct{}
-}
-
-func watchFenced(a *testApp) *fencedSignal {
-	s := &fencedSignal{C: make(chan struct{})}
-	a.env.Tracker.Client().AddHook(s)
-	return s
-}
-
-func (s *fencedSignal) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (s *fencedSignal) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if c, ok := cmd.(*redis.Cmd); ok {
-			if v, ok := c.Val().([]any); ok && len(v) == 2 && v[0] == int64(1) && v[1] == int64(0) {
-				s.once.Do(func() { close(s.C) })
-			}
-		}
-		return err
-	}
-}
-
-func (s *fencedSignal) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+// watchFenced signals the first touch a fence refuses.
+func watchFenced(a *testApp) *storagetest.Fenced {
+	return storagetest.WatchFenced(a.env.Tracker.Client())
 }
 
 func (a *testApp) fence(t *testing.T, o layout.Object) *tracker.Fence {
