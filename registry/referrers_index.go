@@ -1,9 +1,7 @@
 package registry
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"mime"
 	"net/http"
 
@@ -24,7 +22,7 @@ import (
 // (201) and it has a subject, the index entry is written before the response
 // header goes out, so a client that sees OCI-Subject can query it at once.
 func (h *referrersHandler) putManifest(w http.ResponseWriter, r *http.Request, repo string) {
-	body := &cappedTee{ReadCloser: r.Body, limit: referrers.MaxManifestSize}
+	body := referrers.CopyBody(r.Body)
 	r.Body = body
 	ctx := r.Context()
 	rw := &statusHook{ResponseWriter: w, hook: func(status int) {
@@ -39,12 +37,12 @@ func (h *referrersHandler) putManifest(w http.ResponseWriter, r *http.Request, r
 // index and announces it with OCI-Subject. Failures are logged and counted,
 // never turned into a failed push: the manifest is stored, and without
 // OCI-Subject the client falls back to the tag schema.
-func (h *referrersHandler) indexPushed(ctx context.Context, header http.Header, contentType, repo string, body *cappedTee) {
+func (h *referrersHandler) indexPushed(ctx context.Context, header http.Header, contentType, repo string, body *referrers.BodyCopy) {
 	log := referrersLog
-	if body.overflow {
+	payload, over, _ := body.Copy()
+	if over {
 		return // Distribution refuses those; nothing to index
 	}
-	payload := body.buf.Bytes()
 	dgst, err := digest.Parse(header.Get(headerContentDigest))
 	if err != nil {
 		// Distribution always sets it on 201; without it the copy cannot be
@@ -132,27 +130,6 @@ func (h *referrersHandler) subjectOf(ctx context.Context, repo string, d digest.
 		return "", v1.Descriptor{}
 	}
 	return subject, desc
-}
-
-// cappedTee copies what the reader reads, up to limit bytes.
-type cappedTee struct {
-	io.ReadCloser
-	limit    int
-	buf      bytes.Buffer
-	overflow bool
-}
-
-func (t *cappedTee) Read(p []byte) (int, error) {
-	n, err := t.ReadCloser.Read(p)
-	if n > 0 && !t.overflow {
-		if t.buf.Len()+n > t.limit {
-			t.overflow = true
-			t.buf = bytes.Buffer{}
-		} else {
-			t.buf.Write(p[:n])
-		}
-	}
-	return n, err
 }
 
 // statusHook calls hook with the status code right before the header is

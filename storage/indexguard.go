@@ -1,11 +1,9 @@
 package storage
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"path"
 	"strings"
@@ -64,44 +62,12 @@ type (
 
 // indexWatch is one manifest PUT's body, recorded for the children check.
 type indexWatch struct {
-	body        *recordedBody
+	body        *referrers.BodyCopy
 	contentType string
 
 	once sync.Once
 	err  error // the check's outcome, returned to every later driver call
 }
-
-// recordedBody passes a request body through and keeps a copy of it.
-type recordedBody struct {
-	rc io.ReadCloser
-
-	mu  sync.Mutex
-	buf bytes.Buffer
-	eof bool // read to its end
-	// longer than MaxManifestSize, Distribution's limit (a larger body is
-	// refused before any storage call): copy dropped
-	over bool
-}
-
-func (b *recordedBody) Read(p []byte) (int, error) {
-	n, err := b.rc.Read(p)
-	b.mu.Lock()
-	if n > 0 && !b.over {
-		if b.buf.Len()+n > referrers.MaxManifestSize {
-			b.over = true
-			b.buf = bytes.Buffer{}
-		} else {
-			b.buf.Write(p[:n])
-		}
-	}
-	if err == io.EOF {
-		b.eof = true
-	}
-	b.mu.Unlock()
-	return n, err
-}
-
-func (b *recordedBody) Close() error { return b.rc.Close() }
 
 // isManifestPath reports whether p can be Distribution's manifest route,
 // [<prefix>]/v2/<name>/manifests/<reference>: a reference holds no "/".
@@ -115,11 +81,7 @@ func watchManifestPut(r *http.Request) *http.Request {
 	if r.Method != http.MethodPut || !isManifestPath(r.URL.Path) {
 		return r
 	}
-	body := r.Body
-	if body == nil {
-		body = http.NoBody
-	}
-	w := &indexWatch{body: &recordedBody{rc: body}, contentType: r.Header.Get("Content-Type")}
+	w := &indexWatch{body: referrers.CopyBody(r.Body), contentType: r.Header.Get("Content-Type")}
 	r = r.WithContext(context.WithValue(r.Context(), indexWatchKey{}, w))
 	r.Body = w.body
 	return r
@@ -183,16 +145,14 @@ func (d *driver) checkChildren(ctx context.Context, w *indexWatch) error {
 // other manifest (Distribution always verifies an image manifest's
 // references itself).
 func (w *indexWatch) children() ([]digest.Digest, error) {
-	b := w.body
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	payload, over, complete := w.body.Copy()
 	switch {
-	case b.over:
+	case over:
 		return nil, fmt.Errorf("%w: manifest body larger than %d bytes", errIndexUnchecked, referrers.MaxManifestSize)
-	case !b.eof:
+	case !complete:
 		return nil, fmt.Errorf("%w: manifest body not read to its end before the first storage call", errIndexUnchecked)
 	}
-	m, _, err := distribution.UnmarshalManifest(w.contentType, b.buf.Bytes())
+	m, _, err := distribution.UnmarshalManifest(w.contentType, payload)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errIndexUnchecked, err)
 	}
