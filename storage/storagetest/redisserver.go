@@ -15,19 +15,20 @@ import (
 )
 
 // RedisServer is a redis-server one test owns: its own loopback port and
-// data directory, append-only file on (fsync always), so the test can
-// restart it with its data (a new run_id), flush it, or set
-// maxmemory-policy without touching the Redis other tests share.
+// data directory, append-only file on (fsync always) unless Ephemeral, so
+// the test can restart it with its data (a new run_id), kill it, flush it,
+// or set maxmemory-policy without touching the Redis other tests share.
 type RedisServer struct {
 	// Addr is "127.0.0.1:<port>".
 	Addr string
 
-	bin, dir string
-	port     int
-	mu       sync.Mutex
-	cmd      *exec.Cmd
-	exited   chan struct{}
-	log      syncBuffer
+	bin, dir  string
+	port      int
+	ephemeral bool
+	mu        sync.Mutex
+	cmd       *exec.Cmd
+	exited    chan struct{}
+	log       syncBuffer
 }
 
 // syncBuffer collects the server's output, written by exec's copier.
@@ -48,9 +49,15 @@ func (b *syncBuffer) String() string {
 	return b.b.String()
 }
 
+// RedisOption configures StartRedisServer.
+type RedisOption func(*RedisServer)
+
+// Ephemeral runs the server without persistence: Kill loses every key.
+func Ephemeral() RedisOption { return func(s *RedisServer) { s.ephemeral = true } }
+
 // StartRedisServer starts a redis-server from PATH, and stops it when the
 // test ends. The test is skipped when redis-server is not installed.
-func StartRedisServer(t testing.TB) *RedisServer {
+func StartRedisServer(t testing.TB, opts ...RedisOption) *RedisServer {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -63,6 +70,9 @@ func StartRedisServer(t testing.TB) *RedisServer {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	s := &RedisServer{Addr: "127.0.0.1:" + strconv.Itoa(port), bin: bin, dir: t.TempDir(), port: port}
+	for _, o := range opts {
+		o(s)
+	}
 	s.start(t)
 	t.Cleanup(s.stop)
 	return s
@@ -71,8 +81,12 @@ func StartRedisServer(t testing.TB) *RedisServer {
 func (s *RedisServer) start(t testing.TB) {
 	t.Helper()
 	s.mu.Lock()
-	s.cmd = exec.Command(s.bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
-		"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--loglevel", "warning")
+	persist := []string{"--appendonly", "yes", "--appendfsync", "always"}
+	if s.ephemeral {
+		persist = []string{"--appendonly", "no"}
+	}
+	s.cmd = exec.Command(s.bin, append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
+		"--save", "", "--loglevel", "warning"}, persist...)...)
 	s.cmd.Stdout, s.cmd.Stderr = &s.log, &s.log
 	if err := s.cmd.Start(); err != nil {
 		s.mu.Unlock()
@@ -119,6 +133,21 @@ func (s *RedisServer) stop() {
 		<-exited
 	}
 }
+
+// Kill SIGKILLs the server and waits for it to exit; Start brings it back.
+func (s *RedisServer) Kill() {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.mu.Unlock()
+	if cmd != nil && cmd.Process != nil {
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}
+
+// Start starts a stopped or killed server again on the same port and data
+// directory.
+func (s *RedisServer) Start(t testing.TB) { s.start(t) }
 
 // Restart stops the server cleanly and starts it again on the same port
 // with the same data directory: the data survives, the run_id changes.

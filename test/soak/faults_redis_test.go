@@ -3,11 +3,8 @@ package soak
 import (
 	"context"
 	"math/rand/v2"
-	"net"
 	"net/http"
-	"os/exec"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -15,60 +12,8 @@ import (
 
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
+	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
-
-// privateRedis is a redis-server this test owns, so it can kill it.
-type privateRedis struct {
-	addr   string
-	port   int
-	bin    string
-	cmd    *exec.Cmd
-	exited chan struct{}
-}
-
-func startPrivateRedis(t *testing.T) *privateRedis {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("fault injection needs redis-server on PATH (it kills and restarts a private one)")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	r := &privateRedis{addr: "127.0.0.1:" + strconv.Itoa(port), port: port, bin: bin}
-	r.start(t)
-	t.Cleanup(r.kill)
-	return r
-}
-
-func (r *privateRedis) start(t *testing.T) {
-	t.Helper()
-	r.cmd = exec.Command(r.bin, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	if err := r.cmd.Start(); err != nil {
-		t.Fatalf("start redis-server: %v", err)
-	}
-	exited := make(chan struct{})
-	r.exited = exited
-	go func(c *exec.Cmd) { _ = c.Wait(); close(exited) }(r.cmd)
-	c := redis.NewClient(&redis.Options{Addr: r.addr})
-	defer c.Close()
-	ctx := context.Background()
-	if !poll(ctx, 50*time.Millisecond, 5*time.Second, func() bool { return c.Ping(ctx).Err() == nil }) {
-		t.Fatalf("redis-server on %s did not answer", r.addr)
-	}
-}
-
-// kill SIGKILLs the server and waits for it to exit: its data is gone (no
-// persistence).
-func (r *privateRedis) kill() {
-	if r.cmd != nil && r.cmd.Process != nil {
-		_ = r.cmd.Process.Kill()
-		<-r.exited
-	}
-}
 
 // pinnedImage pushes an image nothing deletes, for "pulls keep working".
 func pinnedImage(t *testing.T, w *workload, r *registrytest.Registry) {
@@ -97,8 +42,8 @@ func TestSoakRedisAndCrashFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak skipped in -short mode")
 	}
-	rd := startPrivateRedis(t)
-	c := newCluster(t, rd.addr, "soakfault:")
+	rd := storagetest.StartRedisServer(t, storagetest.Ephemeral())
+	c := newCluster(t, rd.Addr, "soakfault:")
 	c.startProcesses(t, 2)
 	ctx := context.Background()
 	c.waitTrusted(ctx, t)
@@ -119,12 +64,12 @@ func TestSoakRedisAndCrashFaults(t *testing.T) {
 // loseRedis kills Redis once the workload is under way: pulls must go on
 // and collections free nothing while it is down, and nothing right after it
 // restarts empty, until the new epoch is a window old.
-func loseRedis(ctx context.Context, t *testing.T, c *cluster, w *workload, rd *privateRedis) {
+func loseRedis(ctx context.Context, t *testing.T, c *cluster, w *workload, rd *storagetest.RedisServer) {
 	t.Helper()
 	if !poll(ctx, 50*time.Millisecond, 15*time.Second, func() bool { return w.acks.sum("") >= 8 }) {
 		t.Logf("the workload had %d pushes acknowledged when Redis was killed", w.acks.sum(""))
 	}
-	rd.kill()
+	rd.Kill()
 	var pulls, pullFails, collectOK int
 	// pacing: the pulls and collects are spread over a couple of seconds
 	// of Redis being down, not sent in one burst
@@ -146,7 +91,7 @@ func loseRedis(ctx context.Context, t *testing.T, c *cluster, w *workload, rd *p
 	if collectOK > 0 {
 		t.Errorf("%d collections freed bytes while Redis was down", collectOK)
 	}
-	rd.start(t)
+	rd.Start(t)
 	// Everything Redis knew is gone: GC must not trust it for a window
 	// from the epoch the registries write again.
 	if !poll(ctx, 50*time.Millisecond, 10*time.Second, func() bool { _, err := c.tracker.RecordingSince(ctx); return err == nil }) {
