@@ -88,7 +88,7 @@ func NewEnv(ctx context.Context, below storagedriver.StorageDriver, opts config.
 	}
 	e.Tracker = t
 	e.Links = linkdb.NewReverseLinks(below)
-	e.Driver = Wrap(below, e)
+	e.Driver = wrap(below, e)
 	e.distCache = opts.OpenDescriptorCache()
 	if marked, err := linkdb.MarkCompleteIfEmpty(ctx, below); err != nil {
 		rlog.From(ctx).WithError(err).Warn("reclaim: could not check whether the storage is empty; GC deletes no blob until `registry linkdb rebuild` has run")

@@ -27,8 +27,8 @@ type driver struct {
 
 var _ storagedriver.StorageDriver = (*driver)(nil)
 
-// Wrap returns the reclaim middleware around next, recording into env.
-func Wrap(next storagedriver.StorageDriver, env *Env) storagedriver.StorageDriver {
+// wrap returns the reclaim middleware around next, recording into env.
+func wrap(next storagedriver.StorageDriver, env *Env) storagedriver.StorageDriver {
 	return &driver{StorageDriver: next, env: env, links: linkdb.NewReverseLinks(next)}
 }
 
