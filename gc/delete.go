@@ -119,7 +119,7 @@ func (dl *deleter) deleteBlob(ctx context.Context, b digest.Digest, rep *Report)
 	defer dl.release(ctx, rep, KindBlob, b, h)
 	// Re-check under the fence: a mount or push that linked the blob
 	// before the fence shows up here; one after the fence is refused.
-	links, err := dl.c.links.List(ctx, b)
+	links, err := linksFor(ctx, dl.c.links, b, dl.pol.repo)
 	if err != nil {
 		dec.Reason, dec.Detail = CheckFailed, fmt.Sprintf("re-check reverse links: %v", err)
 		return dec

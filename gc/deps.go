@@ -67,6 +67,15 @@ type LinkIndex interface {
 	List(ctx context.Context, blob digest.Digest) ([]RepoLink, error)
 }
 
+// LinkIndexFor is what a LinkIndex may also offer. ListFor returns, when a
+// repository other than repo links blob, at least one such link (a walk
+// may stop there); otherwise every link, as List. Its cost does not grow
+// with how many repositories link the blob. The collector uses it when it
+// is there: one other link keeps a blob, so its decisions need no more.
+type LinkIndexFor interface {
+	ListFor(ctx context.Context, blob digest.Digest, repo string) ([]RepoLink, error)
+}
+
 // Pinner says whether an untagged manifest must be kept anyway (a deploy
 // record, a legal hold). This is where deploy-state pins plug in.
 type Pinner interface {

@@ -138,7 +138,7 @@ func (gt *gatherer) blob(ctx context.Context, d digest.Digest) {
 	if !gt.pol.linkdbOK {
 		return
 	}
-	links, err := gt.c.links.List(ctx, d)
+	links, err := linksFor(ctx, gt.c.links, d, gt.pol.repo)
 	gt.mu.Lock()
 	gt.f.links[d] = result[[]RepoLink]{links, err}
 	gt.mu.Unlock()

@@ -73,3 +73,12 @@ func readLink(ctx context.Context, d storagedriver.StorageDriver, p string) (dig
 	}
 	return dg, nil
 }
+
+// linksFor reads the reverse links of blob that decide whether repo may
+// let it go: all of them, or with a LinkIndexFor enough of them.
+func linksFor(ctx context.Context, idx LinkIndex, blob digest.Digest, repo string) ([]RepoLink, error) {
+	if f, ok := idx.(LinkIndexFor); ok {
+		return f.ListFor(ctx, blob, repo)
+	}
+	return idx.List(ctx, blob)
+}

@@ -22,23 +22,38 @@ import (
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
-// walkCounter counts the entries Walk yields: on S3 or GCS a walk costs one
-// list request per 1000 of them, so "1 Walk call" hides the real cost.
+// walkCounter counts what one Walk call hides: the entries it yields (on S3
+// or GCS a walk costs one list request per 1000 of them), and, since it
+// walks through itself, the Stat and List calls of the walk and the names
+// those Lists return.
 type walkCounter struct {
 	storagedriver.StorageDriver
-	entries atomic.Int64
+	entries, stats, names atomic.Int64
 }
 
 func (w *walkCounter) Walk(ctx context.Context, p string, f storagedriver.WalkFn, opts ...func(*storagedriver.WalkOptions)) error {
-	return w.StorageDriver.Walk(ctx, p, func(fi storagedriver.FileInfo) error {
+	return storagedriver.WalkFallback(ctx, w, p, func(fi storagedriver.FileInfo) error {
 		w.entries.Add(1)
 		return f(fi)
 	}, opts...)
 }
 
+func (w *walkCounter) Stat(ctx context.Context, p string) (storagedriver.FileInfo, error) {
+	w.stats.Add(1)
+	return w.StorageDriver.Stat(ctx, p)
+}
+
+func (w *walkCounter) List(ctx context.Context, p string) ([]string, error) {
+	names, err := w.StorageDriver.List(ctx, p)
+	w.names.Add(int64(len(names)))
+	return names, err
+}
+
 type measured struct {
 	calls   int
-	entries int64
+	entries int64 // yielded by walks
+	stats   int64 // every Stat, the walks' own included
+	names   int64 // returned by every List, the walks' own included
 	byKind  string
 	wall    time.Duration
 }
@@ -46,6 +61,8 @@ type measured struct {
 func measure(c *storagetest.CountingDriver, w *walkCounter, run func()) measured {
 	c.Reset()
 	w.entries.Store(0)
+	w.stats.Store(0)
+	w.names.Store(0)
 	runtime.GC() // do not bill one measurement for the garbage of the previous
 	start := time.Now()
 	run()
@@ -55,7 +72,8 @@ func measure(c *storagetest.CountingDriver, w *walkCounter, run func()) measured
 		kinds = append(kinds, fmt.Sprintf("%s=%d", k, n))
 	}
 	sort.Strings(kinds)
-	return measured{calls: total, entries: w.entries.Load(), byKind: strings.Join(kinds, " "), wall: time.Since(start)}
+	return measured{calls: total, entries: w.entries.Load(), stats: w.stats.Load(), names: w.names.Load(),
+		byKind: strings.Join(kinds, " "), wall: time.Since(start)}
 }
 
 // TestMeasureCollectDoesNotGrowWithRegistry builds a registry of R
@@ -123,38 +141,50 @@ func TestMeasureCollectDoesNotGrowWithRegistry(t *testing.T) {
 			t.Fatalf("R=%d: deleted %d/%d manifests and %d blobs, want %d and %d: %s", R, len(dry.ManifestsDeleted),
 				len(real.ManifestsDeleted), len(real.BlobsDeleted), M/2, 3*M/2, summary(real))
 		}
-		t.Logf("R=%4d M=%d  reclaim dry-run: %4d calls %5d walked %8s | reclaim collect: %4d calls %5d walked %8s (%d manifests, %d links, %d blobs) | upstream MarkAndSweep dry-run: %6d calls %6d walked %8s",
-			R, M, mDry.calls, mDry.entries, mDry.wall.Round(time.Millisecond), mReal.calls, mReal.entries, mReal.wall.Round(time.Millisecond),
-			len(real.ManifestsDeleted), len(real.LayersUnlinked), len(real.BlobsDeleted),
-			upstream.calls, upstream.entries, upstream.wall.Round(time.Millisecond))
+		t.Logf("R=%4d M=%d (%d manifests, %d links, %d blobs deleted)", R, M, len(real.ManifestsDeleted), len(real.LayersUnlinked), len(real.BlobsDeleted))
+		for _, m := range []struct {
+			name string
+			m    measured
+		}{{"reclaim dry-run", mDry}, {"reclaim collect", mReal}, {"upstream MarkAndSweep dry-run", upstream}} {
+			t.Logf("         %-30s %6d calls %6d walked %6d stats %7d names listed %8s", m.name, m.m.calls, m.m.entries, m.m.stats, m.m.names, m.m.wall.Round(time.Millisecond))
+		}
 		t.Logf("         reclaim collect by method: %s", mReal.byKind)
 		t.Logf("         upstream by method:        %s", upstream.byKind)
 		if i == 0 {
 			first = [2]measured{mDry, mReal}
 			continue
 		}
-		if mDry.calls != first[0].calls || mDry.entries != first[0].entries || mReal.calls != first[1].calls || mReal.entries != first[1].entries {
-			t.Errorf("R=%d: collect cost grew with the registry: dry %d/%d real %d/%d, at R=%d dry %d/%d real %d/%d",
-				R, mDry.calls, mDry.entries, mReal.calls, mReal.entries, sizes[0], first[0].calls, first[0].entries, first[1].calls, first[1].entries)
+		for j, m := range []measured{mDry, mReal} {
+			if f := first[j]; m.calls != f.calls || m.entries != f.entries || m.stats != f.stats {
+				t.Errorf("R=%d: collect cost grew with the registry: %d calls, %d walked, %d stats; at R=%d %d, %d, %d",
+					R, m.calls, m.entries, m.stats, sizes[0], f.calls, f.entries, f.stats)
+			}
 		}
 	}
 }
 
 // build writes R filler repositories and the target, with reverse links,
-// as the middleware would have.
+// as the middleware would have. Every repository shares a base layer; the
+// target's untagged manifests also share an old base with every filler, so
+// the collect unlinks a layer that R other repositories link and must ask
+// whether anybody else does.
 func build(f *fixture, R, M int) {
-	base := "shared-base-layer"
+	base, oldBase := "shared-base-layer", "shared-old-base-layer"
 	for r := range R {
 		repo := fmt.Sprintf("filler/r%04d", r)
 		for m := range 3 {
-			img := f.image(repo, nil, base, fmt.Sprintf("%s-%d", repo, m))
+			img := f.image(repo, nil, base, oldBase, fmt.Sprintf("%s-%d", repo, m))
 			if m < 2 {
 				f.tag(repo, fmt.Sprint("v", m), img.Digest)
 			}
 		}
 	}
 	for m := range M {
-		img := f.image("target/app", nil, base, fmt.Sprintf("target-%d", m))
+		layers := []string{base, fmt.Sprintf("target-%d", m)}
+		if m%2 == 1 {
+			layers = append(layers, oldBase)
+		}
+		img := f.image("target/app", nil, layers...)
 		if m%2 == 0 {
 			f.tag("target/app", fmt.Sprint("v", m), img.Digest)
 		}

@@ -90,9 +90,10 @@ func repositoryExists(d storagedriver.StorageDriver) func(ctx context.Context, r
 type gcTracker struct{ *tracker.Tracker }
 
 var (
-	_ gc.Tracker   = gcTracker{}
-	_ gc.Clock     = gcTracker{}
-	_ gc.LinkIndex = (*linkdb.ReverseLinks)(nil)
+	_ gc.Tracker      = gcTracker{}
+	_ gc.Clock        = gcTracker{}
+	_ gc.LinkIndex    = (*linkdb.ReverseLinks)(nil)
+	_ gc.LinkIndexFor = (*linkdb.ReverseLinks)(nil)
 )
 
 func (a gcTracker) Fence(ctx context.Context, o gc.Object, window, lease time.Duration) (gc.Hold, error) {

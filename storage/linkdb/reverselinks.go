@@ -53,6 +53,22 @@ func reverseLinkOf(blob digest.Digest, p string) (layout.RepoLink, bool) {
 // "<kind>/link" entry that the listing of its directory shows and Stat does
 // not (a dangling symlink, which the driver's Walk silently leaves out).
 func (r *ReverseLinks) List(ctx context.Context, blob digest.Digest) ([]layout.RepoLink, error) {
+	return r.list(ctx, blob, func(layout.RepoLink) bool { return false })
+}
+
+// ListFor returns what decides whether repo may let blob go. When another
+// repository links the blob, the walk stops at the first such link it
+// meets (a link file, or something else at a link path, with Problem set)
+// and returns it with what it met before: one other link keeps the blob,
+// and the cost does not grow with the number of repositories that link it.
+// Otherwise it returns every link, as List. With repo "" it stops at the
+// first link of any repository.
+func (r *ReverseLinks) ListFor(ctx context.Context, blob digest.Digest, repo string) ([]layout.RepoLink, error) {
+	return r.list(ctx, blob, func(l layout.RepoLink) bool { return l.Repo != repo })
+}
+
+// list walks blob's reverse links until stop says a link found is enough.
+func (r *ReverseLinks) list(ctx context.Context, blob digest.Digest, stop func(layout.RepoLink) bool) ([]layout.RepoLink, error) {
 	if err := blob.Validate(); err != nil {
 		return nil, fmt.Errorf("reverse links of %q: %w", blob, err)
 	}
@@ -60,21 +76,25 @@ func (r *ReverseLinks) List(ctx context.Context, blob digest.Digest) ([]layout.R
 	kindDirs := map[layout.RepoLink]bool{}
 	err := r.driver.Walk(ctx, layout.ReverseLinksDir(blob), func(fi storagedriver.FileInfo) error {
 		p := fi.Path()
-		if !fi.IsDir() {
-			if l, ok := reverseLinkOf(blob, p); ok {
-				found[l] = ""
-			}
-			return nil
-		}
-		if l, ok := reverseLinkOf(blob, p); ok {
+		l, ok := reverseLinkOf(blob, p)
+		switch {
+		case ok && !fi.IsDir():
+			found[l] = ""
+		case ok:
 			found[l] = layout.ProblemDirectory
+		}
+		if ok && stop(l) {
+			return storagedriver.ErrFilledBuffer
+		}
+		if !fi.IsDir() {
+			return nil
 		}
 		if l, ok := reverseLinkOf(blob, p+"/link"); ok {
 			kindDirs[l] = true
 		}
 		return nil
 	})
-	if err != nil && !layout.IsNotFound(err) {
+	if err != nil && !layout.IsNotFound(err) && !errors.Is(err, storagedriver.ErrFilledBuffer) {
 		return nil, fmt.Errorf("reverse links of %s: %w", blob, err)
 	}
 	// A <kind> directory holds only its link file (Delete removes the
