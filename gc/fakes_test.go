@@ -156,7 +156,7 @@ func (s scanLinks) List(ctx context.Context, blob digest.Digest) ([]RepoLink, er
 
 // fixture writes Distribution's layout directly.
 type fixture struct {
-	t  *testing.T
+	t  testing.TB
 	d  storagedriver.StorageDriver
 	tr *fakeTracker
 	c  *Collector
@@ -309,7 +309,7 @@ func sameDigests(a, b []digest.Digest) bool {
 	return fmt.Sprint(x) == fmt.Sprint(y)
 }
 
-func checkOneDecisionEach(t *testing.T, r *Report) {
+func checkOneDecisionEach(t testing.TB, r *Report) {
 	t.Helper()
 	seen := map[key]bool{}
 	for _, d := range r.Decisions() {

@@ -76,12 +76,69 @@ func measure(c *storagetest.CountingDriver, w *walkCounter, run func()) measured
 		byKind: strings.Join(kinds, " "), wall: time.Since(start)}
 }
 
+// measureRig is a registry of R filler repositories plus the target, on
+// counting drivers, with a collector over the reclaim middleware.
+type measureRig struct {
+	ctx      context.Context
+	w        *walkCounter
+	counting *storagetest.CountingDriver
+	c        *Collector
+}
+
+func newMeasureRig(t testing.TB, R, M int) *measureRig {
+	mem := inmemory.New()
+	r := &measureRig{ctx: context.Background(), w: &walkCounter{StorageDriver: mem}}
+	r.counting = storagetest.NewCountingDriver(r.w)
+	f := &fixture{t: t, d: mem, tr: newFakeTracker()}
+	build(f, R, M)
+	// The reclaim middleware over the counting driver: deletes remove
+	// reverse links (counted too). Access records come from the fake
+	// tracker; the middleware's own Redis is an embedded one.
+	env, err := rstorage.NewEnv(r.ctx, r.counting, config.Options{Window: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.Close() })
+	r.c, err = New(Config{Driver: env.Driver, Tracker: f.tr, Links: env.Links, Context: rstorage.WithoutAccessRecords,
+		LinkDBComplete: func(context.Context) (bool, error) { return true, nil }, Window: time.Hour, Now: f.tr.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (r *measureRig) collect(t testing.TB, dryRun bool) *Report {
+	rep, err := r.c.Collect(r.ctx, "target/app", RunOptions{DryRun: dryRun})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// upstream runs `registry garbage-collect --dry-run --delete-untagged`
+// (MarkAndSweep) on the same storage.
+func (r *measureRig) upstream(t testing.TB) {
+	ns, err := storage.NewRegistry(r.ctx, r.counting, storage.EnableDelete)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devnull, _ := os.Open(os.DevNull)
+	stdout := os.Stdout
+	os.Stdout = devnull // MarkAndSweep prints every blob
+	err = storage.MarkAndSweep(r.ctx, r.counting, ns, storage.GCOpts{DryRun: true, RemoveUntagged: true, Quiet: true})
+	os.Stdout = stdout
+	devnull.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestMeasureCollectDoesNotGrowWithRegistry builds a registry of R
-// repositories (3 manifests each, a shared base layer) plus one target
-// repository with M manifests (half untagged), then counts the storage
-// calls of one collect of the target, next to upstream's
-// `registry garbage-collect --dry-run --delete-untagged` (MarkAndSweep) on
-// the same data. Our counts must be identical for every R.
+// repositories (3 manifests each, a shared base layer, an old base the
+// target's untagged manifests share) plus one target repository with M
+// manifests (half untagged), then counts the storage work of one collect
+// of the target, next to upstream's MarkAndSweep dry run on the same data.
+// Our calls, walked entries and Stats must be identical for every R.
 //
 //	go test ./gc -run TestMeasure -v                     (R = 10, 100)
 //	RECLAIM_MEASURE=1 go test ./gc -run TestMeasure -v   (R = 10, 100, 1000)
@@ -93,50 +150,11 @@ func TestMeasureCollectDoesNotGrowWithRegistry(t *testing.T) {
 	}
 	var first [2]measured
 	for i, R := range sizes {
-		mem := inmemory.New()
-		w := &walkCounter{StorageDriver: mem}
-		counting := storagetest.NewCountingDriver(w)
-		f := &fixture{t: t, d: mem, tr: newFakeTracker()}
-		build(f, R, M)
-
-		// The reclaim middleware over the counting driver: deletes remove
-		// reverse links (counted too). Access records come from the fake
-		// tracker; the middleware's own Redis is an embedded one.
-		ctx := context.Background()
-		env, err := rstorage.NewEnv(ctx, counting, config.Options{Window: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer env.Close()
-		c, err := New(Config{Driver: env.Driver, Tracker: f.tr, Links: env.Links, Context: rstorage.WithoutAccessRecords,
-			LinkDBComplete: func(context.Context) (bool, error) { return true, nil }, Window: time.Hour, Now: f.tr.clock})
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := newMeasureRig(t, R, M)
 		var dry, real *Report
-		mDry := measure(counting, w, func() { dry, err = c.Collect(ctx, "target/app", RunOptions{DryRun: true}) })
-		if err != nil {
-			t.Fatal(err)
-		}
-		upstream := measure(counting, w, func() {
-			ns, err := storage.NewRegistry(ctx, counting, storage.EnableDelete)
-			if err != nil {
-				t.Fatal(err)
-			}
-			devnull, _ := os.Open(os.DevNull)
-			stdout := os.Stdout
-			os.Stdout = devnull // MarkAndSweep prints every blob
-			err = storage.MarkAndSweep(ctx, counting, ns, storage.GCOpts{DryRun: true, RemoveUntagged: true, Quiet: true})
-			os.Stdout = stdout
-			devnull.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-		})
-		mReal := measure(counting, w, func() { real, err = c.Collect(ctx, "target/app", RunOptions{}) })
-		if err != nil {
-			t.Fatal(err)
-		}
+		mDry := measure(r.counting, r.w, func() { dry = r.collect(t, true) })
+		upstream := measure(r.counting, r.w, func() { r.upstream(t) })
+		mReal := measure(r.counting, r.w, func() { real = r.collect(t, false) })
 		if len(dry.ManifestsDeleted) != M/2 || len(real.ManifestsDeleted) != M/2 || len(real.BlobsDeleted) != 3*M/2 {
 			t.Fatalf("R=%d: deleted %d/%d manifests and %d blobs, want %d and %d: %s", R, len(dry.ManifestsDeleted),
 				len(real.ManifestsDeleted), len(real.BlobsDeleted), M/2, 3*M/2, summary(real))
@@ -159,6 +177,32 @@ func TestMeasureCollectDoesNotGrowWithRegistry(t *testing.T) {
 				t.Errorf("R=%d: collect cost grew with the registry: %d calls, %d walked, %d stats; at R=%d %d, %d, %d",
 					R, m.calls, m.entries, m.stats, sizes[0], f.calls, f.entries, f.stats)
 			}
+		}
+	}
+}
+
+// BenchmarkCollectDryRun times a dry-run collect of the target repository
+// next to upstream's MarkAndSweep dry run, on the same registry of R
+// repositories, and reports the storage work per run below the driver API:
+//
+//	go test ./gc -run XXX -bench CollectDryRun -benchtime 20x
+func BenchmarkCollectDryRun(b *testing.B) {
+	for _, R := range []int{10, 100, 1000} {
+		r := newMeasureRig(b, R, 20)
+		for _, who := range []string{"reclaim", "upstream"} {
+			b.Run(fmt.Sprintf("R=%d/%s", R, who), func(b *testing.B) {
+				run := func() { r.collect(b, true) }
+				if who == "upstream" {
+					run = func() { r.upstream(b) }
+				}
+				for b.Loop() {
+					run()
+				}
+				m := measure(r.counting, r.w, run)
+				b.ReportMetric(float64(m.calls), "calls/op")
+				b.ReportMetric(float64(m.stats), "stats/op")
+				b.ReportMetric(float64(m.names), "listed/op")
+			})
 		}
 	}
 }
