@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,33 +21,6 @@ import (
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
-// walkCounter counts what one Walk call hides: the entries it yields (on S3
-// or GCS a walk costs one list request per 1000 of them), and, since it
-// walks through itself, the Stat and List calls of the walk and the names
-// those Lists return.
-type walkCounter struct {
-	storagedriver.StorageDriver
-	entries, stats, names atomic.Int64
-}
-
-func (w *walkCounter) Walk(ctx context.Context, p string, f storagedriver.WalkFn, opts ...func(*storagedriver.WalkOptions)) error {
-	return storagedriver.WalkFallback(ctx, w, p, func(fi storagedriver.FileInfo) error {
-		w.entries.Add(1)
-		return f(fi)
-	}, opts...)
-}
-
-func (w *walkCounter) Stat(ctx context.Context, p string) (storagedriver.FileInfo, error) {
-	w.stats.Add(1)
-	return w.StorageDriver.Stat(ctx, p)
-}
-
-func (w *walkCounter) List(ctx context.Context, p string) ([]string, error) {
-	names, err := w.StorageDriver.List(ctx, p)
-	w.names.Add(int64(len(names)))
-	return names, err
-}
-
 type measured struct {
 	calls   int
 	entries int64 // yielded by walks
@@ -58,11 +30,9 @@ type measured struct {
 	wall    time.Duration
 }
 
-func measure(c *storagetest.CountingDriver, w *walkCounter, run func()) measured {
+func measure(c *storagetest.CountingDriver, w *storagetest.WalkCounter, run func()) measured {
 	c.Reset()
-	w.entries.Store(0)
-	w.stats.Store(0)
-	w.names.Store(0)
+	w.Reset()
 	runtime.GC() // do not bill one measurement for the garbage of the previous
 	start := time.Now()
 	run()
@@ -72,7 +42,7 @@ func measure(c *storagetest.CountingDriver, w *walkCounter, run func()) measured
 		kinds = append(kinds, fmt.Sprintf("%s=%d", k, n))
 	}
 	sort.Strings(kinds)
-	return measured{calls: total, entries: w.entries.Load(), stats: w.stats.Load(), names: w.names.Load(),
+	return measured{calls: total, entries: w.Entries.Load(), stats: w.Stats.Load(), names: w.Names.Load(),
 		byKind: strings.Join(kinds, " "), wall: time.Since(start)}
 }
 
@@ -80,14 +50,14 @@ func measure(c *storagetest.CountingDriver, w *walkCounter, run func()) measured
 // counting drivers, with a collector over the reclaim middleware.
 type measureRig struct {
 	ctx      context.Context
-	w        *walkCounter
+	w        *storagetest.WalkCounter
 	counting *storagetest.CountingDriver
 	c        *Collector
 }
 
 func newMeasureRig(t testing.TB, R, M int) *measureRig {
 	mem := inmemory.New()
-	r := &measureRig{ctx: context.Background(), w: &walkCounter{StorageDriver: mem}}
+	r := &measureRig{ctx: context.Background(), w: &storagetest.WalkCounter{StorageDriver: mem}}
 	r.counting = storagetest.NewCountingDriver(r.w)
 	f := &fixture{t: t, d: mem, tr: newFakeTracker()}
 	build(f, R, M)

@@ -4,45 +4,20 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"testing"
 
-	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
-// belowWalk counts what a Walk costs below the driver API: it walks through
-// itself, so every Stat and List the walk makes (and every name a List
-// returns) is counted, not only the one Walk call.
-type belowWalk struct {
-	storagedriver.StorageDriver
-	stats, lists, names atomic.Int64
-}
-
-func (b *belowWalk) Walk(ctx context.Context, p string, f storagedriver.WalkFn, opts ...func(*storagedriver.WalkOptions)) error {
-	return storagedriver.WalkFallback(ctx, b, p, f, opts...)
-}
-
-func (b *belowWalk) Stat(ctx context.Context, p string) (storagedriver.FileInfo, error) {
-	b.stats.Add(1)
-	return b.StorageDriver.Stat(ctx, p)
-}
-
-func (b *belowWalk) List(ctx context.Context, p string) ([]string, error) {
-	names, err := b.StorageDriver.List(ctx, p)
-	b.lists.Add(1)
-	b.names.Add(int64(len(names)))
-	return names, err
-}
-
 // sharedBlob writes a blob linked by repo (both kinds) and by n others.
-func sharedBlob(t *testing.T, n int, repo string) (*belowWalk, *ReverseLinks, digest.Digest) {
+func sharedBlob(t *testing.T, n int, repo string) (*storagetest.WalkCounter, *ReverseLinks, digest.Digest) {
 	t.Helper()
 	ctx := context.Background()
-	d := &belowWalk{StorageDriver: inmemory.New()}
+	d := &storagetest.WalkCounter{StorageDriver: inmemory.New()}
 	rl := NewReverseLinks(d)
 	b := digest.FromString("shared base layer")
 	links := []layout.RepoLink{{Repo: repo, Kind: layout.LinkLayer}, {Repo: repo, Kind: layout.LinkManifest}}
@@ -73,14 +48,14 @@ func TestListForStopsAtTheFirstOtherRepository(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("n=%d: ListFor = %v, want %v", n, got, want)
 		}
-		t.Logf("n=%d ListFor: %d stats, %d lists, %d names listed", n, d.stats.Load(), d.lists.Load(), d.names.Load())
-		statsFor = append(statsFor, d.stats.Load())
-		d.stats.Store(0)
+		t.Logf("n=%d ListFor: %d stats, %d lists, %d names listed", n, d.Stats.Load(), d.Lists.Load(), d.Names.Load())
+		statsFor = append(statsFor, d.Stats.Load())
+		d.Stats.Store(0)
 		all, err := rl.List(ctx, b)
 		if err != nil || len(all) != n+2 {
 			t.Fatalf("n=%d: List = %d links (%v), want %d", n, len(all), err, n+2)
 		}
-		statsList = append(statsList, d.stats.Load())
+		statsList = append(statsList, d.Stats.Load())
 	}
 	if statsFor[0] != statsFor[1] {
 		t.Errorf("ListFor's stats grew with the repositories linking the blob: %v", statsFor)
@@ -94,7 +69,7 @@ func TestListForStopsAtTheFirstOtherRepository(t *testing.T) {
 // than repo links the blob, and, when none does, every link of repo.
 func TestListForDecidesAsList(t *testing.T) {
 	ctx := context.Background()
-	d := &belowWalk{StorageDriver: inmemory.New()}
+	d := &storagetest.WalkCounter{StorageDriver: inmemory.New()}
 	rl := NewReverseLinks(d)
 	sets := [][]layout.RepoLink{
 		nil,
