@@ -125,11 +125,19 @@ func killMidCollect(ctx context.Context, t *testing.T, c *cluster) int {
 		}
 		victim.Kill(t)
 		killed++
+		orphans := fences(ctx, rc, c.prefix)
 		victim.Restart(t)
-		// The killed run's repository lock outlives it (its lease); an
-		// operator would wait it out. The soak clears it, and says so.
+		// The killed run's repository lock and fences outlive it (their
+		// leases, up to 2 minutes); an operator would wait them out. The
+		// soak clears them, and says so. A fence still holding the token it
+		// held when the registry died (seconds ago, after the restart) is
+		// the dead run's: a live delete releases its fence within
+		// milliseconds here, and a new fence has a new token.
 		if n := clearLocks(ctx, rc, c.prefix); n > 0 {
 			t.Logf("cleared %d repository locks left by the killed registry (lease not yet expired)", n)
+		}
+		if n := clearFences(ctx, rc, orphans); n > 0 {
+			t.Logf("cleared %d fences left by the killed registry (lease not yet expired)", n)
 		}
 	}
 	return killed
@@ -176,6 +184,31 @@ func runLocks(ctx context.Context, rc redis.UniversalClient, prefix string) []st
 	}
 	return keys
 }
+
+// fences returns every fence under prefix with the token that holds it.
+func fences(ctx context.Context, rc redis.UniversalClient, prefix string) map[string]string {
+	out := map[string]string{}
+	iter := rc.Scan(ctx, 0, prefix+"{*}:f*", 100).Iterator()
+	for iter.Next(ctx) {
+		if tok, err := rc.Get(ctx, iter.Val()).Result(); err == nil {
+			out[iter.Val()] = tok
+		}
+	}
+	return out
+}
+
+// clearFences deletes each fence that still holds the token it had.
+func clearFences(ctx context.Context, rc redis.UniversalClient, held map[string]string) int {
+	n := 0
+	for k, tok := range held {
+		if v, _ := delIfScript.Run(ctx, rc, []string{k}, tok).Int(); v > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+var delIfScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 
 func clearLocks(ctx context.Context, rc redis.UniversalClient, prefix string) int {
 	n := 0

@@ -94,9 +94,9 @@ func TestSoakStorageFaults(t *testing.T) {
 	faultRate.Store(0)
 	t.Logf("injected faults:\n%s", faultCounts.String())
 
-	judgeUnderFaults(ctx, t, c)
+	judgeUnderFaults(ctx, t, c, w)
 	repairAndRerun(ctx, t, c)
-	verifyAll(ctx, t, c.regs[1], soakRepos, nil)
+	verifyAll(ctx, t, c.regs[1], soakRepos, w)
 	t.Logf("operations:\n%s\ncollections:\n%s", w.ops.String(), w.gcStats.String())
 	if n := w.fails.sum(""); n > 0 {
 		// pushes fail under storage faults by design; pulls must not
@@ -111,9 +111,9 @@ func TestSoakStorageFaults(t *testing.T) {
 // judgeUnderFaults verifies every image and the link database right after
 // the faulty workload: nothing lost, and only leaks (and the known missing
 // referrers-index entries) in the link database.
-func judgeUnderFaults(ctx context.Context, t *testing.T, c *cluster) {
+func judgeUnderFaults(ctx context.Context, t *testing.T, c *cluster, w *workload) {
 	t.Helper()
-	images, _ := verifyAll(ctx, t, c.regs[0], soakRepos, nil)
+	images, _ := verifyAll(ctx, t, c.regs[0], soakRepos, w)
 	rep := linkdbVerify(ctx, t, c.raw)
 	t.Logf("after 10s with 5%% failing writes and deletes: %d images verified; linkdb verify: %s", images, summarize(rep))
 	if n := rep.Counts[linkdb.MissingReferrer]; n > 0 {

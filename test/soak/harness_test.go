@@ -179,6 +179,25 @@ func (c *cluster) drainQueue(ctx context.Context, t *testing.T) {
 	})
 	if !drained {
 		t.Logf("%d blobs still queued for review %v after the final collects", queued, window+30*time.Second)
+		c.explainQueued(ctx, t)
+	}
+}
+
+// explainQueued logs, for each blob still queued, its due time and what
+// holds it back: a fence (left by a killed collect until its lease ends)
+// or an access record.
+func (c *cluster) explainQueued(ctx context.Context, t *testing.T) {
+	rc := c.tracker.Client()
+	items, err := rc.ZRangeWithScores(ctx, c.prefix+"review", 0, 20).Result()
+	if err != nil {
+		t.Logf("read the queue: %v", err)
+		return
+	}
+	for _, it := range items {
+		blob := c.prefix + "{" + it.Member.(string) + "}"
+		fence := rc.PTTL(ctx, blob+":f").Val()
+		access, _ := rc.Get(ctx, blob+":a").Result()
+		t.Logf("  queued %s due %s; blob fence ttl %v; last access %s", it.Member, time.UnixMilli(int64(it.Score)).UTC().Format(time.RFC3339Nano), fence, access)
 	}
 }
 

@@ -107,8 +107,9 @@ func (w *workload) raced(repo, tag string, d v1.Hash) {
 }
 
 // danglingOK reports whether repo:tag, whose manifest is unknown, points at
-// a manifest that was PUT to that tag while a DELETE of it ran: the one way a
-// tag may be left dangling. It reads the tag's current link from storage.
+// a manifest that was PUT to that tag while a DELETE of it ran, or whose
+// DELETE failed half-way: the ways a tag may be left dangling. It reads the
+// tag's current link from storage.
 func (w *workload) danglingOK(repo, tag string) (string, bool) {
 	b, err := w.c.raw.GetContent(context.Background(), layout.TagCurrentPath(repo, tag))
 	if err != nil {
@@ -120,5 +121,5 @@ func (w *workload) danglingOK(repo, tag string) (string, bool) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return d.String(), w.racedTags[repo+":"+tag][d]
+	return d.String(), w.racedTags[repo+":"+tag][d] || w.failedDeletes[repo+"@"+d.String()]
 }

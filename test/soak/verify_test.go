@@ -59,10 +59,10 @@ func verifyTag(ctx context.Context, t *testing.T, r *registrytest.Registry, repo
 		m, ok := w.danglingOK(repo, tag)
 		if ok {
 			// never partially present: the manifest itself is gone
-			t.Logf("dangling tag %s:%s -> %s (its PUT raced a DELETE of that manifest)", repo, tag, m)
+			t.Logf("dangling tag %s:%s -> %s (its PUT raced a DELETE of that manifest, or that DELETE failed half-way)", repo, tag, m)
 			return 0, true
 		}
-		err = fmt.Errorf("%w (tag -> %s, not a manifest whose PUT raced its DELETE)", err, m)
+		err = fmt.Errorf("%w (tag -> %s, not a manifest whose PUT raced its DELETE or whose DELETE failed)", err, m)
 	}
 	if err != nil {
 		t.Errorf("LOST DATA: %s:%s (%s): %v", repo, tag, errorClass(err), err)

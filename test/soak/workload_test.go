@@ -52,10 +52,14 @@ type workload struct {
 	// racedTags: "repo:tag" -> manifests PUT to that tag while a DELETE of
 	// the same manifest ran; such a tag may be left dangling.
 	racedTags map[string]map[v1.Hash]bool
+	// failedDeletes: "repo@digest" of manifest DELETEs that failed with a
+	// server error. Upstream removes the revision link before the tags, so
+	// one that fails half-way (a storage fault) may leave a tag dangling.
+	failedDeletes map[string]bool
 }
 
 func newWorkload(c *cluster, baseLayers int) (*workload, error) {
-	w := &workload{c: c, pushed: map[string][]v1.Hash{}, racedTags: map[string]map[v1.Hash]bool{}}
+	w := &workload{c: c, pushed: map[string][]v1.Hash{}, racedTags: map[string]map[v1.Hash]bool{}, failedDeletes: map[string]bool{}}
 	for range baseLayers {
 		l, err := random.Layer(layerSize, types.OCILayer)
 		if err != nil {
@@ -353,6 +357,11 @@ func (w *workload) deleteManifest(ctx context.Context, rng *rand.Rand, repo stri
 	w.userDeleted.Store(repo+"@"+d.String(), true)
 	code := del(ctx, r, "/v2/"+repo+"/manifests/"+d.String())
 	w.ops.add(fmt.Sprintf("delete manifest %d", code), 1)
+	if code >= 500 {
+		w.mu.Lock()
+		w.failedDeletes[repo+"@"+d.String()] = true
+		w.mu.Unlock()
+	}
 }
 
 // collector collects random repositories through r's GC API until ctx is
