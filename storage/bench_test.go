@@ -2,11 +2,9 @@ package storage
 
 import (
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/random"
@@ -164,67 +162,4 @@ func BenchmarkPull(b *testing.B) {
 			}
 		})
 	}
-}
-
-// BenchmarkOverhead alternates the same operation on an app without and an
-// app with the middleware, so load from other processes hits both alike, and
-// reports the median of each and the overhead:
-//
-//	go test -run XXX -bench Overhead -benchtime 40x -count 3 ./storage
-func BenchmarkOverhead(b *testing.B) {
-	for _, tc := range []struct {
-		op    string
-		layer int64
-	}{{"push", 4 << 10}, {"pull", 4 << 10}, {"push", 1 << 20}, {"pull", 1 << 20}} {
-		op := tc.op
-		b.Run(fmt.Sprintf("%s/layer=%dKiB", op, tc.layer>>10), func(b *testing.B) {
-			apps := [2]*testApp{benchApp(b, false), benchApp(b, true)}
-			imgs := make([]v1.Image, b.N)
-			for i := range imgs {
-				imgs[i], _ = random.Image(tc.layer, 5)
-			}
-			if op == "pull" {
-				for _, a := range apps {
-					if err := a.push("bench:pull", imgs[0]); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-			var d [2][]time.Duration
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				for k := 0; k < 2; k++ {
-					j := (i + k) % 2 // alternate which goes first
-					start := time.Now()
-					if op == "push" {
-						if err := apps[j].push(fmt.Sprintf("bench:v%d", i), imgs[i]); err != nil {
-							b.Fatal(err)
-						}
-					} else {
-						apps[j].pullAll("bench:pull")
-					}
-					d[j] = append(d[j], time.Since(start))
-				}
-			}
-			b.StopTimer()
-			m0, m1 := median(d[0]), median(d[1])
-			b.ReportMetric(float64(m0.Microseconds())/1000, "ms-without")
-			b.ReportMetric(float64(m1.Microseconds())/1000, "ms-with")
-			b.ReportMetric(100*(float64(m1)-float64(m0))/float64(m0), "%overhead")
-		})
-	}
-}
-
-func median(ds []time.Duration) time.Duration {
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2]
-}
-
-func benchApp(b *testing.B, reclaim bool) *testApp {
-	o := appOptions{noReclaim: !reclaim, cache: "inmemory"}
-	if addr := storagetest.RealRedis(); addr != "" {
-		o.redisAddr, o.prefix = addr, fmt.Sprintf("reclaimbench:%d:", os.Getpid())
-	}
-	return newTestApp(b, o)
 }
