@@ -116,6 +116,7 @@ func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []layo
 	objs := append([]layout.Object{{Blob: blob}}, links...)
 	s := scopeOf(ctx)
 	s.noteLinks(links)
+	s.waitEarlyCheck(blob) // the same check may be in flight (early.go)
 	if s.covered(objs, d.env.opts.Dedup) {
 		return false, nil
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/referrers"
+	"github.com/reclaim-registry/reclaim/storage/tracker"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -111,18 +112,49 @@ func (d *driver) indexChildren(ctx context.Context) error {
 
 // checkChildren fence-checks every child of the index being PUT: the child
 // blob with R's revision link and layer link to it (a kept index keeps
-// both, gc/plan.go), in one round trip per child, at most
-// indexCheckConcurrency at a time. Children this request or this process
-// checked moments ago cost nothing (guardWait's scope and dedup).
+// both, gc/plan.go), all in one pipelined round trip (prefetch); a child
+// fenced there is checked again on its own (guard, which waits the fence
+// out), at most indexCheckConcurrency at a time. Children this request
+// checked moments ago cost nothing (guardWait's scope).
+//
+// An image manifest has no children: its references (and the manifest
+// itself) are prefetched in one round trip, so that Distribution's own
+// verification, one reference after the other, finds them checked.
+// Either way the manifest's own reverse link starts early (early.go).
 func (d *driver) checkChildren(ctx context.Context, w *indexWatch) error {
-	children, err := w.children()
-	if err != nil || len(children) == 0 {
+	m, payload, err := w.manifest()
+	if err != nil {
 		return err
 	}
 	repo, _ := ctx.Value("vars.name").(string)
+	children := indexChildrenOf(m)
+	md := digest.FromBytes(payload) // what Distribution stores the manifest under
+	self := layout.RepoLink{Repo: repo, Kind: layout.LinkManifest}
+	if children == nil {
+		if layout.ValidRepo(repo) {
+			d.prefetch(ctx, imageManifestTouches(repo, md, m))
+			d.startEarly(ctx, md, self)
+		}
+		return nil
+	}
+	if len(children) == 0 {
+		d.startEarly(ctx, md, self)
+		return nil
+	}
 	if !layout.ValidRepo(repo) {
 		return fmt.Errorf("%w: no repository in the request (%q)", errIndexUnchecked, repo)
 	}
+	childLinks := func(c digest.Digest) []layout.Object {
+		return []layout.Object{
+			{Blob: c, Repo: repo, Kind: layout.LinkManifest},
+			{Blob: c, Repo: repo, Kind: layout.LinkLayer},
+		}
+	}
+	touches := make([]tracker.BlobTouch, len(children))
+	for i, c := range children {
+		touches[i] = tracker.BlobTouch{Blob: c, Links: childLinks(c)}
+	}
+	d.prefetch(ctx, touches)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(indexCheckConcurrency)
 	for _, c := range children {
@@ -130,38 +162,44 @@ func (d *driver) checkChildren(ctx context.Context, w *indexWatch) error {
 			if err := gctx.Err(); err != nil {
 				return err // another child failed: the PUT fails anyway
 			}
-			_, err := d.guard(gctx, c, []layout.Object{
-				{Blob: c, Repo: repo, Kind: layout.LinkManifest},
-				{Blob: c, Repo: repo, Kind: layout.LinkLayer},
-			})
+			_, err := d.guard(gctx, c, childLinks(c))
 			return err
 		})
 	}
-	return g.Wait()
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	d.startEarly(ctx, md, self)
+	return nil
 }
 
-// children parses the recorded body as Distribution did and returns the
-// distinct children when it is an index or a manifest list; nil for any
-// other manifest (Distribution always verifies an image manifest's
-// references itself).
-func (w *indexWatch) children() ([]digest.Digest, error) {
+// manifest parses the recorded body as Distribution did.
+func (w *indexWatch) manifest() (distribution.Manifest, []byte, error) {
 	payload, over, complete := w.body.Copy()
 	switch {
 	case over:
-		return nil, fmt.Errorf("%w: manifest body larger than %d bytes", errIndexUnchecked, referrers.MaxManifestSize)
+		return nil, nil, fmt.Errorf("%w: manifest body larger than %d bytes", errIndexUnchecked, referrers.MaxManifestSize)
 	case !complete:
-		return nil, fmt.Errorf("%w: manifest body not read to its end before the first storage call", errIndexUnchecked)
+		return nil, nil, fmt.Errorf("%w: manifest body not read to its end before the first storage call", errIndexUnchecked)
 	}
 	m, _, err := distribution.UnmarshalManifest(w.contentType, payload)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errIndexUnchecked, err)
+		return nil, nil, fmt.Errorf("%w: %v", errIndexUnchecked, err)
 	}
+	return m, payload, nil
+}
+
+// indexChildrenOf returns the distinct children of an index or a manifest
+// list (empty, not nil, for one without children); nil for any other
+// manifest (Distribution always verifies an image manifest's references
+// itself).
+func indexChildrenOf(m distribution.Manifest) []digest.Digest {
 	switch m.(type) {
 	case *manifestlist.DeserializedManifestList, *ocischema.DeserializedImageIndex:
 	default:
-		return nil, nil
+		return nil
 	}
-	var out []digest.Digest
+	out := []digest.Digest{}
 	seen := map[digest.Digest]bool{}
 	for _, ref := range m.References() {
 		// nothing can be stored under an invalid digest: nothing to keep
@@ -171,5 +209,5 @@ func (w *indexWatch) children() ([]digest.Digest, error) {
 		seen[ref.Digest] = true
 		out = append(out, ref.Digest)
 	}
-	return out, nil
+	return out
 }

@@ -380,7 +380,11 @@ func TestIndexWatchChildren(t *testing.T) {
 			} else {
 				_, _ = io.Copy(io.Discard, r.Body)
 			}
-			got, err := w.children()
+			var got []digest.Digest
+			m, _, err := w.manifest()
+			if err == nil {
+				got = indexChildrenOf(m)
+			}
 			if tc.err {
 				if !errors.Is(err, errIndexUnchecked) {
 					t.Fatalf("children: %v, %v; want errIndexUnchecked", got, err)

@@ -121,6 +121,9 @@ type scope struct {
 	// unlinked: blobs this request wrote into the blob store and has not
 	// linked (yet); queued for review when the request ends.
 	unlinked map[digest.Digest]*Env
+	// early: reverse links this request writes ahead of their forward
+	// link (early.go)
+	early map[earlyKey]*earlyLink
 }
 
 func (s *scope) commit(e *Env, blob digest.Digest) {
@@ -143,9 +146,11 @@ func (s *scope) settle(blob digest.Digest, linked bool) (queue bool) {
 	return waiting && !linked
 }
 
-// done queues what the request committed and never linked (a failed link
-// write, a manifest PUT that failed after storing its payload).
+// done takes back the early reverse links the request did not use and
+// queues what it committed and never linked (a failed link write, a
+// manifest PUT that failed after storing its payload).
 func (s *scope) done(ctx context.Context) {
+	s.takeBackEarly(ctx)
 	s.mu.Lock()
 	left := s.unlinked
 	s.unlinked = nil

@@ -16,20 +16,23 @@ func linkObject(p layout.Path) layout.Object {
 	return layout.Object{Blob: p.Digest, Repo: p.Repo, Kind: p.LinkSet()}
 }
 
-// putLink writes a forward link: fence check, reverse link, forward link,
-// then a look at the reverse link: a concurrent delete of the same link may
-// have removed it between the two writes (see unlink).
+// putLink writes a forward link: fence check, reverse link (unless this
+// request wrote it early, early.go), forward link, then a look at the
+// reverse link: a concurrent delete of the same link may have removed it
+// between the two writes (see unlink).
 func (d *driver) putLink(ctx context.Context, path string, p layout.Path, content []byte) error {
 	l := linkObject(p)
 	rl := layout.RepoLink{Repo: l.Repo, Kind: l.Kind}
 	if _, err := d.guard(ctx, p.Digest, []layout.Object{l}); err != nil {
 		return err
 	}
-	if err := d.links.Put(ctx, p.Digest, rl); err != nil {
-		metricReverseLinks.WithLabelValues("put", "error").Inc()
-		return err // invariant: no forward link without its reverse link
+	if !scopeOf(ctx).useEarly(p.Digest, rl) { // written in the background already (early.go)
+		if err := d.links.Put(ctx, p.Digest, rl); err != nil {
+			metricReverseLinks.WithLabelValues("put", "error").Inc()
+			return err // invariant: no forward link without its reverse link
+		}
+		metricReverseLinks.WithLabelValues("put", "ok").Inc()
 	}
-	metricReverseLinks.WithLabelValues("put", "ok").Inc()
 	if err := d.StorageDriver.PutContent(ctx, path, content); err != nil {
 		return err
 	}

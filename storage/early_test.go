@@ -1,0 +1,64 @@
+package storage
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/storagetest"
+)
+
+// A request that wrote its reverse link early and then failed before its
+// forward link takes the reverse link back (early.go).
+func TestEarlyReverseLinkTakenBack(t *testing.T) {
+	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
+		ctx := context.Background()
+		a := newTestApp(t, appOptions{redisAddr: b.Addr, prefix: b.Prefix})
+		// an upload commit under a digest its data does not have
+		wrong := digest.FromString("not hello")
+		if code := a.commitUpload(t, "r", wrong, "hello"); code != http.StatusBadRequest {
+			t.Fatalf("commit with a wrong digest: %d, want 400", code)
+		}
+		if has, err := a.env.Links.Has(ctx, wrong, layout.RepoLink{Repo: "r", Kind: layout.LinkLayer}); has || err != nil {
+			t.Fatalf("a failed commit left its early reverse link: %v %v", has, err)
+		}
+		// a manifest PUT into a repository that links none of its blobs
+		img := a.pushRandom("r:v1", 2)
+		m, _ := imageDigests(t, img)
+		if code := a.putManifest("r2", "v1", img); code != http.StatusBadRequest {
+			t.Fatalf("manifest PUT with missing references: %d, want 400", code)
+		}
+		if has, err := a.env.Links.Has(ctx, m, layout.RepoLink{Repo: "r2", Kind: layout.LinkManifest}); has || err != nil {
+			t.Fatalf("a failed manifest PUT left its early reverse link: %v %v", has, err)
+		}
+		checkLinkDB(t, a.env.Raw)
+		// the take-back looks at the forward link after its delete: a
+		// forward link written meanwhile keeps its reverse link
+		k := earlyKey{blob: m, link: layout.RepoLink{Repo: "r", Kind: layout.LinkManifest}}
+		a.env.takeBack(ctx, k)
+		if has, err := a.env.Links.Has(ctx, m, k.link); !has || err != nil {
+			t.Fatalf("take-back removed the reverse link of an existing forward link: %v %v", has, err)
+		}
+		checkLinkDB(t, a.env.Raw)
+	})
+}
+
+// commitUpload uploads content into repo in one PUT under digest d and
+// returns the status of the commit.
+func (a *testApp) commitUpload(t *testing.T, repo string, d digest.Digest, content string) int {
+	t.Helper()
+	resp := a.do(http.MethodPost, "/v2/"+repo+"/blobs/uploads/")
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusAccepted || loc == "" {
+		t.Fatalf("start upload: %d %q", resp.StatusCode, loc)
+	}
+	sep := "?"
+	if strings.Contains(loc, "?") {
+		sep = "&"
+	}
+	loc = strings.TrimPrefix(loc, a.srv.URL)
+	return a.doBody(http.MethodPut, loc+sep+"digest="+d.String(), content).StatusCode
+}

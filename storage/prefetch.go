@@ -1,0 +1,70 @@
+package storage
+
+import (
+	"context"
+	"time"
+
+	"github.com/distribution/distribution/v3"
+	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/tracker"
+)
+
+// prefetch fence-checks several blobs (each with its links) in one round
+// trip, ahead of the driver calls of this request that check them one by
+// one (guardWait): a check that found no fence and no tombstone is
+// recorded in the request's scope exactly as guardWait records its own, so
+// those calls find it covered. Anything else (a fence, a tombstone, Redis
+// failing) is left to them: they ask Redis again and wait, refuse or
+// report as they always do. A prefetch therefore changes the number of
+// round trips, never an outcome.
+func (d *driver) prefetch(ctx context.Context, touches []tracker.BlobTouch) {
+	s := scopeOf(ctx)
+	if s == nil || len(touches) == 0 || accessRecordsOff(ctx) {
+		return
+	}
+	var todo []tracker.BlobTouch
+	for _, bt := range touches {
+		if !s.covered(touchObjects(bt), d.env.opts.Dedup) {
+			todo = append(todo, bt)
+		}
+	}
+	if len(todo) == 0 {
+		return
+	}
+	start := time.Now()
+	if len(todo) == 1 { // a plain script call, no pipeline
+		gone, err := d.env.Tracker.TouchBlob(ctx, todo[0].Blob, todo[0].Links)
+		if err == nil && !gone {
+			s.record(touchObjects(todo[0]), start)
+		}
+		return
+	}
+	for i, r := range d.env.Tracker.TouchBlobs(ctx, todo) {
+		if r.Err == nil && !r.Gone {
+			s.record(touchObjects(todo[i]), start)
+		}
+	}
+}
+
+func touchObjects(bt tracker.BlobTouch) []layout.Object {
+	return append([]layout.Object{{Blob: bt.Blob}}, bt.Links...)
+}
+
+// imageManifestTouches are the checks the PUT of image manifest m (digest
+// md) into repo makes one by one: each reference (config, layers) with
+// repo's layer link to it, as Distribution's verification reads them, and
+// the manifest with its revision link, which Distribution stats before it
+// writes the manifest's data and link (driver.before).
+func imageManifestTouches(repo string, md digest.Digest, m distribution.Manifest) []tracker.BlobTouch {
+	out := []tracker.BlobTouch{{Blob: md, Links: []layout.Object{{Blob: md, Repo: repo, Kind: layout.LinkManifest}}}}
+	seen := map[digest.Digest]bool{md: true}
+	for _, ref := range m.References() {
+		if ref.Digest.Validate() != nil || seen[ref.Digest] || len(ref.URLs) > 0 {
+			continue
+		}
+		seen[ref.Digest] = true
+		out = append(out, tracker.BlobTouch{Blob: ref.Digest, Links: []layout.Object{{Blob: ref.Digest, Repo: repo, Kind: layout.LinkLayer}}})
+	}
+	return out
+}

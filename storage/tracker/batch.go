@@ -1,0 +1,96 @@
+package tracker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/redis/go-redis/v9"
+)
+
+// BlobTouch is one blob's objects for TouchBlobs: the blob and its links,
+// as for TouchBlob.
+type BlobTouch struct {
+	Blob  digest.Digest
+	Links []layout.Object
+}
+
+// TouchResult is the outcome of one BlobTouch, as TouchBlob would report
+// it: Err wraps layout.ErrFenced when the blob or a link is fenced (nothing
+// recorded for that blob), layout.ErrTrackerUnavailable when Redis failed.
+type TouchResult struct {
+	Gone bool
+	Err  error
+}
+
+// TouchBlobs is TouchBlob for several blobs in one round trip: the same
+// touch script, once per blob (each on its own blob's keys, one hash slot,
+// so Redis Cluster runs it like a single TouchBlob), sent as one pipeline.
+// Each blob's outcome stands alone: a fence on one records nothing for it
+// and leaves the others recorded.
+func (t *Tracker) TouchBlobs(ctx context.Context, touches []BlobTouch) []TouchResult {
+	out := make([]TouchResult, len(touches))
+	if len(touches) == 0 {
+		return out
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opts.Timeout)
+	defer cancel()
+	keys := make([][]string, len(touches))
+	for i, bt := range touches {
+		keys[i] = t.touchKeys(bt.Blob, bt.Links)
+	}
+	start := time.Now()
+	cmds := make([]*redis.Cmd, len(touches))
+	_, _ = t.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range touches {
+			cmds[i] = touchScript.EvalSha(ctx, p, keys[i], t.opts.AccessTTL.Milliseconds())
+		}
+		return nil
+	})
+	metricRedisLatency.WithLabelValues("touch_batch").Observe(time.Since(start).Seconds())
+	failed := false
+	for i, bt := range touches {
+		res, err := cmds[i].Int64Slice()
+		if redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// the script is not loaded yet (a fresh or flushed Redis):
+			// Run loads it; rare, so one round trip per blob is fine
+			res, err = touchScript.Run(ctx, t.c, keys[i], t.opts.AccessTTL.Milliseconds()).Int64Slice()
+		}
+		out[i] = t.touchResult(ctx, bt.Blob, res, err)
+		failed = failed || (err != nil)
+	}
+	if !failed {
+		t.succeeded(ctx)
+	}
+	return out
+}
+
+// touchKeys are the KEYS of the touch script for blob and its links.
+func (t *Tracker) touchKeys(blob digest.Digest, links []layout.Object) []string {
+	keys := make([]string, 0, 3*(1+len(links)))
+	b := layout.Object{Blob: blob}
+	keys = append(keys, t.accessKey(b), t.fenceKey(b), t.goneKey(b))
+	for _, o := range links {
+		keys = append(keys, t.accessKey(o), t.fenceKey(o), t.goneKey(o))
+	}
+	return keys
+}
+
+// touchResult reads one touch script reply as TouchBlob does.
+func (t *Tracker) touchResult(ctx context.Context, blob digest.Digest, res []int64, err error) TouchResult {
+	if err != nil {
+		t.failed(ctx, "touch", err)
+		return TouchResult{Err: fmt.Errorf("%w: touch %s: %v", layout.ErrTrackerUnavailable, blob, err)}
+	}
+	if len(res) != 2 {
+		return TouchResult{Err: fmt.Errorf("%w: touch %s: unexpected reply %v", layout.ErrTrackerUnavailable, blob, res)}
+	}
+	if res[0] == 1 {
+		metricTouches.WithLabelValues("fenced").Inc()
+		return TouchResult{Err: fmt.Errorf("%w: %s", layout.ErrFenced, blob)}
+	}
+	metricTouches.WithLabelValues("recorded").Inc()
+	return TouchResult{Gone: res[1] == 1}
+}
