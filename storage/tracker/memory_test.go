@@ -23,8 +23,8 @@ import (
 // queue. TestMeasureRedisMemory fails when a measurement is off by more
 // than a factor of two, so the docs cannot drift far from the code.
 const (
-	docBytesPerAccessRecord = 110
-	docBytesPerQueuedBlob   = 110
+	docBytesPerAccessRecord = 200
+	docBytesPerQueuedBlob   = 175
 )
 
 // TestMeasureRedisMemory writes access records through Tracker.TouchBlob
