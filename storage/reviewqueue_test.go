@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -124,5 +125,33 @@ func TestFailedCommitThatLandedIsQueued(t *testing.T) {
 	}
 	if queued, err := a.env.Queue().Contains(ctx, d); err != nil || !queued {
 		t.Fatalf("a blob whose commit failed after the data landed is not queued for review (queued=%v, %v)", queued, err)
+	}
+}
+
+// A link delete whose request is cancelled after the reverse link went
+// (on S3 every later call then fails) still finishes: its stat of the
+// forward link is not cancelled, so the blob is queued for review instead
+// of being left with a stale reverse link, or with no link and no review.
+func TestUnlinkFinishesAfterCancel(t *testing.T) {
+	a := newTestApp(t, appOptions{})
+	ctx := context.Background()
+	img := a.pushRandom("cancelled:v1", 1)
+	m, _ := imageDigests(t, img)
+	revision := layout.RevisionLinkPath("cancelled", m)
+	testHook.Set(t, func(ctx context.Context, method, p string) error {
+		if method == "Stat" && p == revision && ctx.Done() != nil {
+			return context.Canceled // as a cancelled request's S3 call fails
+		}
+		return nil
+	})
+	if code := a.do(http.MethodDelete, "/v2/cancelled/manifests/"+m.String()).StatusCode; code != http.StatusAccepted {
+		t.Fatalf("DELETE manifest: %d", code)
+	}
+	rev := layout.ReverseLinkPath(m, "cancelled", layout.LinkManifest)
+	if _, err := a.env.Raw.Stat(ctx, rev); !layout.IsNotFound(err) {
+		t.Errorf("the reverse link of the deleted revision link is still there (%v): a stale reverse link", err)
+	}
+	if queued, err := a.env.Queue().Contains(ctx, m); err != nil || !queued {
+		t.Errorf("the manifest whose last link went is not queued for review (queued=%v, %v)", queued, err)
 	}
 }
