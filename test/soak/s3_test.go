@@ -65,7 +65,10 @@ func newS3Cluster(t *testing.T, s3 *storagetest.S3, endpoint, root string, redis
 }
 
 func soakS3(t *testing.T, s3 *storagetest.S3, redisAddrs []string, prefix string) {
-	d := workloadDuration(t, 20*time.Second)
+	// Longer than TestSoak's 20 s: on S3 (versitygw on the same loaded
+	// cores) a push is slower, and every kind of race must run at least
+	// once (judgeSoak).
+	d := workloadDuration(t, 45*time.Second)
 	c := newS3Cluster(t, s3, s3.Endpoint, "/soak", redisAddrs, prefix)
 	c.startProcesses(t, s3Instances, registrytest.WithHtpasswd("soak", "soak-password"))
 	ctx := context.Background()
