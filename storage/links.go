@@ -116,6 +116,11 @@ func (d *driver) unlink(ctx context.Context, p layout.Path) {
 		return
 	}
 	metricReverseLinks.WithLabelValues("delete", "ok").Inc()
+	// The reverse link is gone: finish even if the caller gives up now (a
+	// client hanging up on S3 cancels every later call). A cancelled stat
+	// "cannot tell" and would leave a stale reverse link; a cancelled
+	// restore would leave a blob nobody links and nobody queued.
+	ctx = context.WithoutCancel(ctx)
 	if _, err := d.StorageDriver.Stat(ctx, p.String()); !errors.As(err, new(storagedriver.PathNotFoundError)) {
 		// back, or cannot tell (fail safe): the reverse link stays
 		if err := d.links.Put(ctx, p.Digest, rl); err != nil {

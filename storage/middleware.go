@@ -146,6 +146,12 @@ func (d *driver) writeBlobData(ctx context.Context, blob digest.Digest, write fu
 		return err
 	}
 	if err := write(); err != nil {
+		// The data may be there all the same: S3's Move is a copy and a
+		// delete, and the copy can land before an error (the source's
+		// delete failed, or the request was cancelled before the answer
+		// came). Nothing would link it: queue it for review, which drops
+		// it if nothing is there or something links it by then.
+		d.env.enqueue(ctx, "commit", blob)
 		return err
 	}
 	d.committed(ctx, blob)

@@ -3,12 +3,18 @@ package storage
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/opencontainers/go-digest"
+
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -73,5 +79,79 @@ func TestCommitWithoutLinkIsQueued(t *testing.T) {
 	}
 	if committed == 0 {
 		t.Fatal("no blob was committed, nothing to test")
+	}
+}
+
+// An upload commit whose Move failed although the data landed (S3's Move
+// is a copy and a delete: the copy may land and the call still fail, or a
+// cancelled request never hear the answer) leaves a blob nobody links: it
+// is queued for review all the same, before the client hears of the
+// failure.
+func TestFailedCommitThatLandedIsQueued(t *testing.T) {
+	a := newTestApp(t, appOptions{})
+	ctx := context.Background()
+	layer, err := random.Layer(512, types.OCILayer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := layer.Digest()
+	d := digest.Digest(h.String())
+	rc, err := layer.Compressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testHook.Set(t, func(ctx context.Context, m, p string) error {
+		if m != "Move" || p != layout.BlobDataPath(d) {
+			return nil
+		}
+		if err := a.env.Raw.PutContent(ctx, p, data); err != nil {
+			return err
+		}
+		return errors.New("injected: the copy landed, its answer was lost")
+	})
+	repo, err := name.NewRepository(a.host+"/landed", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.WriteLayer(repo, layer, remote.WithRetryBackoff(remote.Backoff{Steps: 1})); err == nil {
+		t.Fatal("the upload succeeded although its commit failed")
+	}
+	if _, err := a.env.Raw.Stat(ctx, layout.BlobDataPath(d)); err != nil {
+		t.Fatalf("the landed data is not there: %v", err)
+	}
+	if queued, err := a.env.Queue().Contains(ctx, d); err != nil || !queued {
+		t.Fatalf("a blob whose commit failed after the data landed is not queued for review (queued=%v, %v)", queued, err)
+	}
+}
+
+// A link delete whose request is cancelled after the reverse link went
+// (on S3 every later call then fails) still finishes: its stat of the
+// forward link is not cancelled, so the blob is queued for review instead
+// of being left with a stale reverse link, or with no link and no review.
+func TestUnlinkFinishesAfterCancel(t *testing.T) {
+	a := newTestApp(t, appOptions{})
+	ctx := context.Background()
+	img := a.pushRandom("cancelled:v1", 1)
+	m, _ := imageDigests(t, img)
+	revision := layout.RevisionLinkPath("cancelled", m)
+	testHook.Set(t, func(ctx context.Context, method, p string) error {
+		if method == "Stat" && p == revision && ctx.Done() != nil {
+			return context.Canceled // as a cancelled request's S3 call fails
+		}
+		return nil
+	})
+	if code := a.do(http.MethodDelete, "/v2/cancelled/manifests/"+m.String()).StatusCode; code != http.StatusAccepted {
+		t.Fatalf("DELETE manifest: %d", code)
+	}
+	rev := layout.ReverseLinkPath(m, "cancelled", layout.LinkManifest)
+	if _, err := a.env.Raw.Stat(ctx, rev); !layout.IsNotFound(err) {
+		t.Errorf("the reverse link of the deleted revision link is still there (%v): a stale reverse link", err)
+	}
+	if queued, err := a.env.Queue().Contains(ctx, m); err != nil || !queued {
+		t.Errorf("the manifest whose last link went is not queued for review (queued=%v, %v)", queued, err)
 	}
 }

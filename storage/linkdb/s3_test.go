@@ -2,79 +2,21 @@ package linkdb
 
 import (
 	"context"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
-	"time"
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
-	"github.com/distribution/distribution/v3/registry/storage/driver/factory"
-	_ "github.com/distribution/distribution/v3/registry/storage/driver/s3-aws"
 
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb/internal/gen"
+	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
-// versitygw serves S3 on loopback from a directory:
-//
-//	go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
-//
-// The test is skipped when it is not installed.
+// versitygw is an s3aws driver on a fresh versitygw (storagetest.StartS3;
+// the test is skipped when versitygw is not installed).
 func versitygw(t *testing.T) storagedriver.StorageDriver {
 	t.Helper()
-	bin, err := exec.LookPath("versitygw")
-	if err != nil {
-		home, _ := os.UserHomeDir()
-		if gobin := filepath.Join(home, "go", "bin", "versitygw"); fileExists(gobin) {
-			bin = gobin
-		} else {
-			t.Skip("versitygw not installed")
-		}
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	root := t.TempDir()
-	if err := os.Mkdir(filepath.Join(root, "reclaim"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--port", addr, "--access", "linkdbtest", "--secret", "linkdbtest-secret", "posix", root)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	// No readiness signal but the port: poll it.
-	poll, deadline := time.NewTicker(50*time.Millisecond), time.After(10*time.Second)
-	defer poll.Stop()
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			break
-		}
-		select {
-		case <-poll.C:
-		case <-deadline:
-			t.Fatalf("versitygw did not listen on %s", addr)
-		}
-	}
-	d, err := factory.Create(context.Background(), "s3aws", map[string]any{
-		"accesskey": "linkdbtest", "secretkey": "linkdbtest-secret", "region": "us-east-1",
-		"regionendpoint": "http://" + addr, "forcepathstyle": true, "secure": false,
-		"bucket": "reclaim", "rootdirectory": "/registry",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
+	return storagetest.StartS3(t).Driver(t, "/registry")
 }
-
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 func TestRebuildAndVerifyOnS3(t *testing.T) {
 	if testing.Short() {

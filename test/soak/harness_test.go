@@ -60,14 +60,19 @@ func soakRedis(t *testing.T) (addr, prefix, kind string) {
 	return miniredis.RunT(t).Addr(), "soak:", "miniredis"
 }
 
-// middlewareOptions are the reclaim middleware options of every instance.
-func middlewareOptions(redisAddr, prefix string) map[string]any {
+// middlewareOptions are the reclaim middleware options of every instance,
+// on the Redis at redisAddrs (one address, or a Cluster's seed nodes).
+func middlewareOptions(redisAddrs []string, prefix string) map[string]any {
+	addrs := make([]any, len(redisAddrs))
+	for i, a := range redisAddrs {
+		addrs[i] = a
+	}
 	return map[string]any{
 		"window":        window.String(),
 		"dedup":         "50ms",
 		"epochinterval": "1s",
 		"prefix":        prefix,
-		"redis":         map[string]any{"addrs": []any{redisAddr}},
+		"redis":         map[string]any{"addrs": addrs},
 		"gc":            map[string]any{"enabled": true},
 		"reclaimer":     map[string]any{"enabled": true, "interval": reclaimInterval.String(), "batch": 50, "lease": "3s"},
 	}
@@ -76,43 +81,57 @@ func middlewareOptions(redisAddr, prefix string) map[string]any {
 // quiet keeps the registry logs to warnings: a failing soak attaches them.
 var quiet = registrytest.WithConfig(func(c *configuration.Configuration) { c.Log.Level = "warn" })
 
-// cluster is N registry instances on one storage root and one Redis.
+// cluster is N registry instances on one storage and one Redis.
 type cluster struct {
-	root      string
-	raw       storagedriver.StorageDriver
-	redisAddr string
-	prefix    string
+	root string // the filesystem root; "" on S3
+	raw  storagedriver.StorageDriver
+	// storage is every instance's storage: WithRootDirectory(root), or
+	// an S3 bucket's driver parameters
+	storage    registrytest.Option
+	redisAddrs []string
+	prefix     string
 	// tracker reads the Redis clock and the recording epoch under prefix.
 	tracker *tracker.Tracker
 	regs    []*registrytest.Registry
 	procs   []*registrytest.Process // nil entries for in-process instances
 }
 
-// newCluster prepares empty storage for instances on the Redis at
-// redisAddr, under prefix; start them with startProcesses or reclaim().
+// newCluster prepares an empty filesystem storage for instances on the
+// Redis at redisAddr, under prefix; start them with startProcesses or
+// reclaim().
 func newCluster(t *testing.T, redisAddr, prefix string) *cluster {
 	t.Helper()
 	root, raw := prepareStorage(t)
-	rc := redis.NewClient(&redis.Options{Addr: redisAddr})
+	c := newClusterOn(t, raw, registrytest.WithRootDirectory(root), []string{redisAddr}, prefix)
+	c.root = root
+	return c
+}
+
+// newClusterOn is a cluster on the storage raw reaches and storage
+// configures (already marked complete), and on the Redis at redisAddrs:
+// one address, or the seed nodes of a Redis Cluster.
+func newClusterOn(t *testing.T, raw storagedriver.StorageDriver, storage registrytest.Option, redisAddrs []string, prefix string) *cluster {
+	t.Helper()
+	rc := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: redisAddrs})
 	t.Cleanup(func() { rc.Close() })
 	tr, err := tracker.NewTracker(rc, tracker.TrackerOptions{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &cluster{root: root, raw: raw, redisAddr: redisAddr, prefix: prefix, tracker: tr}
+	return &cluster{raw: raw, storage: storage, redisAddrs: redisAddrs, prefix: prefix, tracker: tr}
 }
 
 // reclaim is the storage middleware of every instance of c.
 func (c *cluster) reclaim() registrytest.Option {
-	return registrytest.WithStorageMiddleware("reclaim", middlewareOptions(c.redisAddr, c.prefix))
+	return registrytest.WithStorageMiddleware("reclaim", middlewareOptions(c.redisAddrs, c.prefix))
 }
 
-// startProcesses starts n `registry serve` processes on c's storage root
-// with the reclaim middleware and opts, quiet.
+// startProcesses starts n `registry serve` processes on c's storage with
+// the reclaim middleware and opts, quiet.
 func (c *cluster) startProcesses(t *testing.T, n int, opts ...registrytest.Option) {
 	t.Helper()
 	for range n {
-		all := append([]registrytest.Option{registrytest.WithRootDirectory(c.root), c.reclaim()}, opts...)
+		all := append([]registrytest.Option{c.storage, c.reclaim()}, opts...)
 		p := registrytest.StartProcess(t, append(all, quiet)...)
 		c.procs = append(c.procs, p)
 		c.regs = append(c.regs, p.Registry)
@@ -212,7 +231,8 @@ func sweepEnqueue(t *testing.T, configPath string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// writeSweepConfig writes a config for the CLI on the soak's storage and Redis.
+// writeSweepConfig writes a config for the CLI on the soak's filesystem
+// storage and Redis.
 func writeSweepConfig(t *testing.T, c *cluster) string {
 	t.Helper()
 	cfg := fmt.Sprintf(`version: 0.1
@@ -230,7 +250,7 @@ middleware:
           addrs: [%s]
         gc:
           enabled: true
-`, c.root, window, c.prefix, c.redisAddr)
+`, c.root, window, c.prefix, strings.Join(c.redisAddrs, ", "))
 	p := filepath.Join(t.TempDir(), "sweep.yml")
 	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

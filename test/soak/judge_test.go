@@ -101,10 +101,13 @@ func (w *workload) judgeLinks(ctx context.Context, kind, repo string, d v1.Hash,
 // unlinked lists the blobs (layer links) and child manifests (revision
 // links) manifest m references that repo does not link in storage. A
 // manifest whose own revision link is gone (deleted concurrently) is not
-// judged here.
+// judged here. Only "not found" is missing: any other error (on S3, a
+// request cancelled with the workload) is returned, and nothing judged.
 func (w *workload) unlinked(ctx context.Context, repo string, m digest.Digest, depth int) ([]string, error) {
-	if _, err := w.c.raw.Stat(ctx, layout.RevisionLinkPath(repo, m)); err != nil {
+	if _, err := w.c.raw.Stat(ctx, layout.RevisionLinkPath(repo, m)); layout.IsNotFound(err) {
 		return nil, nil
+	} else if err != nil {
+		return nil, err
 	}
 	b, err := w.c.raw.GetContent(ctx, layout.BlobDataPath(m))
 	if err != nil {
@@ -122,6 +125,9 @@ func (w *workload) unlinked(ctx context.Context, repo string, m digest.Digest, d
 	for _, c := range mf.Manifests {
 		cd := digest.Digest(c.Digest.String())
 		if _, err := w.c.raw.Stat(ctx, layout.RevisionLinkPath(repo, cd)); err != nil {
+			if !layout.IsNotFound(err) {
+				return nil, err // not known to be missing (on S3: a cancelled request)
+			}
 			missing = append(missing, "manifest "+cd.String())
 			continue
 		}
@@ -140,6 +146,9 @@ func (w *workload) unlinked(ctx context.Context, repo string, m digest.Digest, d
 	for _, l := range blobs {
 		ld := digest.Digest(l.Digest.String())
 		if _, err := w.c.raw.Stat(ctx, layout.LayerLinkPath(repo, ld)); err != nil {
+			if !layout.IsNotFound(err) {
+				return nil, err
+			}
 			missing = append(missing, "blob "+ld.String())
 		}
 	}

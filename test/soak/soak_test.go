@@ -45,6 +45,7 @@ const distributionCacheDB = 9
 // soakRun is what one soak measured, for its report and its judges.
 type soakRun struct {
 	cache            string
+	clients          int
 	elapsed          time.Duration
 	images, dangling int
 	before, after    *linkdb.Report
@@ -66,9 +67,9 @@ func soak(t *testing.T, addr, cache string) {
 		t.Fatal(err)
 	}
 	w.racing = true
-	run := soakRun{cache: cache}
+	run := soakRun{cache: cache, clients: 4}
 	start := time.Now()
-	w.run(ctx, d, 4)
+	w.run(ctx, d, run.clients)
 	run.elapsed = time.Since(start)
 
 	// Everything that must survive, with no workload running: every
@@ -123,8 +124,8 @@ func (w *workload) report(ctx context.Context, t *testing.T, run soakRun) {
 			r.URL, st.Reclaimer.Reviewed, st.Reclaimer.Deleted, st.Reclaimer.BytesFreed, st.Reclaimer.KeptBy,
 			st.Reclaimer.DeletedBy, st.Reclaimer.FailedTicks, st.Reclaimer.LastError)
 	}
-	t.Logf("soak (blob descriptor cache %s): %v workload, 2 processes, 4 clients, 3 racers; %d pushes, %d images verified at the end, %d dangling tags excused; blobs %d -> %d",
-		run.cache, run.elapsed.Round(time.Second), w.pushes.Load(), run.images, run.dangling, run.before.Blobs, run.after.Blobs)
+	t.Logf("soak (blob descriptor cache %s): %v workload, %d processes, %d clients, 3 racers; %d pushes, %d images verified at the end, %d dangling tags excused; blobs %d -> %d",
+		run.cache, run.elapsed.Round(time.Second), len(w.c.regs), run.clients, w.pushes.Load(), run.images, run.dangling, run.before.Blobs, run.after.Blobs)
 	t.Logf("operations:\n%s", w.ops.String())
 	t.Logf("racing operations:\n%s", w.races.String())
 	t.Logf("acknowledged manifests pulled right after the 201:\n%s", w.acks.String())

@@ -36,7 +36,7 @@ func TestReclaimerThroughput(t *testing.T) {
 	orphans, linked, bytes := seedBlobs(ctx, t, raw, n, prefix)
 	queueDue(ctx, t, addr, prefix, append(orphans, linked...))
 
-	opts := middlewareOptions(addr, prefix)
+	opts := middlewareOptions([]string{addr}, prefix)
 	opts["reclaimer"] = map[string]any{"enabled": true, "interval": "50ms", "batch": 200, "workers": 4, "lease": "30s"}
 	p := registrytest.StartProcess(t, registrytest.WithRootDirectory(root),
 		registrytest.WithStorageMiddleware("reclaim", opts), quiet)

@@ -1,0 +1,130 @@
+package soak
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/distribution/distribution/v3/configuration"
+
+	"github.com/reclaim-registry/reclaim/registry/registrytest"
+	"github.com/reclaim-registry/reclaim/storage/linkdb"
+	"github.com/reclaim-registry/reclaim/storage/storagetest"
+)
+
+// s3Instances is how many `registry serve` processes share the bucket.
+const s3Instances = 3
+
+// TestSoakS3: three `registry serve` processes on one S3 bucket (versitygw
+// on loopback, see storagetest.StartS3) and one Redis, the reclaimer on in
+// all of them; clients, racers and a collector per instance hit the
+// instances at random, as behind a load balancer. Then everything that
+// must survive is pulled and verified, the link database is verified, a
+// final collect and reclaimer pass leaves no unreferenced blob, and
+// `registry linkdb rebuild` followed by `registry linkdb verify` (the
+// binary, on an instance's config) is clean.
+//
+//	go test ./test/soak/ -run TestSoakS3 -v                          # short form (CI)
+//	go test ./test/soak/ -run TestSoakS3 -v -soak.duration=10m -timeout=40m
+//
+// The Redis is a parameter of soakS3: a Redis Cluster's seed nodes work as
+// well as one server's address.
+func TestSoakS3(t *testing.T) {
+	t.Parallel() // mostly waiting out windows
+	addr := storagetest.RealRedis()
+	if addr == "" {
+		t.Skipf("TestSoakS3 needs a real Redis: set %s=host:port (it uses a key prefix of its own)", storagetest.RedisAddrEnv)
+	}
+	if testing.Short() {
+		t.Skip("soak skipped in -short mode")
+	}
+	s3 := storagetest.StartS3(t)
+	soakS3(t, s3, []string{addr}, storagetest.RealPrefix(t, addr))
+}
+
+// s3Storage configures an instance's storage as the s3 driver with params.
+func s3Storage(params map[string]any) registrytest.Option {
+	return registrytest.WithConfig(func(cfg *configuration.Configuration) {
+		delete(cfg.Storage, "filesystem")
+		cfg.Storage["s3"] = configuration.Parameters(params)
+	})
+}
+
+// newS3Cluster is a cluster on a fresh root directory of s3's bucket,
+// marked complete, with its instances talking to endpoint (s3's own, or a
+// counting proxy in front of it).
+func newS3Cluster(t *testing.T, s3 *storagetest.S3, endpoint, root string, redisAddrs []string, prefix string) *cluster {
+	t.Helper()
+	raw := s3.Driver(t, root)
+	if err := linkdb.MarkLinkDBComplete(context.Background(), raw, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return newClusterOn(t, raw, s3Storage(s3.Params(endpoint, root)), redisAddrs, prefix)
+}
+
+func soakS3(t *testing.T, s3 *storagetest.S3, redisAddrs []string, prefix string) {
+	// Longer than TestSoak's 20 s: on S3 (versitygw on the same loaded
+	// cores) a push is slower, and every kind of race must run at least
+	// once (judgeSoak).
+	d := workloadDuration(t, 45*time.Second)
+	c := newS3Cluster(t, s3, s3.Endpoint, "/soak", redisAddrs, prefix)
+	c.startProcesses(t, s3Instances, registrytest.WithHtpasswd("soak", "soak-password"))
+	ctx := context.Background()
+	c.waitTrusted(ctx, t)
+
+	w, err := newWorkload(c, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.racing = true
+	run := soakRun{cache: "inmemory, storage s3", clients: 2 * s3Instances}
+	start := time.Now()
+	w.run(ctx, d, run.clients)
+	run.elapsed = time.Since(start)
+
+	run.images, run.dangling = verifyAll(ctx, t, c.regs[0], soakRepos, w)
+	if run.images == 0 {
+		t.Error("no tagged image survived the workload: nothing was verified")
+	}
+	run.before = linkdbVerify(ctx, t, c.raw)
+	t.Logf("linkdb verify after the workload: %s", summarize(run.before))
+	judgeLinkDB(t, "after the workload", run.before)
+
+	finalPass(ctx, t, c, soakRepos)
+	run.after = linkdbVerify(ctx, t, c.raw)
+	t.Logf("linkdb verify after the final collect and reclaimer pass: %s", summarize(run.after))
+	judgeLinkDB(t, "after the final pass", run.after)
+	if n := run.after.Counts[linkdb.Reclaimable]; n > 0 {
+		t.Errorf("%d unreferenced blobs older than W survived the final collect and reclaimer pass", n)
+	}
+	verifyAll(ctx, t, c.regs[len(c.regs)-1], soakRepos, w)
+	rebuildAndVerify(t, c.procs[0].ConfigPath)
+	verifyAll(ctx, t, c.regs[1], soakRepos, w)
+	w.report(ctx, t, run)
+	w.judgeSoak(t)
+}
+
+// rebuildAndVerify runs `registry linkdb rebuild` (online: the instances
+// still serve, idle; no age guard, nothing is in flight) and then `registry
+// linkdb verify`, which must exit 0: clean, not even a leak left.
+func rebuildAndVerify(t *testing.T, configPath string) {
+	t.Helper()
+	bin := registrytest.Binary(t)
+	out, err := exec.Command(bin, "linkdb", "rebuild", configPath, "--workers", "4", "--min-age", "0").CombinedOutput()
+	if err != nil {
+		t.Fatalf("registry linkdb rebuild: %v\n%s", err, out)
+	}
+	t.Logf("registry linkdb rebuild:\n%s", out)
+	out, err = exec.Command(bin, "linkdb", "verify", configPath, "--workers", "4").CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		t.Errorf("registry linkdb verify after the rebuild: exit %d, want 0 (clean)\n%s", exit.ExitCode(), out)
+	case err != nil:
+		t.Fatalf("registry linkdb verify: %v", err)
+	default:
+		t.Logf("registry linkdb verify after the rebuild:\n%s", out)
+	}
+}
