@@ -17,7 +17,7 @@ sweeps:
 	for each deletable object (manifests first, an index before its children,
 	then layer links, then blobs whose last link the run removed):
 	    take the tracker's fence on it  (fails if accessed within the window)
-	    re-read what the decision depends on (tags, links, reverse links)
+	    re-read what the decision depends on (tags, pins, links, reverse links)
 	    delete it through the wrapped storage driver
 	    release the fence
 

@@ -329,13 +329,15 @@ func checkOneDecisionEach(t testing.TB, r *Report) {
 	}
 }
 
-func reasonOf(r *Report, k ObjectKind, d digest.Digest) Reason {
+func reasonOf(r *Report, k ObjectKind, d digest.Digest) Reason { return decisionOf(r, k, d).Reason }
+
+func decisionOf(r *Report, k ObjectKind, d digest.Digest) Decision {
 	for _, dec := range r.Decisions() {
 		if dec.Kind == k && dec.Digest == d {
-			return dec.Reason
+			return dec
 		}
 	}
-	return reasonInvalid
+	return Decision{}
 }
 
 func has(ds []digest.Digest, d digest.Digest) bool {

@@ -59,11 +59,6 @@ func TestGCCollectCLI(t *testing.T) {
 		case strings.Contains(r.URL.Path, "/secret/"):
 			w.WriteHeader(http.StatusUnauthorized)
 			w.Write([]byte(`{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`))
-		case strings.Contains(r.URL.Path, "/young/"):
-			rep := sampleReport(true)
-			until := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-			rep.Blockers = []gc.Blocker{{Reason: gc.AbortRedisRecordingTooShort, Blocks: gc.BlocksRun, Detail: "recording since", Until: &until}}
-			json.NewEncoder(w).Encode(rep)
 		case strings.Contains(r.URL.Path, "/partial/"):
 			rep := sampleReport(false)
 			rep.Errors = []gc.Decision{{Kind: gc.KindBlob, Digest: digest.FromString("x"), Reason: gc.DeleteFailed, Detail: "disk on fire"}}
@@ -118,14 +113,25 @@ func TestGCCollectCLI(t *testing.T) {
 	if _, stderr, code := runGC(t, "collect", "down/x", "--url", srv.URL); !strings.Contains(stderr, "redis_unavailable") || code != exitRetry {
 		t.Errorf("abort reason not shown: %q", stderr)
 	}
-	// A preview a blocker would abort prints the plan and the blocker, and
-	// exits 4 like the refused real run.
-	if out, _, code := runGC(t, "collect", "young/x", "--dry-run", "--url", srv.URL); code != exitRetry ||
-		!strings.Contains(out, "blocked (run): redis_recording_too_short until ") || !strings.Contains(out, "manifests to delete:   1") {
-		t.Errorf("blocked preview: exit %d\n%s", code, out)
-	}
 	if _, _, code := runGC(t, "collect", "x", "--url", "not a url"); code != exitFailure {
 		t.Errorf("bad url: exit %d", code)
+	}
+}
+
+// A preview a blocker would abort prints the plan and the blocker, and
+// exits 4 like the refused real run.
+func TestGCCollectCLIBlockedPreview(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rep := sampleReport(true)
+		until := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+		rep.Blockers = []gc.Blocker{{Reason: gc.AbortRedisRecordingTooShort, Blocks: gc.BlocksRun, Detail: "recording since", Until: &until}}
+		json.NewEncoder(w).Encode(rep)
+	}))
+	defer srv.Close()
+	out, _, code := runGC(t, "collect", "young/x", "--dry-run", "--url", srv.URL)
+	if code != exitRetry || !strings.Contains(out, "blocked (run): redis_recording_too_short until ") ||
+		!strings.Contains(out, "manifests to delete:   1") {
+		t.Errorf("blocked preview: exit %d\n%s", code, out)
 	}
 }
 
