@@ -87,7 +87,7 @@ func TestInUse(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var many []retention.Image
 	for i := range 2500 {
-		many = append(many, retention.Image{Repository: "team/app", Digest: digest.FromString(string(rune('a' + i%26)) + time.Duration(i).String())})
+		many = append(many, retention.Image{Repository: "team/app", Digest: digest.FromString(string(rune('a'+i%26)) + time.Duration(i).String())})
 	}
 	many = retention.SortImages(many)
 	if src, err := s.Put(ctx, "prod", many, now); err != nil || src.Images != 2500 {
