@@ -177,6 +177,11 @@ func newGCRunCommand() *cobra.Command {
 
 // do calls the API and turns error responses into exit codes.
 func (f *gcClientFlags) do(cmd *cobra.Command, method, path string, q url.Values) ([]byte, error) {
+	return f.send(cmd, method, path, q, nil)
+}
+
+// send is do with a JSON request body (none when body is nil).
+func (f *gcClientFlags) send(cmd *cobra.Command, method, path string, q url.Values, body []byte) ([]byte, error) {
 	base, err := url.Parse(strings.TrimSuffix(f.url, "/"))
 	if err != nil || base.Scheme == "" || base.Host == "" {
 		return nil, &exitError{exitFailure, fmt.Errorf("--url %q: want http(s)://host[:port]", f.url)}
@@ -185,9 +190,16 @@ func (f *gcClientFlags) do(cmd *cobra.Command, method, path string, q url.Values
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
-	req, err := http.NewRequestWithContext(cmd.Context(), method, u, nil)
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(cmd.Context(), method, u, rd)
 	if err != nil {
 		return nil, &exitError{exitFailure, err}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	switch {
 	case f.token != "":
@@ -204,7 +216,7 @@ func (f *gcClientFlags) do(cmd *cobra.Command, method, path string, q url.Values
 		return nil, &exitError{exitFailure, err}
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	body, err = io.ReadAll(io.LimitReader(resp.Body, 256<<20))
 	if err != nil {
 		return nil, &exitError{exitFailure, err}
 	}
