@@ -2,6 +2,7 @@ package retention
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
@@ -72,21 +73,11 @@ func (o Override) Apply(image string) (string, bool) {
 
 // splitImage splits "host:5000/a/b:tag@sha256:..." into name, tag, digest.
 func splitImage(s string) (name, tag, dg string) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '@' {
-			s, dg = s[:i], s[i+1:]
-			break
-		}
+	if i := strings.IndexByte(s, '@'); i >= 0 {
+		s, dg = s[:i], s[i+1:]
 	}
-	slash := -1
-	for i := len(s) - 1; i >= 0; i-- {
-		if s[i] == '/' {
-			slash = i
-			break
-		}
-		if s[i] == ':' && slash < 0 {
-			return s[:i], s[i+1:], dg
-		}
+	if i := strings.LastIndexByte(s, ':'); i > strings.LastIndexByte(s, '/') {
+		return s[:i], s[i+1:], dg
 	}
 	return s, "", dg
 }
