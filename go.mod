@@ -19,6 +19,7 @@ require (
 	go.yaml.in/yaml/v2 v2.4.4
 	golang.org/x/crypto v0.57.0
 	golang.org/x/sync v0.25.0
+	sigs.k8s.io/yaml v1.6.0
 )
 
 require (

@@ -133,15 +133,21 @@ func (r *run) abort(err error) error {
 }
 
 // finish checks the preconditions, then takes the snapshot, gathers the
-// facts, decides and, unless this is a dry run, sweeps.
+// facts, decides and, unless this is a dry run, sweeps. A dry run goes on
+// past a blocker (Redis recording for less than the window, say) and lists
+// it in the report; a real run aborts.
 func (r *run) finish(ctx context.Context) (*Report, error) {
 	defer r.unlock()
 	ctx, stop := r.underLock(r.c.runContext(ctx))
 	defer stop()
-	tr, err := r.c.preconditions(ctx)
+	tr, err := r.c.assess(ctx)
+	if err == nil && !r.rep.DryRun {
+		err = tr.refusal()
+	}
 	if err != nil {
 		return r.rep, r.abort(err)
 	}
+	r.rep.Blockers = append(r.rep.Blockers, tr.blockers...)
 	r.pol.now, r.pol.linkdbOK, r.pol.linkdbNote = tr.now, tr.linkdbOK, tr.linkdbNote
 	r.pol.pins = r.c.pinner != nil
 

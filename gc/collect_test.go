@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"sync"
 	"testing"
 	"time"
 
@@ -186,6 +187,59 @@ func TestKeepUntaggedPolicyAndPins(t *testing.T) {
 }
 
 type pinSet []digest.Digest
+
+// latePins pins what the test adds after the facts were read; failing
+// makes every read fail.
+type latePins struct {
+	mu      sync.Mutex
+	pinned  map[digest.Digest]bool
+	failing bool
+}
+
+func (p *latePins) pin(d digest.Digest) { p.mu.Lock(); defer p.mu.Unlock(); p.pinned[d] = true }
+
+func (p *latePins) Pinned(_ context.Context, _ string, d digest.Digest) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.failing {
+		return false, errBoom
+	}
+	return p.pinned[d], nil
+}
+
+// A pin stored after the plan, even after the manifest's fence was taken,
+// keeps it: the sweep re-checks pins under the fence, right before the
+// delete. A pin check that fails keeps the manifest too.
+func TestPinAfterTheFenceKeepsTheManifest(t *testing.T) {
+	pins := &latePins{pinned: map[digest.Digest]bool{}}
+	f := newFixture(t, func(c *Config) { c.Pinner = pins })
+	img := f.image("p", nil, "l")
+	f.tr.onFence = func(o Object) {
+		if o.Blob == img.Digest && o.Kind == LinkManifest {
+			pins.pin(img.Digest)
+		}
+	}
+	rep, err := f.c.Collect(context.Background(), "p", RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec := decisionOf(rep, KindManifest, img.Digest); dec.Reason != Pinned || dec.Detail != "pinned since the plan" ||
+		len(rep.LayersUnlinked) != 0 || !f.exists(layout.RevisionDir("p", img.Digest)+"/link") {
+		t.Fatalf("%s", summary(rep))
+	}
+
+	pins2 := &latePins{pinned: map[digest.Digest]bool{}}
+	f2 := newFixture(t, func(c *Config) { c.Pinner = pins2 })
+	img2 := f2.image("p", nil, "l")
+	f2.tr.onFence = func(Object) { pins2.mu.Lock(); pins2.failing = true; pins2.mu.Unlock() }
+	rep, err = f2.c.Collect(context.Background(), "p", RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec := decisionOf(rep, KindManifest, img2.Digest); dec.Reason != CheckFailed || !f2.exists(layout.RevisionDir("p", img2.Digest)+"/link") {
+		t.Fatalf("%s", summary(rep))
+	}
+}
 
 func (p pinSet) Pinned(_ context.Context, _ string, d digest.Digest) (bool, error) {
 	return has(p, d), nil

@@ -50,6 +50,10 @@ func (dl *deleter) deleteManifest(ctx context.Context, s *snapshot, m digest.Dig
 		dec.Reason, dec.Detail = Tagged, "tagged since the plan: "+t[0]
 		return dec
 	}
+	if r, detail := dl.pinnedNow(ctx, m); r != reasonInvalid {
+		dec.Reason, dec.Detail = r, detail
+		return dec
+	}
 	dec = dl.deleteDir(ctx, KindManifest, m, layout.RevisionDir(dl.pol.repo, m), h)
 	dec.Size = s.revisions[m].size
 	if !dec.Deleted() {
@@ -65,6 +69,25 @@ func (dl *deleter) deleteManifest(ctx context.Context, s *snapshot, m digest.Dig
 		dl.deleteEntry(ctx, rep, m, path.Dir(layout.ReferrerLinkPath(dl.pol.repo, sub, m)), "referrers index of "+sub.String())
 	}
 	return dec
+}
+
+// pinnedNow re-checks the pins of m under its fence, right before the
+// delete: a pin stored after the plan (or after the facts were read) keeps
+// m. A pin store that stores a pin and then checks the fence (the
+// registry's does) is thus never answered "pinned" for a manifest a run
+// deletes: either the run reads the pin here, or the store sees the fence.
+func (dl *deleter) pinnedNow(ctx context.Context, m digest.Digest) (Reason, string) {
+	if dl.c.pinner == nil {
+		return reasonInvalid, ""
+	}
+	pinned, err := dl.c.pinner.Pinned(ctx, dl.pol.repo, m)
+	switch {
+	case err != nil:
+		return CheckFailed, fmt.Sprintf("re-check pin: %v", err)
+	case pinned:
+		return Pinned, "pinned since the plan"
+	}
+	return reasonInvalid, ""
 }
 
 // deleteEntry deletes an index entry of a deleted manifest; a failure is

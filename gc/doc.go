@@ -17,7 +17,7 @@ sweeps:
 	for each deletable object (manifests first, an index before its children,
 	then layer links, then blobs whose last link the run removed):
 	    take the tracker's fence on it  (fails if accessed within the window)
-	    re-read what the decision depends on (tags, links, reverse links)
+	    re-read what the decision depends on (tags, pins, links, reverse links)
 	    delete it through the wrapped storage driver
 	    release the fence
 
@@ -42,7 +42,11 @@ unreachable, when it has been recording for less than W (Redis lost its
 data), when the reverse-link database's completeness marker cannot be read,
 or when any tag or manifest of the repository cannot be read or parsed: an
 unreadable manifest never looks like one that references nothing. The
-reclaimer checks the same preconditions before every tick.
+reclaimer checks the same preconditions before every tick. A dry run is a
+preview: when Redis answers but cannot be trusted yet (recording for less
+than W, no epoch, a policy that may evict) it plans anyway and lists those
+preconditions in Report.Blockers, each with what it blocks and, when it
+clears by itself, until when.
 A manifest of an unknown media type is kept, and because its references are
 unknown, so is every other manifest and layer link of the repository. Until
 the reverse-link database is known to be complete, links may be removed but

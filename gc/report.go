@@ -65,6 +65,10 @@ type Report struct {
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at,omitzero"`
 	WindowSecs int64     `json:"window_seconds"`
+	// Blockers are the preconditions of a real run that did not hold. A
+	// dry run lists them and plans anyway: its deleted lists are what a
+	// real run would delete once the run-wide blockers clear.
+	Blockers []Blocker `json:"blockers"`
 
 	ManifestsDeleted []digest.Digest `json:"manifests_deleted"`
 	LayersUnlinked   []digest.Digest `json:"layers_unlinked"`
@@ -119,6 +123,7 @@ func newReport(runID, repo string, dryRun bool, window time.Duration, now time.T
 		ManifestsDeleted: []digest.Digest{},
 		LayersUnlinked:   []digest.Digest{},
 		BlobsDeleted:     []digest.Digest{},
+		Blockers:         []Blocker{},
 		Kept:             []Decision{},
 		Errors:           []Decision{},
 	}

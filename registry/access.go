@@ -46,3 +46,16 @@ func (a *accessControl) authorize(r *http.Request, repo, action string) error {
 	_, err := a.ac.Authorized(r, access...)
 	return err
 }
+
+// authorizeCatalog asks for the registry-wide scope Distribution's catalog
+// uses (registry:catalog:*): the in-use index spans repositories.
+func (a *accessControl) authorizeCatalog(r *http.Request) error {
+	if a.err != nil {
+		return fmt.Errorf("access controller: %w", a.err)
+	}
+	if a.ac == nil {
+		return nil
+	}
+	_, err := a.ac.Authorized(r, auth.Access{Resource: auth.Resource{Type: "registry", Name: "catalog"}, Action: "*"})
+	return err
+}

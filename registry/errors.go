@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/retention"
 )
 
 // apiError is one entry of an error body, shaped like Distribution's:
@@ -53,6 +54,18 @@ func statusOf(err error) (int, apiError) {
 		return http.StatusNotFound, apiError{"PLAN_UNKNOWN", gc.ErrPlanNotFound.Error(), nil}
 	case errors.Is(err, gc.ErrPlanNotFound):
 		return http.StatusNotFound, apiError{"PLAN_UNKNOWN", err.Error(), nil}
+	case errors.Is(err, retention.ErrInvalid):
+		return http.StatusBadRequest, apiError{"PARAM_INVALID", err.Error(), nil}
+	case errors.Is(err, retention.ErrPinNotFound):
+		return http.StatusNotFound, apiError{"PIN_UNKNOWN", err.Error(), nil}
+	case errors.Is(err, retention.ErrSourceNotFound):
+		return http.StatusNotFound, apiError{"SOURCE_UNKNOWN", err.Error(), nil}
+	case errors.Is(err, errManifestUnknown):
+		return http.StatusNotFound, apiError{"MANIFEST_UNKNOWN", err.Error(), nil}
+	case errors.Is(err, errPinRace):
+		return http.StatusConflict, apiError{"GC_DELETING", err.Error(), nil}
+	case errors.Is(err, retention.ErrUnavailable):
+		return http.StatusServiceUnavailable, apiError{"UNAVAILABLE", err.Error(), nil}
 	case errors.Is(err, errRunNotFound):
 		return http.StatusNotFound, apiError{"RUN_UNKNOWN", err.Error(), nil}
 	case errors.Is(err, errNotFound):

@@ -10,9 +10,12 @@ import (
 	"strings"
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/redisdb"
 )
 
 // The GC API, served on the registry's own listener:
@@ -23,6 +26,8 @@ import (
 //	GET  /gc/v1/plans/<id>
 //	GET  /gc/v1/runs/<id>
 //	GET  /gc/v1/status                        (status.go)
+//	GET|PUT|DELETE /gc/v1/repositories/<name>/pins[/<ref>]  (gcapi_pins.go)
+//	GET|PUT|DELETE /gc/v1/inuse/sources[/<source>]         (gcapi_inuse.go)
 //
 // Repository endpoints require the "delete" action on the repository from
 // the registry's configured access controller; the GET endpoints require an
@@ -44,6 +49,15 @@ type gcBackend struct {
 	// Exists reports whether storage holds the repository (manifests or
 	// layer links). Optional: without it the collector finds out.
 	Exists func(ctx context.Context, repo string) (bool, error)
+
+	// Pins and InUse are the retention stores (nil: their endpoints
+	// answer 405).
+	Pins  *redisdb.Pins
+	InUse *redisdb.InUse
+	// HasVersion reports whether repo holds the tag or manifest ref.
+	HasVersion func(ctx context.Context, repo string, ref retention.Ref) (bool, error)
+	// Fenced reports whether a collector fences manifest d of repo.
+	Fenced func(ctx context.Context, repo string, d digest.Digest) (bool, error)
 }
 
 // errGCDisabled answers every GC API request while `gc.enabled` is off.
@@ -90,8 +104,13 @@ func (h *gcAPI) serve(w http.ResponseWriter, r *http.Request) error {
 		return h.getRun(w, r, strings.TrimPrefix(rest, "runs/"))
 	case strings.HasPrefix(rest, "plans/"):
 		return h.getPlan(w, r, strings.TrimPrefix(rest, "plans/"))
+	case strings.HasPrefix(rest, "inuse/"):
+		return h.inuse(w, r, strings.TrimPrefix(rest, "inuse/"))
 	case strings.HasPrefix(rest, "repositories/"):
 		rest = strings.TrimPrefix(rest, "repositories/")
+		if m := pinsRe.FindStringSubmatch(rest); m != nil && r.Method != http.MethodPost {
+			return h.pins(w, r, m[1], m[2])
+		}
 		if r.Method != http.MethodPost {
 			return fmt.Errorf("%w: %s; use POST", errMethod, r.Method)
 		}

@@ -98,10 +98,14 @@ func TestCollectRequiresDeleteScope(t *testing.T) {
 	if r := do("POST", path, "repository:other:delete"); r.StatusCode != 401 {
 		t.Fatalf("delete on another repository: %d", r.StatusCode)
 	}
-	// With delete granted the request gets past auth (and then aborts:
-	// the stub tracker is not recording).
-	if r := do("POST", path, "repository:team/app:delete"); r.StatusCode != http.StatusServiceUnavailable {
+	// With delete granted the request gets past auth: the dry run plans
+	// (listing the stub tracker's "not recording" as a blocker), a real run
+	// aborts.
+	if r := do("POST", path, "repository:team/app:delete"); r.StatusCode != http.StatusOK {
 		t.Fatalf("delete granted: %d", r.StatusCode)
+	}
+	if r := do("POST", strings.Replace(path, "dry_run=true", "dry_run=false", 1), "repository:team/app:delete"); r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("delete granted, real run: %d", r.StatusCode)
 	}
 	// A name that is invalid is a 400 before any auth question.
 	if r := do("POST", "/gc/v1/repositories/Team/collect", ""); r.StatusCode != 400 {

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
@@ -76,12 +77,45 @@ func TestE2ERedisDownAborts(t *testing.T) {
 	registrytest.AssertPullable(t, g.Registry, "down/app@"+old.String())
 }
 
+// assertBlocked checks that a real run is refused with 503 and reason,
+// that a dry run answers 200 with the plan and reason listed as a run-wide
+// blocker, and that neither changed storage. It returns the dry run.
+func assertBlocked(t *testing.T, g *gcRegistry, repo, reason string) *gc.Report {
+	t.Helper()
+	before := g.tree(t)
+	code, body := g.collectRaw(t, repo, false)
+	if c, r := decodeErr(t, body); code != http.StatusServiceUnavailable || c != "GC_ABORTED" || r != reason {
+		t.Fatalf("real run: %d %s, want 503 GC_ABORTED %s", code, body, reason)
+	}
+	code, body = g.collectRaw(t, repo, true)
+	if code != http.StatusOK {
+		t.Fatalf("dry run: %d %s, want 200 with blockers", code, body)
+	}
+	dry := decodeReport(t, body)
+	if !dry.DryRun || dry.Status != gc.StatusDone || !hasBlocker(dry, reason, gc.BlocksRun) {
+		t.Fatalf("dry run: %s, want blocker %s", body, reason)
+	}
+	if after := g.tree(t); after != before {
+		t.Fatalf("a blocked run changed storage:\n%s", diffLines(before, after))
+	}
+	return dry
+}
+
+func hasBlocker(rep *gc.Report, reason, blocks string) bool {
+	for _, b := range rep.Blockers {
+		if string(b.Reason) == reason && b.Blocks == blocks && b.Detail != "" {
+			return true
+		}
+	}
+	return false
+}
+
 func TestE2ERecordingTooShortAborts(t *testing.T) {
 	r := registrytest.Start(t, registrytest.WithStorageMiddleware("reclaim", reclaimOptions(t, time.Hour, "")))
 	g := &gcRegistry{Registry: r, raw: rawDriver(t, r)}
 	push(t, g, "young/app:v1", registrytest.Image(t, layer(t)))
 	push(t, g, "young/app:v1", registrytest.Image(t, layer(t)))
-	assertAbort(t, g, "young/app", "redis_recording_too_short")
+	assertBlocked(t, g, "young/app", "redis_recording_too_short")
 }
 
 func TestE2EUnparsableManifestAborts(t *testing.T) {

@@ -266,11 +266,9 @@ func TestE2EUnknownRepositoryBeforePreconditions(t *testing.T) {
 			t.Errorf("%s: %d %s (Retry-After %q), want 404 NAME_UNKNOWN", route, code, body, hdr.Get("Retry-After"))
 		}
 	}
-	// Control: the repository that exists gets the precondition's answer.
-	code, _, body := g.send(t, http.MethodPost, "/gc/v1/repositories/young/app/collect?dry_run=true", "")
-	if _, reason := decodeErr(t, body); code != http.StatusServiceUnavailable || reason != "redis_recording_too_short" {
-		t.Fatalf("existing repository: %d %s", code, body)
-	}
+	// Control: the repository that exists gets the precondition's answer:
+	// a real run is refused, a preview plans and lists the blocker.
+	assertBlocked(t, g, "young/app", "redis_recording_too_short")
 }
 
 // repoACL is an access controller for the tests below: basic auth, any

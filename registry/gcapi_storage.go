@@ -6,9 +6,12 @@ import (
 	"time"
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/redisdb"
 	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
@@ -22,6 +25,7 @@ import (
 // by the reclaim middleware (deletes through it remove reverse links and
 // evict descriptor caches), its tracker and link index, and the window.
 func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
+	pins := redisdb.NewPins(env.Tracker.Client(), opts.Prefix, nil)
 	col, err := gc.New(gc.Config{
 		Driver:  env.Driver,
 		Tracker: gcTracker{env.Tracker},
@@ -30,6 +34,7 @@ func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
 			_, ok, err := linkdb.LinkDBComplete(ctx, env.Raw)
 			return ok, err
 		},
+		Pinner:       pins,
 		Context:      storage.WithoutAccessRecords,
 		Window:       opts.Window,
 		Cap:          opts.GC.Cap,
@@ -38,7 +43,38 @@ func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &gcBackend{Collector: col, Exists: repositoryExists(env.Raw), Status: storageStatus(env)}, nil
+	return &gcBackend{Collector: col, Exists: repositoryExists(env.Raw), Status: storageStatus(env),
+		Pins: pins, InUse: redisdb.NewInUse(env.Tracker.Client(), opts.Prefix),
+		HasVersion: hasVersion(env.Raw), Fenced: manifestFenced(env.Tracker)}, nil
+}
+
+// hasVersion is gcBackend.HasVersion on d: a tag has a current link, a
+// manifest a revision link. Read below the middleware: asking records no
+// access.
+func hasVersion(d storagedriver.StorageDriver) func(ctx context.Context, repo string, ref retention.Ref) (bool, error) {
+	return func(ctx context.Context, repo string, ref retention.Ref) (bool, error) {
+		var p string
+		if ref.Tag != "" {
+			p = layout.TagCurrentPath(repo, ref.Tag)
+		} else {
+			p = layout.RevisionLinkPath(repo, ref.Digest)
+		}
+		_, err := d.Stat(ctx, p)
+		switch {
+		case err == nil:
+			return true, nil
+		case layout.IsNotFound(err):
+			return false, nil
+		}
+		return false, err
+	}
+}
+
+// manifestFenced is gcBackend.Fenced on the tracker.
+func manifestFenced(t *tracker.Tracker) func(ctx context.Context, repo string, d digest.Digest) (bool, error) {
+	return func(ctx context.Context, repo string, d digest.Digest) (bool, error) {
+		return t.Fenced(ctx, gc.Object{Blob: d, Repo: repo, Kind: gc.LinkManifest})
+	}
 }
 
 // storageStatus is gcBackend.Status: whether Redis has recorded for a full

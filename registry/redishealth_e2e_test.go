@@ -54,7 +54,7 @@ func TestE2ERedisEvictingPolicyRefusesGC(t *testing.T) {
 			t.Fatal(err)
 		}
 		tick()
-		assertAbort(t, g, "evict/app", "redis_evicts")
+		assertBlocked(t, g, "evict/app", "redis_evicts")
 		out, h, _ := health()
 		if h.MaxmemoryPolicy != policy || !h.Evicts || h.Persistence != "aof" || len(h.Nodes) != 1 || h.Nodes[0].RunID == "" || h.Epoch.IsZero() {
 			t.Fatalf("%s: redis_health %s", policy, out["redis_health"])

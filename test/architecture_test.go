@@ -32,8 +32,9 @@ func deps(t *testing.T, pkg string) map[string]bool {
 
 // TestDependencies keeps the package graph of docs/architecture.md: the
 // decision core knows nothing of Redis or HTTP, the link database tools run
-// without the registry's handlers, the vocabulary is a leaf, and the one
-// typed configuration depends on nothing it configures.
+// without the registry's handlers, the vocabulary is a leaf, the one
+// typed configuration depends on nothing it configures, and retention's
+// domain knows neither Redis nor HTTP nor the collector.
 func TestDependencies(t *testing.T) {
 	const (
 		redis    = "github.com/redis/go-redis/v9"
@@ -44,7 +45,12 @@ func TestDependencies(t *testing.T) {
 		pkg       string
 		forbidden []string
 	}{
-		{"gc", []string{mw, module + "/storage/tracker", module + "/storage/linkdb", module + "/registry", redis, handlers}},
+		{"gc", []string{mw, module + "/storage/tracker", module + "/storage/linkdb", module + "/registry", module + "/retention", redis, handlers}},
+		// retention is the domain of pins and the in-use index: no Redis,
+		// no HTTP, no storage; its stores are retention/redisdb.
+		{"retention", []string{mw, module + "/storage/tracker", module + "/storage/linkdb", module + "/gc", module + "/registry",
+			module + "/retention/redisdb", redis, handlers, "net/http"}},
+		{"retention/redisdb", []string{mw, module + "/storage/tracker", module + "/storage/linkdb", module + "/gc", module + "/registry", handlers}},
 		{"storage/layout", []string{mw, module + "/storage/tracker", module + "/storage/linkdb", module + "/gc", redis, handlers, "github.com/prometheus/client_golang/prometheus"}},
 		{"storage/tracker", []string{mw, module + "/storage/linkdb", module + "/gc", module + "/registry", handlers}},
 		{"storage/referrers", []string{mw, module + "/storage/tracker", module + "/gc", redis, handlers}},

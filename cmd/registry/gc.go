@@ -88,7 +88,8 @@ func newGCCommand() *cobra.Command {
 		Short: "Online garbage collection through the registry's GC API",
 		Long: "Online garbage collection through the registry's GC API (docs/api.md).\n\n" +
 			"Exit codes: 0 done, 1 failure, 2 request rejected, 3 unauthorized,\n" +
-			"4 busy or aborted (retry later), 5 done with some failed deletes.",
+			"4 busy or aborted (retry later), or a dry run a blocker would abort,\n" +
+			"5 done with some failed deletes.",
 	}
 	root.AddCommand(withExitCodes(newGCCollectCommand()), withExitCodes(newGCPlanCommand()), withExitCodes(newGCRunCommand()))
 	return root
@@ -176,6 +177,11 @@ func newGCRunCommand() *cobra.Command {
 
 // do calls the API and turns error responses into exit codes.
 func (f *gcClientFlags) do(cmd *cobra.Command, method, path string, q url.Values) ([]byte, error) {
+	return f.send(cmd, method, path, q, nil)
+}
+
+// send is do with a JSON request body (none when body is nil).
+func (f *gcClientFlags) send(cmd *cobra.Command, method, path string, q url.Values, body []byte) ([]byte, error) {
 	base, err := url.Parse(strings.TrimSuffix(f.url, "/"))
 	if err != nil || base.Scheme == "" || base.Host == "" {
 		return nil, &exitError{exitFailure, fmt.Errorf("--url %q: want http(s)://host[:port]", f.url)}
@@ -184,9 +190,16 @@ func (f *gcClientFlags) do(cmd *cobra.Command, method, path string, q url.Values
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
-	req, err := http.NewRequestWithContext(cmd.Context(), method, u, nil)
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(cmd.Context(), method, u, rd)
 	if err != nil {
 		return nil, &exitError{exitFailure, err}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	switch {
 	case f.token != "":
@@ -203,7 +216,7 @@ func (f *gcClientFlags) do(cmd *cobra.Command, method, path string, q url.Values
 		return nil, &exitError{exitFailure, err}
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	body, err = io.ReadAll(io.LimitReader(resp.Body, 256<<20))
 	if err != nil {
 		return nil, &exitError{exitFailure, err}
 	}
@@ -275,6 +288,12 @@ func (f *gcClientFlags) printReport(cmd *cobra.Command, body []byte, header func
 	if len(rep.Errors) > 0 {
 		return &exitError{exitPartially, fmt.Errorf("%d deletes or checks failed", len(rep.Errors))}
 	}
+	for _, b := range rep.Blockers {
+		if b.Blocks == gc.BlocksRun {
+			// a preview: a real run now would abort, as exit 4 says
+			return &exitError{exitRetry, fmt.Errorf("a real run is blocked now: %s (%s)", b.Reason, b.Detail)}
+		}
+	}
 	return nil
 }
 
@@ -286,6 +305,13 @@ func writeSummary(w io.Writer, r *gc.Report, verbose bool) {
 	fmt.Fprintf(w, "repository %s  run %s  %s%s\n", r.Repository, r.RunID, r.Status, mode)
 	if r.Abort != "" {
 		fmt.Fprintf(w, "  aborted: %s\n", r.Abort)
+	}
+	for _, b := range r.Blockers {
+		until := ""
+		if b.Until != nil {
+			until = " until " + b.Until.Local().Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "  blocked (%s): %s%s: %s\n", b.Blocks, b.Reason, until, b.Detail)
 	}
 	list := func(label string, ds []string) {
 		fmt.Fprintf(w, "  %-22s %d\n", label+":", len(ds))

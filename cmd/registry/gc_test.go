@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 
@@ -114,6 +115,23 @@ func TestGCCollectCLI(t *testing.T) {
 	}
 	if _, _, code := runGC(t, "collect", "x", "--url", "not a url"); code != exitFailure {
 		t.Errorf("bad url: exit %d", code)
+	}
+}
+
+// A preview a blocker would abort prints the plan and the blocker, and
+// exits 4 like the refused real run.
+func TestGCCollectCLIBlockedPreview(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rep := sampleReport(true)
+		until := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+		rep.Blockers = []gc.Blocker{{Reason: gc.AbortRedisRecordingTooShort, Blocks: gc.BlocksRun, Detail: "recording since", Until: &until}}
+		json.NewEncoder(w).Encode(rep)
+	}))
+	defer srv.Close()
+	out, _, code := runGC(t, "collect", "young/x", "--dry-run", "--url", srv.URL)
+	if code != exitRetry || !strings.Contains(out, "blocked (run): redis_recording_too_short until ") ||
+		!strings.Contains(out, "manifests to delete:   1") {
+		t.Errorf("blocked preview: exit %d\n%s", code, out)
 	}
 }
 

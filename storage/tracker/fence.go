@@ -125,3 +125,20 @@ func token() (string, error) {
 	}
 	return hex.EncodeToString(b[:]), nil
 }
+
+// Fenced reports whether a collector holds a fence on o or on o's blob. A
+// writer that must not be missed by a collector that re-reads its state
+// under the fence (a pin) writes first, then asks: either the collector's
+// re-read sees the write, or this sees the fence. Both keys carry the
+// blob's hash tag, so this is one EXISTS in Redis Cluster too.
+func (t *Tracker) Fenced(ctx context.Context, o layout.Object) (bool, error) {
+	keys := []string{t.fenceKey(o)}
+	if o.Repo != "" {
+		keys = append(keys, t.fenceKey(layout.Object{Blob: o.Blob}))
+	}
+	n, err := t.c.Exists(ctx, keys...).Result()
+	if err != nil {
+		return false, fmt.Errorf("%w: fenced %s: %v", layout.ErrTrackerUnavailable, o, err)
+	}
+	return n > 0, nil
+}

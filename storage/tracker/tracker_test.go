@@ -74,9 +74,19 @@ func checkRecentAccess(t *testing.T, tr *Tracker) {
 func checkLinkFence(t *testing.T, tr *Tracker) {
 	t.Helper()
 	ctx := context.Background()
+	if fenced, err := tr.Fenced(ctx, layerA); err != nil || fenced {
+		t.Fatalf("Fenced before the fence: %v %v", fenced, err)
+	}
 	f, err := tr.Fence(ctx, layerA, window, time.Minute)
 	if err != nil {
 		t.Fatalf("fence after window: %v", err)
+	}
+	otherA := layout.Object{Blob: dA, Repo: "other", Kind: layout.LinkLayer}
+	if fenced, err := tr.Fenced(ctx, layerA); err != nil || !fenced {
+		t.Fatalf("Fenced under the fence: %v %v", fenced, err)
+	}
+	if fenced, _ := tr.Fenced(ctx, otherA); fenced {
+		t.Fatal("a link fence fences another repository's link")
 	}
 	before, _, _ := tr.LastAccess(ctx, layout.Object{Blob: dA})
 	if err := tr.Touch(ctx, layout.Object{Blob: dA}, layerA); !errors.Is(err, layout.ErrFenced) {
@@ -94,6 +104,9 @@ func checkLinkFence(t *testing.T, tr *Tracker) {
 	if err := tr.Release(ctx, f); err != nil {
 		t.Fatal(err)
 	}
+	if fenced, _ := tr.Fenced(ctx, layerA); fenced {
+		t.Fatal("Fenced after the release")
+	}
 	if err := tr.Touch(ctx, layerA); err != nil {
 		t.Fatalf("touch after release: %v", err)
 	}
@@ -110,6 +123,9 @@ func checkBlobFence(t *testing.T, tr *Tracker) {
 	}
 	if err := tr.Touch(ctx, layout.Object{Blob: dA, Repo: "third", Kind: layout.LinkManifest}); !errors.Is(err, layout.ErrFenced) {
 		t.Fatalf("touch link of fenced blob: %v", err)
+	}
+	if fenced, err := tr.Fenced(ctx, layout.Object{Blob: dA, Repo: "third", Kind: layout.LinkManifest}); err != nil || !fenced {
+		t.Fatalf("Fenced: a link of a fenced blob: %v %v", fenced, err)
 	}
 	if _, err := tr.Fence(ctx, layerA, window, time.Minute); !errors.Is(err, layout.ErrFenced) {
 		t.Fatalf("fence link of fenced blob: %v", err)

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+
+	distregistry "github.com/distribution/distribution/v3/registry"
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/opencontainers/go-digest"
+	"github.com/spf13/cobra"
+
+	"github.com/reclaim-registry/reclaim/retention"
+)
+
+// inuseScan is `registry inuse scan`: the flags and what the scan found.
+type inuseScan struct {
+	gcClientFlags
+	registries   []string
+	source       string
+	allowMissing bool
+}
+
+func newInUseCommand() *cobra.Command {
+	root := &cobra.Command{Use: "inuse", Short: "The in-use index: which exact images run where (docs/api.md)"}
+	root.AddCommand(withExitCodes(newInUseScanCommand()))
+	return root
+}
+
+func newInUseScanCommand() *cobra.Command {
+	var s inuseScan
+	cmd := &cobra.Command{
+		Use:   "scan <dir-or-file|->...",
+		Short: "Find the images Kubernetes YAML runs, resolve their tags to digests, print or upload them",
+		Long: "Reads Kubernetes YAML (Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs, CronJobs, Pods,\n" +
+			"List kinds, multi-document files, Helm output, Kustomize directories with images: overrides),\n" +
+			"keeps the references to this registry (--registry), resolves tags to digests against --url,\n" +
+			"and prints the images, or with --source uploads them as that source's whole set.\n" +
+			"A file that does not parse fails the scan (file:line) and uploads nothing.",
+		Example: "  helm template web ./chart | registry inuse scan - --registry registry.example.com\n" +
+			"  registry inuse scan deploy/overlays/prod --registry registry.example.com --source prod-eu --url https://registry.example.com",
+		Args: cobra.MinimumNArgs(1),
+		RunE: s.run,
+	}
+	s.gcClientFlags.bind(cmd)
+	cmd.Flags().StringArrayVar(&s.registries, "registry", nil, "host[:port] under which clusters pull from this registry (repeatable; default: the host of --url)")
+	cmd.Flags().StringVar(&s.source, "source", "", "upload the images as this in-use source (replacing what it declared)")
+	cmd.Flags().BoolVar(&s.allowMissing, "allow-missing", false, "skip (and report) tags the registry does not have, instead of failing")
+	return cmd
+}
+
+func (s *inuseScan) run(cmd *cobra.Command, args []string) error {
+	var found []retention.Found
+	for _, a := range args {
+		f, err := scanArg(cmd, a)
+		if err != nil {
+			return &exitError{exitRejected, err}
+		}
+		found = append(found, f...)
+	}
+	base, err := url.Parse(strings.TrimSuffix(s.url, "/"))
+	if err != nil || base.Host == "" {
+		return &exitError{exitFailure, fmt.Errorf("--url %q: want http(s)://host[:port]", s.url)}
+	}
+	ours := map[string]bool{base.Host: len(s.registries) == 0}
+	for _, r := range s.registries {
+		ours[r] = true
+	}
+	images, err := s.resolve(cmd, base, ours, found)
+	if err != nil {
+		return err
+	}
+	if s.source == "" {
+		return s.print(cmd, images)
+	}
+	body, err := json.Marshal(map[string]any{"images": images})
+	if err != nil {
+		return err
+	}
+	out, err := s.send(cmd, http.MethodPut, "inuse/sources/"+url.PathEscape(s.source), nil, body)
+	if err != nil {
+		return err
+	}
+	if s.json {
+		_, err = cmd.OutOrStdout().Write(out)
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "source %s: %d images uploaded\n", s.source, len(images))
+	return nil
+}
+
+// scanArg scans one argument; "-" is standard input, one YAML stream.
+func scanArg(cmd *cobra.Command, a string) ([]retention.Found, error) {
+	if a != "-" {
+		return retention.Scan(a)
+	}
+	b, err := io.ReadAll(cmd.InOrStdin())
+	if err != nil {
+		return nil, err
+	}
+	return retention.ScanYAML("<stdin>", b)
+}
+
+// resolve keeps the references to this registry and resolves their tags;
+// a reference with a digest is taken as is.
+func (s *inuseScan) resolve(cmd *cobra.Command, base *url.URL, ours map[string]bool, found []retention.Found) ([]retention.Image, error) {
+	images := []retention.Image{}
+	var missing, other []string
+	for _, f := range found {
+		ref, err := retention.ParseImage(f.Image)
+		if err != nil {
+			return nil, &exitError{exitRejected, fmt.Errorf("%s %s %s: %w", f.Where, f.Object, f.Field, err)}
+		}
+		if !ours[ref.Host] {
+			other = append(other, f.Image)
+			continue
+		}
+		d := ref.Digest
+		if d == "" {
+			d, err = s.head(cmd, base, ref)
+			if errors.Is(err, errTagUnknown) && s.allowMissing {
+				missing = append(missing, f.Image+" ("+f.Where+")")
+				continue
+			}
+			if err != nil {
+				return nil, &exitError{exitFailure, fmt.Errorf("%s %s: resolve %s: %w", f.Where, f.Object, f.Image, err)}
+			}
+		}
+		images = append(images, retention.Image{Repository: ref.Path, Digest: d})
+	}
+	w := cmd.ErrOrStderr()
+	for _, m := range missing {
+		fmt.Fprintf(w, "warning: not in the registry, skipped: %s\n", m)
+	}
+	if len(other) > 0 {
+		fmt.Fprintf(w, "%d references to other registries skipped\n", len(other))
+		if s.verbose {
+			for _, o := range other {
+				fmt.Fprintf(w, "  %s\n", o)
+			}
+		}
+	}
+	return retention.SortImages(images), nil
+}
+
+var errTagUnknown = errors.New("tag not in the registry")
+
+// head resolves a tag to its manifest digest with a HEAD against base.
+func (s *inuseScan) head(cmd *cobra.Command, base *url.URL, ref retention.ImageRef) (digest.Digest, error) {
+	var opts []name.Option
+	if base.Scheme == "http" {
+		opts = append(opts, name.Insecure)
+	}
+	tag, err := name.NewTag(base.Host+"/"+ref.Path+":"+ref.Tag, opts...)
+	if err != nil {
+		return "", err
+	}
+	var a authn.Authenticator = authn.Anonymous
+	switch {
+	case s.token != "":
+		a = &authn.Bearer{Token: s.token}
+	case s.user != "":
+		user, pass, ok := strings.Cut(s.user, ":")
+		if !ok {
+			pass = os.Getenv("RECLAIM_PASSWORD")
+		}
+		a = &authn.Basic{Username: user, Password: pass}
+	}
+	desc, err := remote.Head(tag, remote.WithAuth(a), remote.WithContext(cmd.Context()))
+	var te *transport.Error
+	if errors.As(err, &te) && te.StatusCode == http.StatusNotFound {
+		return "", fmt.Errorf("%w: %s", errTagUnknown, tag)
+	}
+	if err != nil {
+		return "", err
+	}
+	return digest.Digest(desc.Digest.String()), nil
+}
+
+func (s *inuseScan) print(cmd *cobra.Command, images []retention.Image) error {
+	out := cmd.OutOrStdout()
+	if s.json {
+		return json.NewEncoder(out).Encode(map[string]any{"images": images})
+	}
+	for _, im := range images {
+		fmt.Fprintln(out, im.String())
+	}
+	return nil
+}
+
+func init() {
+	distregistry.RootCmd.AddCommand(newInUseCommand())
+}

@@ -1,0 +1,102 @@
+package registry
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/reclaim-registry/reclaim/retention"
+)
+
+// The in-use index:
+//
+//	GET    /gc/v1/inuse/sources           every source, its age and size
+//	GET    /gc/v1/inuse/sources/<source>  one source and its images
+//	PUT    /gc/v1/inuse/sources/<source>  replace what it declares: {"images":[{"repository","digest"}]}
+//	DELETE /gc/v1/inuse/sources/<source>  forget it
+//
+// The index spans repositories, so it asks for the registry-wide scope
+// Distribution's catalog uses (registry:catalog:*), for reads too: it says
+// what runs where.
+
+// maxInUseBody bounds a source's upload: some 150,000 images.
+const maxInUseBody = 32 << 20
+
+// sourceView is a source as the API shows it, with its age.
+type sourceView struct {
+	retention.Source
+	AgeSeconds int64 `json:"age_seconds"`
+}
+
+func view(src retention.Source, now time.Time) sourceView {
+	return sourceView{Source: src, AgeSeconds: int64(now.Sub(src.UpdatedAt) / time.Second)}
+}
+
+func (h *gcAPI) inuse(w http.ResponseWriter, r *http.Request, rest string) error {
+	name, one := strings.CutPrefix(rest, "sources/")
+	if !one && rest != "sources" {
+		return fmt.Errorf("%w: %s", errNotFound, r.URL.Path)
+	}
+	if err := h.access.authorizeCatalog(r); err != nil {
+		return err
+	}
+	s := h.backend.InUse
+	if s == nil {
+		return fmt.Errorf("%w: the in-use index needs the reclaim storage middleware's Redis", errMethod)
+	}
+	ctx, now := r.Context(), time.Now()
+	if !one || name == "" {
+		if r.Method != http.MethodGet {
+			return fmt.Errorf("%w: %s; list sources with GET, or name the source", errMethod, r.Method)
+		}
+		srcs, err := s.Sources(ctx)
+		if err != nil {
+			return err
+		}
+		out := make([]sourceView, len(srcs))
+		for i, src := range srcs {
+			out[i] = view(src, now)
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"sources": out})
+		return nil
+	}
+	if err := retention.ValidateSource(name); err != nil {
+		return err
+	}
+	switch r.Method {
+	case http.MethodGet:
+		src, images, err := s.Images(ctx, name)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"source": view(src, now), "images": images})
+		return nil
+	case http.MethodPut:
+		var req struct {
+			Images []retention.Image `json:"images"`
+		}
+		if err := readJSON(r, maxInUseBody, &req); err != nil {
+			return err
+		}
+		if req.Images == nil {
+			return fmt.Errorf("%w: the body must list \"images\" (an empty list declares that the source runs nothing)", retention.ErrInvalid)
+		}
+		if err := retention.ValidateImages(req.Images, validateRepository); err != nil {
+			return err
+		}
+		src, err := s.Put(ctx, name, retention.SortImages(req.Images), now)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, view(src, now))
+		return nil
+	case http.MethodDelete:
+		if err := s.Delete(ctx, name); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	return fmt.Errorf("%w: %s; use GET, PUT or DELETE", errMethod, r.Method)
+}

@@ -1,0 +1,137 @@
+package registry
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/retention"
+)
+
+// Pins, under the repository endpoints:
+//
+//	GET    /gc/v1/repositories/<name>/pins          the repository's active pins
+//	GET    /gc/v1/repositories/<name>/pins/<ref>    one pin
+//	PUT    /gc/v1/repositories/<name>/pins/<ref>    pin a tag or a digest {note, expires_at | expires_in}
+//	DELETE /gc/v1/repositories/<name>/pins/<ref>    unpin
+//
+// PUT and DELETE need "delete" on the repository, as a collection does;
+// GET needs "pull". The collection routes are POST, so a method tells the
+// two apart. The name is everything before the last "/pins" or
+// "/pins/<ref>" (a ref holds no '/'): "x/pins/pins" is the pin "pins" of
+// x, and the pins of a repository named "x/pins" are listed at
+// "x/pins/pins/".
+
+var pinsRe = regexp.MustCompile(`^(.+?)/pins(?:/([^/]*))?$`)
+
+// errManifestUnknown: the pinned tag or manifest is not in the repository.
+var errManifestUnknown = errors.New("manifest unknown")
+
+// errPinRace: the pin was stored while a collector held the manifest's
+// fence; whether the manifest survived is known only once the fence is
+// released.
+var errPinRace = errors.New("a collection is deleting this manifest right now; the pin is stored " +
+	"and kept it if the collection had not re-checked pins yet: repeat the request to find out (404 if it was deleted)")
+
+func (h *gcAPI) pins(w http.ResponseWriter, r *http.Request, repo, ref string) error {
+	if err := validateRepository(repo); err != nil {
+		return err
+	}
+	action := "delete"
+	if r.Method == http.MethodGet {
+		action = "pull"
+	}
+	if err := h.access.authorize(r, repo, action); err != nil {
+		return err
+	}
+	b := h.backend
+	if b.Pins == nil {
+		return fmt.Errorf("%w: pins need the reclaim storage middleware's Redis", errMethod)
+	}
+	if ref == "" {
+		if r.Method != http.MethodGet {
+			return fmt.Errorf("%w: %s; list pins with GET, or name the tag or digest to pin", errMethod, r.Method)
+		}
+		list, err := b.Pins.List(r.Context(), repo)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"repository": repo, "pins": list})
+		return nil
+	}
+	pref, err := retention.ParseRef(ref)
+	if err != nil {
+		return err
+	}
+	switch r.Method {
+	case http.MethodGet:
+		pin, err := b.Pins.Get(r.Context(), repo, pref.String())
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, pin)
+		return nil
+	case http.MethodPut:
+		return h.putPin(w, r, repo, pref)
+	case http.MethodDelete:
+		if err := b.Pins.Delete(r.Context(), repo, pref.String()); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	return fmt.Errorf("%w: %s; use GET, PUT or DELETE", errMethod, r.Method)
+}
+
+// putPin stores the pin, then asks whether a collector fences the pinned
+// manifest. A collector re-reads pins under its fence right before it
+// deletes (gc's deleter), so: no fence now means any later fence comes
+// after the pin and its re-read sees it; a fence now means the collector
+// may have re-read already, and the caller is told so (409) instead of
+// being promised a protection that may come too late.
+func (h *gcAPI) putPin(w http.ResponseWriter, r *http.Request, repo string, ref retention.Ref) error {
+	var req retention.PinRequest
+	if err := readJSON(r, maxBody, &req); err != nil {
+		return err
+	}
+	pin, err := retention.NewPin(repo, ref, req, time.Now())
+	if err != nil {
+		return err
+	}
+	b, ctx := h.backend, r.Context()
+	if b.Exists == nil || b.HasVersion == nil || b.Fenced == nil {
+		return fmt.Errorf("%w: pins need the reclaim storage middleware", errMethod)
+	}
+	if ok, err := b.Exists(ctx, repo); err != nil {
+		return fmt.Errorf("%w: %v", retention.ErrUnavailable, err)
+	} else if !ok {
+		return fmt.Errorf("%w: %s", gc.ErrRepositoryNotFound, repo)
+	}
+	if ok, err := b.HasVersion(ctx, repo, ref); err != nil {
+		return fmt.Errorf("%w: %v", retention.ErrUnavailable, err)
+	} else if !ok {
+		return fmt.Errorf("%w: %s in %s", errManifestUnknown, ref, repo)
+	}
+	created, err := b.Pins.Put(ctx, pin)
+	if err != nil {
+		return err
+	}
+	if ref.Digest != "" {
+		fenced, err := b.Fenced(ctx, repo, ref.Digest)
+		if err != nil {
+			return fmt.Errorf("%w: the pin is stored, but whether a collection is deleting the manifest could not be read: %v", retention.ErrUnavailable, err)
+		}
+		if fenced {
+			return errPinRace
+		}
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, pin)
+	return nil
+}

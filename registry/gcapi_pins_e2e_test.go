@@ -1,0 +1,223 @@
+package registry_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/registry/registrytest"
+	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+)
+
+func pinPath(repo string, ref fmt.Stringer) string {
+	return "/gc/v1/repositories/" + repo + "/pins/" + ref.String()
+}
+
+// pin PUTs a pin and returns the status and the body.
+func (g *gcRegistry) pin(t *testing.T, repo string, ref fmt.Stringer, body string) (int, []byte) {
+	t.Helper()
+	code, _, b := g.send(t, http.MethodPut, pinPath(repo, ref), body)
+	return code, b
+}
+
+// keptAs returns the decision the report kept d with; it fails the test
+// when d was deleted.
+func keptAs(t *testing.T, rep *gc.Report, d digest.Digest) gc.Decision {
+	t.Helper()
+	for _, k := range rep.Kept {
+		if k.Kind == gc.KindManifest && k.Digest == d {
+			return k
+		}
+	}
+	t.Fatalf("%s not kept: deleted %v", d, rep.ManifestsDeleted)
+	return gc.Decision{}
+}
+
+// Pin an untagged manifest: a collection keeps it as "pinned"; unpin it,
+// and the next collection deletes it.
+func TestE2EPinKeepsUntaggedManifest(t *testing.T) {
+	g := startGC(t)
+	d := deletable(t, g, "pin/app")
+	code, body := g.pin(t, "pin/app", d, `{"note":"legal hold #42"}`)
+	var pin retention.Pin
+	if code != http.StatusCreated || json.Unmarshal(body, &pin) != nil || pin.Note != "legal hold #42" || pin.Ref != d.String() || pin.ExpiresAt != nil {
+		t.Fatalf("PUT pin: %d %s", code, body)
+	}
+	if code, body := g.pin(t, "pin/app", d, `{"note":"legal hold #43"}`); code != http.StatusOK {
+		t.Fatalf("PUT again: %d %s, want 200 (replaced)", code, body)
+	}
+	code, _, body = g.send(t, http.MethodGet, "/gc/v1/repositories/pin/app/pins", "")
+	var list struct {
+		Pins []retention.Pin `json:"pins"`
+	}
+	if code != http.StatusOK || json.Unmarshal(body, &list) != nil || len(list.Pins) != 1 || list.Pins[0].Note != "legal hold #43" {
+		t.Fatalf("GET pins: %d %s", code, body)
+	}
+	rep := g.collect(t, "pin/app")
+	if k := keptAs(t, rep, d); k.Reason != gc.Pinned {
+		t.Fatalf("kept as %s, want pinned", k.Reason)
+	}
+	if !stored(t, g, "pin/app", d) {
+		t.Fatal("the pinned manifest is gone")
+	}
+
+	if code, _, body := g.send(t, http.MethodDelete, pinPath("pin/app", d), ""); code != http.StatusNoContent {
+		t.Fatalf("DELETE pin: %d %s", code, body)
+	}
+	if code, _, body := g.send(t, http.MethodDelete, pinPath("pin/app", d), ""); code != http.StatusNotFound {
+		t.Fatalf("DELETE again: %d %s, want 404", code, body)
+	}
+	rep = g.collect(t, "pin/app")
+	if !containsDigest(rep.ManifestsDeleted, d) || stored(t, g, "pin/app", d) {
+		t.Fatalf("after unpinning: deleted %v", rep.ManifestsDeleted)
+	}
+}
+
+// A pin past its expiry protects nothing.
+func TestE2EExpiredPinDoesNotProtect(t *testing.T) {
+	g := startGC(t)
+	old := push(t, g, "exp/app:old", registrytest.Image(t, layer(t)))
+	push(t, g, "exp/app:keep", registrytest.Image(t, layer(t)))
+	untag(t, g, "exp/app", "old")
+	d := digest.Digest(old.String())
+	expiry := time.Now().Add(time.Second).UTC().Format(time.RFC3339Nano)
+	if code, body := g.pin(t, "exp/app", d, `{"expires_at":"`+expiry+`"}`); code != http.StatusCreated {
+		t.Fatalf("PUT pin: %d %s", code, body)
+	}
+	g.settle() // outlasts the window, and with it the pin's second
+	if code, _, body := g.send(t, http.MethodGet, pinPath("exp/app", d), ""); code != http.StatusNotFound {
+		t.Fatalf("GET expired pin: %d %s, want 404", code, body)
+	}
+	rep := g.collect(t, "exp/app")
+	if !containsDigest(rep.ManifestsDeleted, d) {
+		t.Fatalf("an expired pin kept %s: %+v", d, rep.Kept)
+	}
+}
+
+// A pin added after the plan is respected when the plan is applied.
+func TestE2EPinAfterPlanIsRespected(t *testing.T) {
+	g := startGC(t)
+	d := deletable(t, g, "late/app")
+	plan := makePlan(t, g, "late/app")
+	if code, body := g.pin(t, "late/app", d, ""); code != http.StatusCreated {
+		t.Fatalf("PUT pin: %d %s", code, body)
+	}
+	code, body := g.post(t, "/gc/v1/repositories/late/app/plans/"+plan+"/apply?dry_run=false")
+	rep := decodeReport(t, body)
+	if code != http.StatusOK || keptAs(t, rep, d).Reason != gc.Pinned || !stored(t, g, "late/app", d) {
+		t.Fatalf("apply: %d %s", code, body)
+	}
+	if len(rep.Changed) == 0 || rep.Changed[0].Digest != d || rep.Changed[0].Reason != gc.Pinned {
+		t.Fatalf("changed %+v, want %s pinned", rep.Changed, d)
+	}
+}
+
+// A pin that lands while the collection holds the manifest's fence, before
+// its last re-check (the tags are re-read under the fence, then the pins):
+// the PUT answers 409 GC_DELETING, and the collection keeps the manifest
+// as pinned. Asking again then answers 200.
+func TestE2EPinUnderTheFenceIsRespected(t *testing.T) {
+	g := startGC(t)
+	d := deletable(t, g, "race/app")
+	var during int
+	var body []byte
+	fired := false
+	setHook(t, func(_ context.Context, method, path string) error {
+		if method == "List" && path == layout.TagsDir("race/app") && !fired {
+			fired = true // the sweep's re-read of the tags: the fence is held
+			during, body = g.pin(t, "race/app", d, `{"note":"deployed"}`)
+		}
+		return nil
+	})
+	code, rb := g.collectRaw(t, "race/app", false)
+	if !fired || during != http.StatusConflict {
+		t.Fatalf("PUT under the fence: fired %v, %d %s; want 409", fired, during, body)
+	}
+	if c, _ := decodeErr(t, body); c != "GC_DELETING" {
+		t.Fatalf("PUT under the fence: %s", body)
+	}
+	rep := decodeReport(t, rb)
+	if k := keptAs(t, rep, d); code != http.StatusOK || k.Reason != gc.Pinned || k.Detail != "pinned since the plan" || !stored(t, g, "race/app", d) {
+		t.Fatalf("collect: %d %+v", code, k)
+	}
+	if code, body := g.pin(t, "race/app", d, `{"note":"deployed"}`); code != http.StatusOK {
+		t.Fatalf("PUT after the run: %d %s", code, body)
+	}
+}
+
+// A pin that lands after the collection's last re-check, while it deletes:
+// the PUT is never answered with a protection that came too late. It says
+// 409; asked again once the delete is done, 404.
+func TestE2EPinTooLateIsNotPromised(t *testing.T) {
+	g := startGC(t)
+	d := deletable(t, g, "gone/app")
+	var during int
+	setHook(t, func(_ context.Context, method, path string) error {
+		if method == "Delete" && path == layout.RevisionDir("gone/app", d) && during == 0 {
+			during, _ = g.pin(t, "gone/app", d, "")
+		}
+		return nil
+	})
+	code, rb := g.collectRaw(t, "gone/app", false)
+	if rep := decodeReport(t, rb); code != http.StatusOK || !containsDigest(rep.ManifestsDeleted, d) {
+		t.Fatalf("collect: %d %s", code, rb)
+	}
+	if during != http.StatusConflict {
+		t.Fatalf("PUT during the delete: %d, want 409", during)
+	}
+	if code, body := g.pin(t, "gone/app", d, ""); code != http.StatusNotFound {
+		t.Fatalf("PUT after the delete: %d %s, want 404", code, body)
+	}
+}
+
+// Bad requests are 400 and unknown things 404, before anything is stored.
+func TestE2EPinRequests(t *testing.T) {
+	g := startGC(t)
+	d := deletable(t, g, "req/app")
+	for _, tc := range []struct {
+		method, path, body string
+		status             int
+		code               string
+	}{
+		{http.MethodPut, "/gc/v1/repositories/req/app/pins/-bad", "", 400, "PARAM_INVALID"},
+		{http.MethodPut, "/gc/v1/repositories/Req/pins/v1", "", 400, "NAME_INVALID"},
+		{http.MethodPut, pinPath("req/app", d), `{"expires_in":"-1h"}`, 400, "PARAM_INVALID"},
+		{http.MethodPut, pinPath("req/app", d), `{"ttl":"1h"}`, 400, "PARAM_INVALID"},
+		{http.MethodPut, pinPath("req/app", d), `{"note":"a"} {}`, 400, "PARAM_INVALID"},
+		{http.MethodPut, pinPath("no/such", d), "", 404, "NAME_UNKNOWN"},
+		{http.MethodPut, pinPath("req/app", digest.FromString("nope")), "", 404, "MANIFEST_UNKNOWN"},
+		{http.MethodPut, "/gc/v1/repositories/req/app/pins/nosuchtag", "", 404, "MANIFEST_UNKNOWN"},
+		{http.MethodGet, "/gc/v1/repositories/req/app/pins/v1", "", 404, "PIN_UNKNOWN"},
+		{http.MethodPut, "/gc/v1/repositories/req/app/pins", "", 405, "UNSUPPORTED"},
+	} {
+		code, _, body := g.send(t, tc.method, tc.path, tc.body)
+		if c, _ := decodeErr(t, body); code != tc.status || c != tc.code {
+			t.Errorf("%s %s %s: %d %s, want %d %s", tc.method, tc.path, tc.body, code, body, tc.status, tc.code)
+		}
+	}
+	// A tag pin: stored and listed; it keeps the tag from retention, and
+	// the collector keeps a tagged manifest anyway.
+	if code, body := g.pin(t, "req/app", stringer("keep"), `{"expires_in":"720h"}`); code != http.StatusCreated {
+		t.Fatalf("tag pin: %d %s", code, body)
+	}
+	code, _, body := g.send(t, http.MethodGet, "/gc/v1/repositories/req/app/pins/", "")
+	if code != http.StatusOK || !json.Valid(body) || !strings.Contains(string(body), `"ref": "keep"`) {
+		t.Fatalf("list: %d %s", code, body)
+	}
+	// The unpinned manifest goes as before.
+	if rep := g.collect(t, "req/app"); !containsDigest(rep.ManifestsDeleted, d) {
+		t.Fatalf("deleted %v", rep.ManifestsDeleted)
+	}
+}
+
+type stringer string
+
+func (s stringer) String() string { return string(s) }

@@ -1,0 +1,77 @@
+package registry
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/distribution/distribution/v3/configuration"
+	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
+	"github.com/opencontainers/go-digest"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/redisdb"
+)
+
+// Pins ask for what a collection asks for (delete on the repository; pull
+// to read), the in-use index for the registry-wide catalog scope.
+func TestPinsAndInUseScopes(t *testing.T) {
+	conf := &configuration.Configuration{Auth: configuration.Auth{"gcscopetest": configuration.Parameters{}}}
+	col, err := gc.New(gc.Config{Driver: inmemory.New(), Tracker: notRecording{}, Links: noLinks{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer c.Close()
+	b := &gcBackend{Collector: col, Pins: redisdb.NewPins(c, "t:", nil), InUse: redisdb.NewInUse(c, "t:"),
+		Exists:     func(context.Context, string) (bool, error) { return true, nil },
+		HasVersion: func(context.Context, string, retention.Ref) (bool, error) { return true, nil },
+		Fenced:     func(context.Context, string, digest.Digest) (bool, error) { return false, nil }}
+	srv := httptest.NewServer(newGCAPI(newAccessControl(conf), config.Options{GC: config.GC{Enabled: true}}, b, http.NotFoundHandler()))
+	defer srv.Close()
+
+	do := func(method, path, body, grant string) *http.Response {
+		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		if grant != "" {
+			req.Header.Set("X-Scopes", grant)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	pin := "/gc/v1/repositories/team/app/pins/" + digest.FromString("m").String()
+	for _, tc := range []struct {
+		method, path, body, grant string
+		want                      int
+		asks                      string
+	}{
+		{"PUT", pin, "", "", 401, ""},
+		{"PUT", pin, "", "repository:team/app:pull,repository:team/app:push", 401, "repository:team/app:delete"},
+		{"PUT", pin, "", "repository:team/app:delete", 201, ""},
+		{"GET", "/gc/v1/repositories/team/app/pins", "", "repository:other:pull", 401, "repository:team/app:pull"},
+		{"GET", "/gc/v1/repositories/team/app/pins", "", "repository:team/app:pull", 200, ""},
+		{"DELETE", pin, "", "repository:team/app:pull", 401, "repository:team/app:delete"},
+		{"DELETE", pin, "", "repository:team/app:delete", 204, ""},
+		{"PUT", "/gc/v1/inuse/sources/prod", `{"images":[]}`, "repository:team/app:delete", 401, "registry:catalog:*"},
+		{"PUT", "/gc/v1/inuse/sources/prod", `{"images":[]}`, "registry:catalog:*", 200, ""},
+		{"GET", "/gc/v1/inuse/sources", "", "repository:team/app:pull", 401, "registry:catalog:*"},
+		{"GET", "/gc/v1/inuse/sources", "", "registry:catalog:*", 200, ""},
+		{"DELETE", "/gc/v1/inuse/sources/prod", "", "registry:catalog:*", 204, ""},
+	} {
+		r := do(tc.method, tc.path, tc.body, tc.grant)
+		if r.StatusCode != tc.want || !strings.Contains(r.Header.Get("WWW-Authenticate"), tc.asks) {
+			t.Errorf("%s %s with %q: %d %q, want %d asking %q", tc.method, tc.path, tc.grant, r.StatusCode,
+				r.Header.Get("WWW-Authenticate"), tc.want, tc.asks)
+		}
+	}
+}

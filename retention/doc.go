@@ -1,0 +1,15 @@
+/*
+Package retention holds what deploy-aware retention knows besides the
+garbage collector: pins (versions an operator keeps on purpose) and the
+in-use index (the exact images each deploy source declares it runs), and
+the scanner that reads those images out of Kubernetes YAML.
+
+The in-use index is keyed by registry path, repository plus digest, never by
+team: a shared image that three teams run is in use for all of them.
+
+The package does no I/O besides reading the files it is asked to scan: the
+stores live in retention/redisdb, the HTTP API in registry, the CLI in
+cmd/registry. A pin protects an untagged manifest from the collector
+through gc's Pinner seam; see docs/api.md, "Pins" and "In-use index".
+*/
+package retention

@@ -1,0 +1,17 @@
+// Package redisdb stores pins and the in-use index in Redis.
+//
+// The key schema. Every key starts with the registry's prefix (default
+// "reclaim:"). The keys of one repository share the hash tag {<repository>}
+// and the keys of one source share {inuse:<source>}, so each is one slot in
+// Redis Cluster and a source is replaced atomically (MULTI). Repository
+// names hold no ':' and source names no '{', '}' or ':', so the two
+// families cannot meet.
+//
+//	reclaim:{<repo>}:pins                hash: <tag or digest> -> JSON retention.Pin
+//	reclaim:{inuse:<source>}:images      set: "<repo>@<digest>", what the source declared last
+//	reclaim:{inuse:<source>}:meta        JSON retention.Source (name, updated_at, images)
+//	reclaim:inuse:sources                set of source names (written before a source, removed after)
+//
+// An expired pin is ignored on read and removed by the next listing, only
+// if it was not replaced meanwhile.
+package redisdb
