@@ -20,8 +20,14 @@ import (
 const RedisAddrEnv = "RECLAIM_TEST_REDIS_ADDR"
 
 // ClusterEnv names the environment variable that turns the cluster
-// backend off ("0") in packages whose TestMain is storagetest.Main.
+// backend off ("0") in packages whose TestMain is storagetest.Main, or
+// runs every combination of the slowest test matrices on it too ("all";
+// by default they run one combination there, see ClusterAll).
 const ClusterEnv = "RECLAIM_TEST_CLUSTER"
+
+// ClusterAll reports RECLAIM_TEST_CLUSTER=all: tests whose matrices do not
+// vary the Redis calls run every combination on the cluster backend too.
+func ClusterAll() bool { return os.Getenv(ClusterEnv) == "all" }
 
 // Backend is one Redis to run a test against, with a key prefix of its own
 // so parallel tests (and packages) never collide on a real server.

@@ -3,12 +3,16 @@ package storagetest
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 )
 
-// The fixtures start, serve, fail over, and stop.
+// The fixtures start, serve, fail over, and stop. The tracker's and the
+// storage package's failover tests use them in CI; these run with
+// RECLAIM_TEST_FAILOVER_LONG=1.
 func TestClusterFailsOver(t *testing.T) {
+	longForm(t)
 	c := StartCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -51,6 +55,7 @@ func TestClusterFailsOver(t *testing.T) {
 }
 
 func TestSentinelFailsOver(t *testing.T) {
+	longForm(t)
 	s := StartSentinel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -73,5 +78,11 @@ func TestSentinelFailsOver(t *testing.T) {
 	t.Logf("sentinels promoted %s %v after the master %s was killed", s.Replica(), time.Since(t0).Round(time.Millisecond), m)
 	if err := waitFor(ctx, func(ctx context.Context) error { return c.Get(ctx, "k").Err() }); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func longForm(t *testing.T) {
+	if os.Getenv("RECLAIM_TEST_FAILOVER_LONG") == "" {
+		t.Skip("set RECLAIM_TEST_FAILOVER_LONG=1")
 	}
 }

@@ -200,12 +200,16 @@ func (e *failoverEnv) trusted(ctx context.Context, t *testing.T, round int) {
 	}
 }
 
-// replicated waits until the master of key has replicated every write.
+// replicated waits until the master of key has replicated every write
+// (to its replica, if it still has one: a promoted one has none).
 func (e *failoverEnv) replicated(ctx context.Context, t *testing.T, key string) {
 	t.Helper()
 	m, err := e.rig.masterFor(ctx, key)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := e.rig.replicaOf(ctx, m); err != nil {
+		return
 	}
 	c := redis.NewClient(&redis.Options{Addr: m})
 	defer c.Close()
