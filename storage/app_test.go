@@ -41,7 +41,7 @@ type appOptions struct {
 	noReclaim bool   // measure upstream without the middleware
 	cache     string // blob descriptor cache: "", "inmemory"
 	window    time.Duration
-	redisAddr string
+	redisAddr string // host:port, or a cluster's nodes joined by commas
 	prefix    string
 	root      string // storage root; default a new temporary directory
 	// validation replaces Distribution's `validation:` section (default:
@@ -60,6 +60,11 @@ type testApp struct {
 	host  string
 	root  string
 }
+
+// skipCache: Distribution's redis blob descriptor cache does not work on a
+// Redis Cluster (config.ErrClusterDescriptorCache), so the cluster backend
+// runs without it.
+func skipCache(b storagetest.Backend, cache string) bool { return cache == "redis" && b.Cluster }
 
 // newTestApp runs Distribution's app in-process on the filesystem driver,
 // with (count -> testhook -> reclaim) storage middlewares and our Handler.
@@ -89,13 +94,17 @@ func newTestApp(t testing.TB, o appOptions) *testApp {
 		cfg.Storage["cache"] = configuration.Parameters{"blobdescriptor": o.cache}
 	}
 	if o.cache == "redis" {
-		cfg.Redis.Options.Addrs = []string{o.redisAddr}
+		cfg.Redis.Options.Addrs = storagetest.Addrs(o.redisAddr)
 	}
 	mws := []configuration.Middleware{{Name: "count"}, {Name: "testhook"}}
 	if !o.noReclaim {
 		opts := map[string]any{"prefix": o.prefix}
 		if o.redisAddr != "" {
-			opts["redis"] = map[any]any{"addrs": []any{o.redisAddr}}
+			var addrs []any // a cluster's nodes are comma-separated
+			for _, a := range storagetest.Addrs(o.redisAddr) {
+				addrs = append(addrs, a)
+			}
+			opts["redis"] = map[any]any{"addrs": addrs}
 		}
 		if o.window > 0 {
 			opts["window"] = o.window.String()

@@ -125,6 +125,9 @@ var interleavings = []struct {
 func TestInterleavings(t *testing.T) {
 	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
 		for _, cache := range []string{"", "inmemory", "redis"} {
+			if skipCache(b, cache) {
+				continue
+			}
 			t.Run("cache="+cache, func(t *testing.T) {
 				for _, tc := range interleavings {
 					t.Run(tc.name, func(t *testing.T) { tc.run(t, newWindowApp(t, b, cache)) })

@@ -32,6 +32,9 @@ import (
 func forEachCache(t *testing.T, caches []string, f func(t *testing.T, a *testApp)) {
 	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
 		for _, cache := range caches {
+			if skipCache(b, cache) {
+				continue
+			}
 			t.Run("cache="+cache, func(t *testing.T) {
 				f(t, newTestApp(t, appOptions{cache: cache, redisAddr: b.Addr, prefix: b.Prefix}))
 			})

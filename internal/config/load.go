@@ -17,6 +17,13 @@ import (
 // delete what a cached manifest is about to need.
 var ErrProxyGC = errors.New("garbage collection is not supported on a pull-through cache (proxy.remoteurl is set)")
 
+// ErrClusterDescriptorCache: Distribution's redis blob descriptor cache is
+// on a Redis Cluster. Its Clear (every blob or manifest DELETE) runs one
+// MULTI over keys of different hash slots ("repository::<r>::blobs",
+// "blobs::<digest>", ...), which a cluster refuses (CROSSSLOT): every
+// DELETE would fail with 500.
+var ErrClusterDescriptorCache = errors.New("distribution's redis blob descriptor cache does not work on a Redis Cluster (its deletes touch keys of several hash slots in one transaction)")
+
 // Enabled reports whether conf lists the reclaim middleware without
 // `disabled: true`.
 func Enabled(conf *configuration.Configuration) bool {
@@ -61,6 +68,10 @@ func Load(conf *configuration.Configuration) (o Options, on bool, err error) {
 		}
 		if fallback {
 			o.Redis = dist
+		}
+		if cache && len(dist.Addrs) > 1 && dist.MasterName == "" {
+			return Options{}, true, fmt.Errorf("config: %w: use storage: cache: blobdescriptor: inmemory, or a standalone or Sentinel redis in the redis: section "+
+				"(the reclaim middleware's own redis: may be the cluster)", ErrClusterDescriptorCache)
 		}
 		if cache {
 			o.DescriptorCache = &dist

@@ -161,3 +161,25 @@ func TestOpenRedisTimeouts(t *testing.T) {
 		t.Fatal("a descriptor cache client without a descriptor cache")
 	}
 }
+
+// Distribution's redis blob descriptor cache cannot delete on a Redis
+// Cluster (CROSSSLOT): refused at start, not as a 500 on every DELETE.
+func TestLoadRefusesDescriptorCacheOnCluster(t *testing.T) {
+	for _, tc := range []struct {
+		addrs   []string
+		master  string
+		refused bool
+	}{
+		{[]string{"c1:6379", "c2:6379", "c3:6379"}, "", true},
+		{[]string{"s1:26379", "s2:26379"}, "registry", false},
+		{[]string{"redis:6379"}, "", false},
+	} {
+		conf := withEntries(configuration.Middleware{Name: MiddlewareName, Options: configuration.Parameters{}})
+		conf.Storage = configuration.Storage{"inmemory": configuration.Parameters{}, "cache": configuration.Parameters{"blobdescriptor": "redis"}}
+		conf.Redis.Options.Addrs, conf.Redis.Options.MasterName = tc.addrs, tc.master
+		_, _, err := Load(conf)
+		if errors.Is(err, ErrClusterDescriptorCache) != tc.refused || (!tc.refused && err != nil) {
+			t.Fatalf("cache on %v (master %q): %v, want refused=%v", tc.addrs, tc.master, err, tc.refused)
+		}
+	}
+}

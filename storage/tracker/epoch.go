@@ -88,6 +88,12 @@ func (t *Tracker) KeepRecording(ctx context.Context, interval time.Duration) {
 // from now until Redis answers again.
 func (t *Tracker) failed(ctx context.Context, op string, err error) {
 	metricRedisErrors.WithLabelValues(op).Inc()
+	if cc, ok := t.c.(*redis.ClusterClient); ok {
+		// go-redis re-reads a cluster's slot map on MOVED or once a
+		// minute, not when a dead master refuses connections: ask now
+		// (in the background), so calls find a promoted replica soon.
+		cc.ReloadState(ctx)
+	}
 	if !t.failing.Swap(true) {
 		rlog.From(ctx).WithError(err).Warn("reclaim: redis unavailable; pulls go on, access records have a gap that GC will not trust")
 	}

@@ -76,8 +76,14 @@ func (t *Tracker) Fence(ctx context.Context, o layout.Object, window, lease time
 	}
 	f := &Fence{Object: o, Token: tok, Taken: time.UnixMilli(res[1]), key: t.fenceKey(o)}
 	// The epoch lives in another hash slot, so it is checked right after
-	// the fence is taken; a fence without a trusted epoch is given back.
-	since, err := t.RecordingSince(ctx)
+	// the fence is taken, once the master that ran the script is known to
+	// have kept its records (fencecheck.go); a fence without a trusted
+	// epoch is given back.
+	err = t.checkServer(ctx, f.key)
+	var since time.Time
+	if err == nil {
+		since, err = t.RecordingSince(ctx)
+	}
 	if err == nil && f.Taken.Sub(since) < window {
 		err = fmt.Errorf("%w: recording only since %s, window %v", layout.ErrNotRecording, since.UTC().Format(time.RFC3339), window)
 	}
