@@ -153,3 +153,10 @@ func redisBinaries() (server, cli string, err error) {
 	}
 	return server, cli, nil
 }
+
+// ClusterAvailable says whether StartCluster can run here (redis-server and
+// redis-cli are installed), so a test can pick a cluster over one server.
+func ClusterAvailable() bool {
+	_, _, err := redisBinaries()
+	return err == nil
+}
