@@ -159,7 +159,6 @@ var funcs = template.FuncMap{
 	"ms":     humanMS,
 	"when":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
 	"ago":    ago,
-	"short":  shortDigest,
 	"prefix": func() string { return Prefix },
 }
 
@@ -192,14 +191,4 @@ func ago(t time.Time) string {
 		return "just now"
 	}
 	return d.Round(time.Second).String() + " ago"
-}
-
-// shortDigest shows a digest's algorithm and first 12 hex digits; the page
-// puts the whole digest in the title.
-func shortDigest(d digest.Digest) string {
-	s := string(d)
-	if i := strings.IndexByte(s, ':'); i >= 0 && len(s) > i+13 {
-		return s[:i+13] + "…"
-	}
-	return s
 }
