@@ -1,9 +1,14 @@
 package console_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
 	"strings"
 	"testing"
 
@@ -94,5 +99,48 @@ func TestConsoleHTTP(t *testing.T) {
 	resp, _ = send(t, r.URL, http.MethodGet, "runs/0123456789abcdef01234567", nil, false, nil)
 	if resp.StatusCode != http.StatusNotFound {
 		t.Errorf("unknown run: %d, want 404", resp.StatusCode)
+	}
+}
+
+// TestConsoleRepositoriesPages lists 150 repositories 100 a page: the
+// second page starts right after the first, and they cover every name once.
+func TestConsoleRepositoriesPages(t *testing.T) {
+	r := startRegistry(t)
+	root := filepath.Join(r.Root, "docker/registry/v2/repositories")
+	var want []string
+	for i := range 150 {
+		name := fmt.Sprintf("org%d/repo%03d", i%3, i)
+		want = append(want, name)
+		if err := os.MkdirAll(filepath.Join(root, name, "_manifests", "revisions"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sort.Strings(want)
+	repoRe := regexp.MustCompile(`<td class="repo" data-label="Repository">([^<]+)</td>`)
+	nextRe := regexp.MustCompile(`rel="next" href="[^"]*\?last=([^"]+)"`)
+	var got []string
+	path := "repositories"
+	for pages := 0; path != ""; pages++ {
+		if pages > 2 {
+			t.Fatal("more than two pages")
+		}
+		resp, body := send(t, r.URL, http.MethodGet, path, nil, false, nil)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d", path, resp.StatusCode)
+		}
+		for _, m := range repoRe.FindAllStringSubmatch(body, -1) {
+			got = append(got, m[1])
+		}
+		path = ""
+		if m := nextRe.FindStringSubmatch(body); m != nil {
+			last, err := url.QueryUnescape(m[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			path = "repositories?last=" + url.QueryEscape(last)
+		}
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("pages list %d names:\n%v\nwant %d:\n%v", len(got), got, len(want), want)
 	}
 }
