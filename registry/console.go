@@ -1,0 +1,178 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/distribution/distribution/v3/registry/auth"
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+
+	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/registry/console"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/linkdb"
+)
+
+// The operator console (registry/console) at /gc/console/, on the
+// registry's own listener and access controller: listing pages need what
+// Distribution's catalog needs ("registry:catalog:*"; any authenticated
+// caller with htpasswd), a run's page "pull" on its repository, and a
+// preview "delete" on it, as a dry-run collect through the GC API does.
+
+// newConsole serves the console in front of next, on the data the status
+// endpoint and the GC API read.
+func (s *Server) newConsole(api *gcAPI, next http.Handler) http.Handler {
+	c := &consoleData{s: s, api: api}
+	return console.New(console.Config{
+		Authorize:    c.authorize,
+		Deny:         writeError,
+		Overview:     c.overview,
+		Runs:         c.runs,
+		Run:          c.run,
+		Repositories: c.repositories,
+		Validate:     validateRepository,
+		Preview:      c.preview,
+	}, next)
+}
+
+type consoleData struct {
+	s   *Server
+	api *gcAPI
+}
+
+var consoleAction = map[console.Access]string{console.Pull: "pull", console.Delete: "delete"}
+
+func (c *consoleData) authorize(r *http.Request, repo string, a console.Access) error {
+	if a != console.List {
+		return c.s.access.authorize(r, repo, consoleAction[a])
+	}
+	ac := c.s.access
+	switch {
+	case ac.err != nil:
+		return fmt.Errorf("access controller: %w", ac.err)
+	case ac.ac == nil:
+		return nil
+	}
+	_, err := ac.ac.Authorized(r, auth.Access{Resource: auth.Resource{Type: "registry", Name: "catalog"}, Action: "*"})
+	return err
+}
+
+// collector is the GC API's collector, nil while the API is off.
+func (c *consoleData) collector() *gc.Collector {
+	if c.api.backend == nil {
+		return nil
+	}
+	return c.api.backend.Collector
+}
+
+func (c *consoleData) runs() []*gc.Report {
+	if col := c.collector(); col != nil {
+		return col.Runs()
+	}
+	return nil
+}
+
+func (c *consoleData) run(id string) (*gc.Report, bool) {
+	if col := c.collector(); col != nil {
+		return col.Run(id)
+	}
+	return nil, false
+}
+
+// preview is a dry-run collect, counted in the metrics as the API's are.
+func (c *consoleData) preview(ctx context.Context, repo string) (*gc.Report, error) {
+	b := c.api.backend
+	if b == nil {
+		return nil, errGCDisabled
+	}
+	if b.Exists != nil {
+		if ok, err := b.Exists(ctx, repo); err == nil && !ok {
+			return nil, fmt.Errorf("%w: %s", gc.ErrRepositoryNotFound, repo)
+		}
+	}
+	rep, err := b.Collector.Collect(ctx, repo, gc.RunOptions{DryRun: true})
+	observe(rep, err)
+	return rep, err
+}
+
+// repositories lists repository names in storage order after last, as
+// Distribution's catalog does: a walk that stops once it has n names.
+func (c *consoleData) repositories(ctx context.Context, last string, n int) ([]string, error) {
+	if c.s.env == nil {
+		return nil, fmt.Errorf("the %q storage middleware is not configured", config.MiddlewareName)
+	}
+	root := layout.RepositoriesRoot
+	var hint string
+	if last != "" {
+		hint = layout.ManifestsDir(last)
+	}
+	var out []string
+	err := c.s.env.Raw.Walk(ctx, root, func(fi storagedriver.FileInfo) error {
+		repo := strings.TrimPrefix(fi.Path(), root+"/")
+		_, file := path.Split(repo)
+		if !strings.HasPrefix(file, "_") {
+			return nil
+		}
+		if repo = strings.TrimSuffix(repo, "/_manifests"); file == "_manifests" && after(repo, last) {
+			out = append(out, repo)
+			if len(out) == n {
+				return storagedriver.ErrFilledBuffer
+			}
+		}
+		return storagedriver.ErrSkipDir
+	}, storagedriver.WithStartAfterHint(hint))
+	var nf storagedriver.PathNotFoundError
+	if err != nil && !errors.Is(err, storagedriver.ErrFilledBuffer) && !errors.As(err, &nf) {
+		return out, err
+	}
+	return out, nil
+}
+
+// after orders repository names as the walk does: path component by
+// component.
+func after(repo, last string) bool {
+	return last == "" || strings.ReplaceAll(repo, "/", "\x00") > strings.ReplaceAll(last, "/", "\x00")
+}
+
+// overview reads what GET /gc/v1/status reports, typed for the page.
+func (c *consoleData) overview(ctx context.Context) console.Overview {
+	o := console.Overview{GCEnabled: c.api.backend != nil, WindowSeconds: int64(c.s.opts.Window.Seconds())}
+	if !o.GCEnabled {
+		o.GCNote = errGCDisabled.Error()
+	}
+	if c.s.reclaimer != nil {
+		o.Reclaimer = c.s.reclaimer.Status(ctx)
+	} else {
+		o.ReclaimerNote = "reclaimer.enabled is false: blobs queued for review are not deleted"
+	}
+	env := c.s.env
+	if env == nil {
+		o.Notes = append(o.Notes, fmt.Sprintf("The %q storage middleware is not configured: no access records, no GC.", config.MiddlewareName))
+		o.Redis.Error, o.LinkDB.Error = "not configured", "not configured"
+		return o
+	}
+	o.WindowSeconds = int64(env.Window.Seconds())
+	if since, err := env.Tracker.RecordingSince(ctx); err != nil {
+		o.Redis.Error = err.Error()
+	} else {
+		o.Redis.OK, o.Redis.RecordingSince, o.Redis.Trusted = true, since, time.Since(since) >= env.Window
+	}
+	h := env.Tracker.RedisHealth()
+	o.Redis.Embedded, o.Redis.Epoch, o.Redis.Policy, o.Redis.Evicts = h.Embedded, h.Epoch, h.MaxmemoryPolicy, h.Evicts
+	o.Redis.Persistence, o.Redis.Masters = h.Persistence, len(h.Nodes)
+	if h.LastLoss != nil {
+		o.Redis.LastLoss, o.Redis.LastLossAt, o.Redis.LastLossDetail = string(h.LastLoss.Reason), h.LastLoss.At, h.LastLoss.Detail
+	}
+	if since, ok, err := linkdb.LinkDBComplete(ctx, env.Raw); err != nil {
+		o.LinkDB.Error = err.Error()
+	} else {
+		o.LinkDB.Complete, o.LinkDB.Since = ok, since
+	}
+	return o
+}

@@ -1,0 +1,175 @@
+// Package console is Reclaim's operator console: server-rendered HTML pages,
+// served by the registry itself behind its own access controller, that show
+// what GC did, refused and would do. The registry package supplies the data
+// (Config); this package only renders it.
+//
+//	GET  <prefix>                    overview: Redis, link database, reclaimer, recent runs, refusals
+//	GET  <prefix>runs                recent runs (?status= filters)
+//	GET  <prefix>runs/<id>           one run's full report
+//	GET  <prefix>repositories        repositories, a page at a time (?last=), with a preview button
+//	POST <prefix>preview             a dry-run collect of one repository: every object, decision, reason
+//	GET  <prefix>retention           retention plans (a placeholder until retention lands)
+//	GET  <prefix>static/...          the stylesheet and the auto-refresh script
+//
+// The templates and static files are embedded (go:embed). Pages work
+// without JavaScript; the one script only reloads the overview and the runs
+// pages. Every response carries a strict Content-Security-Policy: no inline
+// script or style, nothing from elsewhere.
+package console
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/reclaim-registry/reclaim/gc"
+)
+
+// Prefix is where the registry serves the console.
+const Prefix = "/gc/console/"
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// CSP is the Content-Security-Policy of every console response.
+const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
+	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+// Access is what a page asks of the access controller.
+type Access int
+
+// The accesses the console asks for.
+const (
+	// List: the pages that list repositories and runs (Distribution's
+	// catalog access: "registry:catalog:*").
+	List Access = iota
+	// Pull: one run of the repository.
+	Pull
+	// Delete: a dry-run preview of the repository, as the GC API's
+	// collect asks.
+	Delete
+)
+
+// Config is what the registry gives the console. Every function must be set.
+type Config struct {
+	// Authorize asks the registry's access controller for a on repo ("" for
+	// List). Its error goes to Deny.
+	Authorize func(r *http.Request, repo string, a Access) error
+	// Deny answers a refused request (401 with the challenge, or 403).
+	Deny func(w http.ResponseWriter, r *http.Request, err error)
+	// Overview reads the state the overview shows.
+	Overview func(ctx context.Context) Overview
+	// Runs are the runs the collector remembers, newest first.
+	Runs func() []*gc.Report
+	// Run is one remembered run.
+	Run func(id string) (*gc.Report, bool)
+	// Repositories lists up to n repository names after last, in order.
+	Repositories func(ctx context.Context, last string, n int) ([]string, error)
+	// Validate checks a repository name as the GC API does; its error is
+	// shown (as text) on a 400 page.
+	Validate func(repo string) error
+	// Preview runs a dry-run collect of repo, which Validate accepted and
+	// the caller may delete from. A run a precondition refused comes back
+	// with its report and the error.
+	Preview func(ctx context.Context, repo string) (*gc.Report, error)
+	// Retention lists retention plans. Nil until retention lands: the page
+	// says so.
+	Retention func(ctx context.Context) ([]RetentionRow, error)
+}
+
+// Handler serves the console under Prefix and passes anything else to next.
+type Handler struct {
+	cfg   Config
+	next  http.Handler
+	pages map[string]*page
+	files http.Handler
+}
+
+// New returns the console's handler in front of next.
+func New(cfg Config, next http.Handler) *Handler {
+	sub, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	return &Handler{cfg: cfg, next: next, pages: parsePages(),
+		files: http.StripPrefix(Prefix+"static/", http.FileServerFS(sub))}
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !strings.HasPrefix(r.URL.Path, Prefix) && r.URL.Path != strings.TrimSuffix(Prefix, "/") {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	hdr := w.Header()
+	hdr.Set("Content-Security-Policy", CSP)
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	hdr.Set("Referrer-Policy", "same-origin")
+	hdr.Set("Cache-Control", "no-store")
+	rest := strings.TrimPrefix(r.URL.Path, Prefix)
+	if r.URL.Path == strings.TrimSuffix(Prefix, "/") {
+		http.Redirect(w, r, Prefix, http.StatusMovedPermanently)
+		return
+	}
+	if strings.HasPrefix(rest, "static/") {
+		h.files.ServeHTTP(w, r)
+		return
+	}
+	h.route(w, r, rest)
+}
+
+func (h *Handler) route(w http.ResponseWriter, r *http.Request, rest string) {
+	post := rest == "preview"
+	if post && r.Method != http.MethodPost || !post && r.Method != http.MethodGet && r.Method != http.MethodHead {
+		h.fail(w, r, http.StatusMethodNotAllowed, fmt.Errorf("%s is not allowed here", r.Method))
+		return
+	}
+	switch {
+	case rest == "":
+		h.overview(w, r)
+	case rest == "runs":
+		h.runs(w, r)
+	case strings.HasPrefix(rest, "runs/"):
+		h.run(w, r, strings.TrimPrefix(rest, "runs/"))
+	case rest == "repositories":
+		h.repositories(w, r)
+	case post:
+		h.preview(w, r)
+	case rest == "retention":
+		h.retention(w, r)
+	default:
+		h.fail(w, r, http.StatusNotFound, errors.New("no such page"))
+	}
+}
+
+// allowed asks the access controller and answers the refusal itself.
+func (h *Handler) allowed(w http.ResponseWriter, r *http.Request, repo string, a Access) bool {
+	if err := h.cfg.Authorize(r, repo, a); err != nil {
+		h.cfg.Deny(w, r, err)
+		return false
+	}
+	return true
+}
+
+// sameOrigin refuses a POST another site's page sent: the browser sends the
+// registry's credentials with it, so a preview could be triggered from
+// elsewhere. Browsers set Sec-Fetch-Site, or at least Origin, on every
+// POST; a request with neither is not from a browser.
+func sameOrigin(r *http.Request) bool {
+	if s := r.Header.Get("Sec-Fetch-Site"); s != "" {
+		return s == "same-origin" || s == "none"
+	}
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return true
+	}
+	u, err := url.Parse(o)
+	return err == nil && u.Host == r.Host
+}

@@ -1,0 +1,99 @@
+package console_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/registry/console"
+	"github.com/reclaim-registry/reclaim/registry/registrytest"
+)
+
+// TestConsoleInBrowser loads every page of the console in headless Chromium
+// against a registry with real data, checks what a person sees, and saves a
+// screenshot of each page at desktop and phone width.
+func TestConsoleInBrowser(t *testing.T) {
+	chromium(t) // skip before building the fixture
+	f := newFixture(t)
+	b := newBrowser(t, user, password)
+	base := f.URL + console.Prefix
+
+	b.open(base)
+	b.sees("#card-redis", "Redis", "trusted", "Recording since", "Epoch")
+	b.sees("#card-linkdb", "complete")
+	b.sees("#card-reclaimer", "on", "Queue")
+	b.sees("#card-freed", "Deleted, last hour", "objects")
+	b.sees("#refusals", "team/base", "aborted", "redis_recording_too_short")
+	b.sees("#recent", "team/app", "done")
+	b.shoot("overview")
+
+	b.open(base + "runs")
+	b.sees("table.runs", "team/app", "team/base", "redis_recording_too_short")
+	b.shoot("runs")
+	b.open(base + "runs?status=refused")
+	if got := b.text("table.runs"); strings.Contains(got, "team/app") {
+		t.Errorf("runs?status=refused lists the done run of team/app:\n%s", got)
+	}
+
+	rep := f.collected
+	b.open(base + "runs/" + rep.RunID)
+	b.sees("#facts", "team/app", "done", "1 manifests")
+	b.sees("#plan", "unreferenced", "tagged", shortOf(rep.BlobsDeleted[0].String()))
+	if n := b.count("#plan tr.del"); n != len(rep.ManifestsDeleted)+len(rep.LayersUnlinked)+len(rep.BlobsDeleted) {
+		t.Errorf("run page shows %d deletions; the report has %d manifests, %d layer links, %d blobs",
+			n, len(rep.ManifestsDeleted), len(rep.LayersUnlinked), len(rep.BlobsDeleted))
+	}
+	b.shoot("run")
+
+	b.open(base + "repositories")
+	b.sees("table.repos", "team/app", "team/base")
+	b.shoot("repositories")
+
+	// The preview button of team/base: a dry run, rendered as the plan.
+	b.run(chromedp.Click(chromedp.CSS(`form:has(input[value="team/base"]) button`)), chromedp.WaitVisible(chromedp.CSS("#plan")))
+	b.sees("h1", "Preview team/base")
+	b.sees("#facts", "dry run", "Would delete", "1 manifests")
+	b.sees("#plan", "manifest", "delete", "unreferenced", "keep", "tagged")
+	if del, keep := b.count("#plan tr.del"), b.count("#plan tr.keep"); del == 0 || keep == 0 {
+		t.Errorf("preview of team/base shows %d rows to delete and %d to keep; want both (the untagged old and the tagged latest)", del, keep)
+	}
+	b.shoot("preview")
+	if code := registrytest.ManifestStatus(t, f.Registry, "team/base:latest"); code != http.StatusOK {
+		t.Errorf("after the preview, team/base:latest answers %d", code)
+	}
+	b.open(base + "runs?repository=team/base")
+	b.sees("table.runs", "dry run", "done", "aborted")
+
+	b.open(base + "retention")
+	b.sees("#retention-none", "Retention policies are not part of this build")
+	b.shoot("retention")
+}
+
+// TestConsoleShowsHostileInputAsText types a repository name that is
+// markup into the preview form: the name is invalid, and the error page
+// shows it as text: no element, no script, no dialog.
+func TestConsoleShowsHostileInputAsText(t *testing.T) {
+	chromium(t)
+	f := &fixture{Registry: startRegistry(t)}
+	b := newBrowser(t, user, password)
+	hostile := `<script>alert("x")</script><img src=x onerror=alert(1)>`
+	b.open(f.URL + console.Prefix + "repositories")
+	b.run(chromedp.SendKeys(chromedp.CSS("#repository"), hostile),
+		chromedp.Click(chromedp.CSS("form.preview-any button")),
+		chromedp.WaitVisible(chromedp.CSS("#error")))
+	// The error quotes the name as Go does (%q); a person sees those characters.
+	b.sees("#error", "400", gc.ErrInvalidName.Error(), fmt.Sprintf("%q", hostile))
+	if n := b.count("script"); n != 1 {
+		t.Errorf("the error page has %d script elements; want only console.js", n)
+	}
+	if n := b.count("main img"); n != 0 {
+		t.Errorf("the error page has %d img elements: the input was rendered as markup", n)
+	}
+	b.shoot("hostile-input")
+}
+
+func shortOf(d string) string { return d[:len("sha256:")+12] }

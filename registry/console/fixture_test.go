@@ -1,0 +1,98 @@
+package console_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/registry/registrytest"
+	"github.com/reclaim-registry/reclaim/storage/linkdb"
+)
+
+// window is the test registry's protection window: long enough that a push
+// and the collect right after it fall inside it (the refusal), short enough
+// to wait out.
+const window = 2 * time.Second
+
+const user, password = "operator", "s3cret"
+
+// fixture is a registry with real data: pushes, a tag delete, a collect
+// that deleted something, a collect that was refused, and a repository
+// whose preview has objects to delete.
+type fixture struct {
+	*registrytest.Registry
+	collected *gc.Report // the real collect of team/app
+}
+
+// startRegistry starts an empty registry with htpasswd auth, GC on and its
+// link database complete.
+func startRegistry(t *testing.T) *registrytest.Registry {
+	t.Helper()
+	opts := map[string]any{"window": window.String(), "dedup": "10ms", "gc": map[string]any{"enabled": true},
+		// On, so the overview shows it, but slow: it must not race the collects.
+		"reclaimer": map[string]any{"enabled": true, "interval": "1h"}}
+	if addr := os.Getenv("RECLAIM_TEST_REDIS_ADDR"); addr != "" {
+		opts["redis"] = map[string]any{"addrs": []any{addr}}
+		opts["prefix"] = fmt.Sprintf("console-test-%d:", time.Now().UnixNano())
+	}
+	r := registrytest.Start(t, registrytest.WithHtpasswd(user, password), registrytest.WithStorageMiddleware("reclaim", opts))
+	if err := linkdb.MarkLinkDBComplete(t.Context(), r.Server.Env().Raw, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	r := startRegistry(t)
+	f := &fixture{Registry: r}
+	registrytest.PushImage(t, r, "team/base:latest", 1)
+	// Recording began less than a window ago: GC refuses, and says why.
+	code, body := f.api(t, http.MethodPost, "/gc/v1/repositories/team/base/collect?dry_run=false")
+	if code != http.StatusServiceUnavailable {
+		t.Fatalf("collect right after start: %d %s; want 503 redis_recording_too_short", code, body)
+	}
+	registrytest.PushImage(t, r, "team/base:old", 1)
+	registrytest.PushImage(t, r, "team/app:v1", 2)
+	registrytest.PushImage(t, r, "team/app:v2", 1)
+	settle()
+	for _, ref := range []string{"team/app/manifests/v1", "team/base/manifests/old"} {
+		if code, body := f.api(t, http.MethodDelete, "/v2/"+ref); code != http.StatusAccepted {
+			t.Fatalf("DELETE %s: %d %s", ref, code, body)
+		}
+	}
+	settle()
+	code, body = f.api(t, http.MethodPost, "/gc/v1/repositories/team/app/collect?dry_run=false")
+	if code != http.StatusOK {
+		t.Fatalf("collect team/app: %d %s", code, body)
+	}
+	f.collected = &gc.Report{}
+	if err := json.Unmarshal(body, f.collected); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.collected.ManifestsDeleted) != 1 || len(f.collected.BlobsDeleted) < 3 || f.collected.BytesFreed == 0 {
+		t.Fatalf("collect of team/app deleted %d manifests, %d blobs, %d bytes; want the untagged v1 and its blobs",
+			len(f.collected.ManifestsDeleted), len(f.collected.BlobsDeleted), f.collected.BytesFreed)
+	}
+	return f
+}
+
+// settle waits until everything done so far is older than the window.
+func settle() { time.Sleep(window + 200*time.Millisecond) }
+
+// api sends a request as the operator and returns the status and body.
+func (f *fixture) api(t *testing.T, method, path string) (int, []byte) {
+	t.Helper()
+	resp := f.Do(t, method, path, nil)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}

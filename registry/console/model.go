@@ -1,0 +1,194 @@
+package console
+
+import (
+	"fmt"
+	"html/template"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/reclaim-registry/reclaim/gc"
+)
+
+// Overview is the state the overview page shows, read by the registry from
+// what GET /gc/v1/status reports.
+type Overview struct {
+	// Notes are whole-registry remarks ("the reclaim middleware is not
+	// configured"), shown first.
+	Notes         []string
+	GCEnabled     bool
+	GCNote        string // why the GC API is off
+	WindowSeconds int64
+	Redis         RedisState
+	LinkDB        LinkDBState
+	Reclaimer     gc.ReclaimerStatus // Enabled false when off
+	ReclaimerNote string
+}
+
+// RedisState is Redis as the tracker last saw it.
+type RedisState struct {
+	OK             bool
+	Error          string
+	Embedded       bool
+	RecordingSince time.Time
+	Trusted        bool // recorded for a full window: GC may trust absent records
+	Epoch          time.Time
+	Policy         string // maxmemory-policy
+	Evicts         bool
+	Persistence    string
+	Masters        int
+	LastLoss       string // "restart" and so on; empty when never
+	LastLossAt     time.Time
+	LastLossDetail string
+}
+
+// LinkDBState is whether the reverse-link database is known complete.
+type LinkDBState struct {
+	Complete bool
+	Since    time.Time
+	Error    string
+}
+
+// RetentionRow is one retention plan, for the retention page.
+type RetentionRow struct {
+	Repository string
+	Policy     string
+	Keep       int
+	Delete     int
+	Updated    time.Time
+}
+
+// runRow is one run in a list.
+type runRow struct {
+	ID, Repository, Status, Abort string
+	DryRun                        bool
+	Started                       time.Time
+	DurationMS                    int64
+	Manifests, Layers, Blobs      int
+	BytesFreed                    int64
+	Errors                        int
+	FirstError                    string
+}
+
+func rowOf(r *gc.Report) runRow {
+	row := runRow{ID: r.RunID, Repository: r.Repository, Status: string(r.Status), Abort: r.Abort, DryRun: r.DryRun,
+		Started: r.StartedAt, Manifests: len(r.ManifestsDeleted), Layers: len(r.LayersUnlinked),
+		Blobs: len(r.BlobsDeleted), BytesFreed: r.BytesFreed, Errors: len(r.Errors)}
+	if !r.FinishedAt.IsZero() {
+		row.DurationMS = r.FinishedAt.Sub(r.StartedAt).Milliseconds()
+	}
+	if len(r.Errors) > 0 {
+		// An abort's error repeats its reason: "gc: aborted (reason): why".
+		row.FirstError = r.Errors[0].Detail
+		if r.Abort != "" {
+			row.FirstError = strings.TrimPrefix(row.FirstError, "gc: aborted ("+r.Abort+"): ")
+		}
+	}
+	return row
+}
+
+// refused is a run that a precondition stopped, or one that failed.
+func (r runRow) refused() bool {
+	return r.Status == string(gc.StatusAborted) || r.Status == string(gc.StatusFailed)
+}
+
+// totals sums what real runs finished since a time deleted.
+type totals struct {
+	Deleted    int
+	BytesFreed int64
+	Runs       int
+}
+
+func sumSince(runs []*gc.Report, since time.Time) totals {
+	var t totals
+	for _, r := range runs {
+		if r.DryRun || r.Status == gc.StatusAborted || r.FinishedAt.Before(since) || r.FinishedAt.IsZero() {
+			continue
+		}
+		t.Runs++
+		t.Deleted += len(r.ManifestsDeleted) + len(r.LayersUnlinked) + len(r.BlobsDeleted)
+		t.BytesFreed += r.BytesFreed
+	}
+	return t
+}
+
+// planRow is one object of a run: what was (or would be) done and why.
+type planRow struct {
+	Kind, Reason, Message, Detail string
+	Digest                        digest.Digest
+	Deletes                       bool
+	Size                          int64
+	LastAccess                    *time.Time
+}
+
+func planRows(decs []gc.Decision) []planRow {
+	rows := make([]planRow, 0, len(decs))
+	for _, d := range decs {
+		rows = append(rows, planRow{Kind: string(d.Kind), Reason: d.Reason.String(), Message: d.Reason.Message(),
+			Detail: d.Detail, Digest: d.Digest, Deletes: d.Deleted(), Size: d.Size, LastAccess: d.LastAccess})
+	}
+	return rows
+}
+
+// reasonCount is how many objects a run decided for one reason.
+type reasonCount struct {
+	Reason  string
+	Deletes bool
+	N       int
+}
+
+func countReasons(rows []planRow) []reasonCount {
+	var out []reasonCount
+	idx := map[string]int{}
+	for _, r := range rows {
+		i, ok := idx[r.Reason]
+		if !ok {
+			i = len(out)
+			idx[r.Reason] = i
+			out = append(out, reasonCount{Reason: r.Reason, Deletes: r.Deletes})
+		}
+		out[i].N++
+	}
+	return out
+}
+
+// The template functions.
+var funcs = template.FuncMap{
+	"bytes":  humanBytes,
+	"ms":     humanMS,
+	"when":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+	"ago":    ago,
+	"prefix": func() string { return Prefix },
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func humanMS(ms int64) string {
+	if ms < 1000 {
+		return fmt.Sprintf("%d ms", ms)
+	}
+	return (time.Duration(ms) * time.Millisecond).Round(100 * time.Millisecond).String()
+}
+
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	d := time.Since(t)
+	if d < 0 {
+		return "just now"
+	}
+	return d.Round(time.Second).String() + " ago"
+}

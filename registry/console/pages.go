@@ -1,0 +1,205 @@
+package console
+
+import (
+	"bytes"
+	"errors"
+	"html/template"
+	"net/http"
+	"time"
+
+	"github.com/reclaim-registry/reclaim/gc"
+)
+
+// page is one page's template set: the layout and the page's content.
+type page struct{ t *template.Template }
+
+var pageNames = []string{"overview", "runs", "run", "repositories", "preview", "retention", "error"}
+
+func parsePages() map[string]*page {
+	out := map[string]*page{}
+	for _, n := range pageNames {
+		t := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+n+".html"))
+		out[n] = &page{t: t}
+	}
+	return out
+}
+
+// view is what the layout gets: the page's own data in Data.
+type view struct {
+	Title   string
+	Nav     string // the active menu entry
+	Refresh int    // seconds between automatic reloads; 0: none
+	Prefix  string
+	Now     time.Time
+	Data    any
+}
+
+// render executes the page into a buffer first, so a template error is a
+// clean 500 rather than half a page.
+func (h *Handler) render(w http.ResponseWriter, status int, name string, v view) {
+	v.Prefix, v.Now = Prefix, time.Now()
+	var buf bytes.Buffer
+	if err := h.pages[name].t.ExecuteTemplate(&buf, "layout.html", v); err != nil {
+		http.Error(w, "console: render "+name+": "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (h *Handler) fail(w http.ResponseWriter, _ *http.Request, status int, err error) {
+	h.render(w, status, "error", view{Title: http.StatusText(status), Data: map[string]any{"Status": status, "Message": err.Error()}})
+}
+
+// overviewData is the overview page's.
+type overviewData struct {
+	Overview
+	Recent   []runRow
+	Refusals []runRow
+	Hour     totals
+	Day      totals
+	Running  int
+}
+
+func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
+	if !h.allowed(w, r, "", List) {
+		return
+	}
+	runs := h.cfg.Runs()
+	now := time.Now()
+	d := overviewData{Overview: h.cfg.Overview(r.Context()), Hour: sumSince(runs, now.Add(-time.Hour)),
+		Day: sumSince(runs, now.Add(-24*time.Hour))}
+	for _, rep := range runs {
+		row := rowOf(rep)
+		if rep.Status == gc.StatusRunning {
+			d.Running++
+		}
+		if len(d.Recent) < 10 {
+			d.Recent = append(d.Recent, row)
+		}
+		if row.refused() && len(d.Refusals) < 10 {
+			d.Refusals = append(d.Refusals, row)
+		}
+	}
+	h.render(w, http.StatusOK, "overview", view{Title: "Overview", Nav: "overview", Refresh: 30, Data: d})
+}
+
+func (h *Handler) runs(w http.ResponseWriter, r *http.Request) {
+	if !h.allowed(w, r, "", List) {
+		return
+	}
+	status, repo := r.URL.Query().Get("status"), r.URL.Query().Get("repository")
+	var rows []runRow
+	for _, rep := range h.cfg.Runs() {
+		row := rowOf(rep)
+		if repo != "" && row.Repository != repo {
+			continue
+		}
+		if status == "" || row.Status == status || status == "refused" && row.refused() {
+			rows = append(rows, row)
+		}
+	}
+	h.render(w, http.StatusOK, "runs", view{Title: "Runs", Nav: "runs", Refresh: 30,
+		Data: map[string]any{"Rows": rows, "Status": status, "Repository": repo, "Statuses": []string{"running", "done", "aborted", "failed", "refused"}}})
+}
+
+// runData is a run's report as the run and preview pages show it.
+type runData struct {
+	Row     runRow
+	Report  *gc.Report
+	Rows    []planRow
+	Reasons []reasonCount
+	Errors  []planRow
+	Changed []planRow
+	Refusal string // the error that refused a preview
+}
+
+func runDataOf(rep *gc.Report) runData {
+	rows := planRows(rep.Decisions())
+	return runData{Row: rowOf(rep), Report: rep, Rows: rows, Reasons: countReasons(rows),
+		Errors: planRows(rep.Errors), Changed: planRows(rep.Changed)}
+}
+
+func (h *Handler) run(w http.ResponseWriter, r *http.Request, id string) {
+	if !h.allowed(w, r, "", List) {
+		return
+	}
+	rep, ok := h.cfg.Run(id)
+	// A run of a repository the caller may not pull answers as an unknown
+	// id does (as GET /gc/v1/runs/<id>), so ids cannot be probed.
+	if !ok || h.cfg.Authorize(r, rep.Repository, Pull) != nil {
+		h.fail(w, r, http.StatusNotFound, errors.New("run not found or expired (runs are remembered for 24 hours by the instance that ran them)"))
+		return
+	}
+	h.render(w, http.StatusOK, "run", view{Title: "Run " + id, Nav: "runs", Data: runDataOf(rep)})
+}
+
+// pageSize is how many repositories one page lists.
+const pageSize = 100
+
+func (h *Handler) repositories(w http.ResponseWriter, r *http.Request) {
+	if !h.allowed(w, r, "", List) {
+		return
+	}
+	last := r.URL.Query().Get("last")
+	names, err := h.cfg.Repositories(r.Context(), last, pageSize+1)
+	if err != nil {
+		h.fail(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	next := ""
+	if len(names) > pageSize {
+		names = names[:pageSize]
+		next = names[pageSize-1]
+	}
+	h.render(w, http.StatusOK, "repositories", view{Title: "Repositories", Nav: "repositories",
+		Data: map[string]any{"Names": names, "Last": last, "Next": next}})
+}
+
+func (h *Handler) preview(w http.ResponseWriter, r *http.Request) {
+	if !sameOrigin(r) {
+		h.fail(w, r, http.StatusForbidden, errors.New("a preview must be asked for from the console's own pages"))
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 4096)
+	if err := r.ParseForm(); err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	repo := r.PostForm.Get("repository")
+	if err := h.cfg.Validate(repo); err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	if !h.allowed(w, r, repo, Delete) {
+		return
+	}
+	rep, err := h.cfg.Preview(r.Context(), repo)
+	if rep == nil {
+		status := http.StatusServiceUnavailable
+		if errors.Is(err, gc.ErrRepositoryNotFound) {
+			status = http.StatusNotFound
+		}
+		h.fail(w, r, status, err)
+		return
+	}
+	d := runDataOf(rep)
+	status := http.StatusOK
+	if err != nil {
+		d.Refusal, status = err.Error(), http.StatusServiceUnavailable
+	}
+	h.render(w, status, "preview", view{Title: "Preview " + repo, Nav: "repositories", Data: d})
+}
+
+func (h *Handler) retention(w http.ResponseWriter, r *http.Request) {
+	if !h.allowed(w, r, "", List) {
+		return
+	}
+	d := map[string]any{"Available": h.cfg.Retention != nil}
+	if h.cfg.Retention != nil {
+		rows, err := h.cfg.Retention(r.Context())
+		d["Rows"], d["Error"] = rows, err
+	}
+	h.render(w, http.StatusOK, "retention", view{Title: "Retention", Nav: "retention", Data: d})
+}
