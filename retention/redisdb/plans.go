@@ -36,9 +36,11 @@ func NewPlans(c redis.UniversalClient, prefix string, keep time.Duration) *Plans
 	return &Plans{c: c, prefix: prefix, keep: keep}
 }
 
-func (s *Plans) planKey(repo, id string) string { return s.prefix + "{" + repo + "}:retention:plan:" + id }
-func (s *Plans) repoKey(repo string) string     { return s.prefix + "{" + repo + "}:retention:plans" }
-func (s *Plans) allKey() string                 { return s.prefix + "retention:plans" }
+func (s *Plans) planKey(repo, id string) string {
+	return s.prefix + "{" + repo + "}:retention:plan:" + id
+}
+func (s *Plans) repoKey(repo string) string { return s.prefix + "{" + repo + "}:retention:plans" }
+func (s *Plans) allKey() string             { return s.prefix + "retention:plans" }
 
 // Put stores plan and lists it.
 func (s *Plans) Put(ctx context.Context, plan *retention.Plan) error {
