@@ -67,7 +67,9 @@ func declare(t *testing.T, g *gcRegistry, source string, images ...retention.Ima
 	}
 }
 
-func img(repo string, d digest.Digest) retention.Image { return retention.Image{Repository: repo, Digest: d} }
+func img(repo string, d digest.Digest) retention.Image {
+	return retention.Image{Repository: repo, Digest: d}
+}
 
 // preview asks for a plan of repo with the policy override body.
 func (g *gcRegistry) preview(t *testing.T, repo, override string) *retention.Plan {

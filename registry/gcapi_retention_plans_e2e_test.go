@@ -1,0 +1,64 @@
+package registry_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/reclaim-registry/reclaim/retention"
+)
+
+// Plans are stored: read back by id, listed by repository and registry-wide
+// by age; apply refuses a plan past retention.planmaxage, and a plan id of
+// another repository is unknown.
+func TestE2ERetentionPlansStoredAndListed(t *testing.T) {
+	g := startRetention(t, map[string]any{"planmaxage": "1ms"})
+	vs := history(t, g, "plans/app", 3, time.Now().Add(-400*day), day)
+	history(t, g, "plans/other", 1, time.Now().Add(-400*day), day)
+	declare(t, g, "prod", img("plans/app", vs[2]))
+	p1 := g.preview(t, "plans/app", `{"min_age":"720h"}`)
+	p2 := g.preview(t, "plans/other", `{"min_age":"720h"}`)
+	code, _, out := g.send(t, http.MethodGet, "/gc/v1/repositories/plans/app/retention/plans/"+p1.ID, "")
+	var got retention.Plan
+	if code != http.StatusOK || json.Unmarshal(out, &got) != nil || got.ID != p1.ID || got.PolicyFingerprint != p1.PolicyFingerprint {
+		t.Fatalf("GET plan: %d %s", code, out)
+	}
+	if code, _, out := g.send(t, http.MethodGet, "/gc/v1/repositories/plans/other/retention/plans/"+p1.ID, ""); code != http.StatusNotFound {
+		t.Fatalf("another repository's plan: %d %s", code, out)
+	}
+	var list struct {
+		Plans []struct{ ID, Repository string } `json:"plans"`
+	}
+	code, _, out = g.send(t, http.MethodGet, "/gc/v1/repositories/plans/app/retention/plans", "")
+	if code != http.StatusOK || json.Unmarshal(out, &list) != nil || len(list.Plans) != 1 || list.Plans[0].ID != p1.ID {
+		t.Fatalf("list: %d %s", code, out)
+	}
+	code, _, out = g.send(t, http.MethodGet, "/gc/v1/retention/plans?since="+time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), "")
+	if code != http.StatusOK || json.Unmarshal(out, &list) != nil || len(list.Plans) != 2 || list.Plans[0].ID != p2.ID || list.Plans[1].Repository != "plans/app" {
+		t.Fatalf("list all: %d %s", code, out)
+	}
+	code, _, out = g.send(t, http.MethodGet, "/gc/v1/retention/plans?until="+time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), "")
+	if code != http.StatusOK || json.Unmarshal(out, &list) != nil || len(list.Plans) != 0 {
+		t.Fatalf("list older: %d %s", code, out)
+	}
+	code, _, out = g.send(t, http.MethodPost, "/gc/v1/repositories/plans/app/retention/plans/"+p1.ID+"/apply", "")
+	if c, _ := decodeErr(t, out); code != http.StatusConflict || c != "PLAN_EXPIRED" {
+		t.Fatalf("apply an old plan: %d %s", code, out)
+	}
+	for _, bad := range []struct{ method, path, body string }{
+		{http.MethodPost, "/gc/v1/repositories/plans/app/retention/preview", `{"cap":0}`},
+		{http.MethodPost, "/gc/v1/repositories/plans/app/retention/preview", `{"min_age":"90d"}`},
+		{http.MethodPost, "/gc/v1/repositories/plans/app/retention/preview", `{"include":["["]}`},
+		{http.MethodPost, "/gc/v1/repositories/plans/app/retention/preview", `{"sources":["a/b"]}`},
+		{http.MethodGet, "/gc/v1/repositories/plans/app/retention/plans/nothex", ""},
+		{http.MethodGet, "/gc/v1/retention/plans?limit=0", ""},
+	} {
+		if code, _, out := g.send(t, bad.method, bad.path, bad.body); code != http.StatusBadRequest {
+			t.Errorf("%s %s %s: %d %s", bad.method, bad.path, bad.body, code, out)
+		}
+	}
+	if code, _, out := g.send(t, http.MethodPost, "/gc/v1/repositories/none/app/retention/preview", ""); code != http.StatusNotFound {
+		t.Fatalf("unknown repository: %d %s", code, out)
+	}
+}
