@@ -21,7 +21,9 @@ func line(n int) []Version {
 	return Versions(tags, Policy{})
 }
 
-func policy() Policy { return Policy{KeepNewest: 3, RollbackSlack: 2, MinAge: Duration(5 * 24 * time.Hour), Cap: 100} }
+func policy() Policy {
+	return Policy{KeepNewest: 3, RollbackSlack: 2, MinAge: Duration(5 * 24 * time.Hour), Cap: 100}
+}
 
 func reasons(d Decision) map[digest.Digest]string {
 	out := map[digest.Digest]string{}
