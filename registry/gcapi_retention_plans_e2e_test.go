@@ -62,3 +62,26 @@ func TestE2ERetentionPlansStoredAndListed(t *testing.T) {
 		t.Fatalf("unknown repository: %d %s", code, out)
 	}
 }
+
+// Tag deletes flow into the online GC: once the window has passed, a
+// collection deletes the manifests retention untagged, and only those.
+func TestE2ERetentionTagDeletesFlowIntoGC(t *testing.T) {
+	g := startRetention(t, nil)
+	vs := history(t, g, "flow/app", 5, time.Now().Add(-400*day), day)
+	declare(t, g, "prod", img("flow/app", vs[3]))
+	p := g.preview(t, "flow/app", `{"rollback_slack":0,"min_age":"720h"}`)
+	wantCandidates(t, p, vs[:3])
+	if rep := g.apply(t, "flow/app", p.ID); len(rep.Deleted) != 3 {
+		t.Fatalf("apply %+v", rep)
+	}
+	g.settle()
+	rep := g.collect(t, "flow/app")
+	if len(rep.ManifestsDeleted) != 3 {
+		t.Fatalf("collected %v", rep.ManifestsDeleted)
+	}
+	for i, d := range vs {
+		if stored(t, g, "flow/app", d) != (i >= 3) {
+			t.Fatalf("v%d stored: %v", i, i < 3)
+		}
+	}
+}
