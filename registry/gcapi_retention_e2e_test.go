@@ -16,6 +16,7 @@ import (
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
 // Deploy-aware retention end to end (issue 12, parts 2 to 4): tag
@@ -32,9 +33,17 @@ func startRetention(t *testing.T, retentionOpts map[string]any) *gcRegistry {
 	if retentionOpts != nil {
 		opts["retention"] = retentionOpts
 	}
-	return completeGC(t, registrytest.Start(t,
+	g := completeGC(t, registrytest.Start(t,
 		registrytest.WithStorageMiddleware("gchook", nil),
 		registrytest.WithStorageMiddleware("reclaim", opts)))
+	if prefix, ok := opts["prefix"].(string); ok {
+		// A shared Redis: leave none of this test's keys behind.
+		c := g.Server.Env().Tracker.Client()
+		t.Cleanup(func() {
+			_ = storagetest.ScanKeys(context.Background(), c, prefix+"*", func(k string) error { return c.Del(context.Background(), k).Err() })
+		})
+	}
+	return g
 }
 
 // history pushes n versions of repo, tagged v000, v001, ... and dated

@@ -97,7 +97,8 @@ func BenchmarkRetentionPlan1000(b *testing.B) {
 	b.ReportMetric(float64(total)/float64(b.N), "storage-calls/op")
 	b.ReportMetric(float64(f.redis.Count())/float64(b.N), "redis-roundtrips/op")
 	b.ReportMetric(float64(len(plan.Candidates)), "candidates")
-	b.Logf("per plan: storage %v, redis %v (N=%d)", f.drv.Counts(), f.redis.Commands(), b.N)
+	size, _ := json.Marshal(plan)
+	b.Logf("per plan: storage %v, redis %v (N=%d); stored plan %d bytes", f.drv.Counts(), f.redis.Commands(), b.N, len(size))
 }
 
 func BenchmarkRetentionApply(b *testing.B) {

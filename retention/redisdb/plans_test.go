@@ -6,15 +6,20 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
 // Plans are stored under their repository's hash tag, listed by
 // repository and registry-wide by age, and expire after keep.
 func TestPlans(t *testing.T) {
-	m, c := client(t)
-	s := NewPlans(c, "t:", 14*24*time.Hour)
+	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) { testPlans(t, b.Client(t), b.Prefix) })
+}
+
+func testPlans(t *testing.T, c redis.UniversalClient, prefix string) {
+	s := NewPlans(c, prefix, 14*24*time.Hour)
 	ctx := t.Context()
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	var ids []string
@@ -25,8 +30,8 @@ func TestPlans(t *testing.T) {
 		}
 		ids = append(ids, p.ID)
 	}
-	if ttl := m.TTL("t:{team/a}:retention:plan:" + ids[0]); ttl != 14*24*time.Hour {
-		t.Fatalf("ttl %v; keys %v", ttl, m.Keys())
+	if ttl := c.TTL(ctx, prefix+"{team/a}:retention:plan:"+ids[0]).Val(); ttl <= 13*24*time.Hour {
+		t.Fatalf("ttl %v", ttl)
 	}
 	p, err := s.Get(ctx, "team/a", ids[0])
 	if err != nil || p.ID != ids[0] || !p.CreatedAt.Equal(now.Add(-3*time.Hour)) {
@@ -46,15 +51,18 @@ func TestPlans(t *testing.T) {
 	if all, _ := s.List(ctx, "", now.Add(-24*time.Hour), now, 1); len(all) != 1 {
 		t.Fatalf("limit: %+v", all)
 	}
-	m.Set("t:{bad}:retention:plan:"+ids[0], "{")
+	c.Set(ctx, prefix+"{bad}:retention:plan:"+ids[0], "{", time.Minute)
 	if _, err := s.Get(ctx, "bad", ids[0]); !errors.Is(err, retention.ErrUnavailable) {
 		t.Fatalf("corrupt plan: %v", err)
 	}
 }
 
 func TestInUseContains(t *testing.T) {
-	_, c := client(t)
-	s := NewInUse(c, "t:")
+	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) { testInUseContains(t, b.Client(t), b.Prefix) })
+}
+
+func testInUseContains(t *testing.T, c redis.UniversalClient, prefix string) {
+	s := NewInUse(c, prefix)
 	ctx := t.Context()
 	a := retention.Image{Repository: "team/app", Digest: digest.FromString("a")}
 	if ok, err := s.Contains(ctx, a); ok || err != nil {
