@@ -2,10 +2,14 @@ package registry_test
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/retention"
 )
 
@@ -83,5 +87,35 @@ func TestE2ERetentionTagDeletesFlowIntoGC(t *testing.T) {
 		if stored(t, g, "flow/app", d) != (i >= 3) {
 			t.Fatalf("v%d stored: %v", i, i < 3)
 		}
+	}
+}
+
+// Plans live in Redis, not in an instance: another instance on the same
+// storage and Redis (or this one after a restart) reads and applies them,
+// and an instance whose configured policy differs refuses to apply.
+func TestE2ERetentionPlanSharedAndPolicyChange(t *testing.T) {
+	m := miniredis.RunT(t)
+	root := t.TempDir()
+	base := reclaimOptions(t, e2eWindow, m.Addr())
+	start := func(minAge string) *gcRegistry {
+		opts := maps.Clone(base)
+		opts["retention"] = map[string]any{"minage": minAge}
+		return completeGC(t, registrytest.Start(t, registrytest.WithRootDirectory(root),
+			registrytest.WithStorageMiddleware("gchook", nil), registrytest.WithStorageMiddleware("reclaim", opts)))
+	}
+	a := start("720h")
+	vs := history(t, a, "shared/plan", 5, time.Now().Add(-400*day), day)
+	declare(t, a, "prod", img("shared/plan", vs[4]))
+	p := a.preview(t, "shared/plan", `{"rollback_slack":0}`)
+	wantCandidates(t, p, vs[:4])
+
+	changed := start("2160h")
+	code, _, out := changed.send(t, http.MethodPost, "/gc/v1/repositories/shared/plan/retention/plans/"+p.ID+"/apply", "")
+	if c, _ := decodeErr(t, out); code != http.StatusConflict || c != "POLICY_CHANGED" {
+		t.Fatalf("apply under another policy: %d %s", code, out)
+	}
+	same := start("720h")
+	if rep := same.apply(t, "shared/plan", p.ID); len(rep.Deleted) != 4 {
+		t.Fatalf("apply on another instance: %+v", rep)
 	}
 }
