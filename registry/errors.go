@@ -35,11 +35,22 @@ var (
 // statusOf is the one place errors become HTTP statuses and codes.
 func statusOf(err error) (int, apiError) {
 	var ae *gc.AbortError
+	var re *retention.AbortError
 	switch {
 	case errors.As(err, &ae):
 		// 503: the registry cannot vouch for its access records (or read the
 		// repository) right now; retrying later can succeed.
 		return http.StatusServiceUnavailable, apiError{"GC_ABORTED", err.Error(), map[string]string{"reason": string(ae.Reason)}}
+	case errors.As(err, &re):
+		return http.StatusServiceUnavailable, apiError{"RETENTION_ABORTED", err.Error(), map[string]string{"reason": re.Reason}}
+	case errors.Is(err, retention.ErrPlanNotFound):
+		return http.StatusNotFound, apiError{"PLAN_UNKNOWN", err.Error(), nil}
+	case errors.Is(err, retention.ErrPlanExpired):
+		return http.StatusConflict, apiError{"PLAN_EXPIRED", err.Error(), nil}
+	case errors.Is(err, retention.ErrPolicyChanged):
+		return http.StatusConflict, apiError{"POLICY_CHANGED", err.Error(), nil}
+	case errors.Is(err, retention.ErrPlanSkipped):
+		return http.StatusConflict, apiError{"PLAN_SKIPPED", err.Error(), nil}
 	case errors.Is(err, gc.ErrInvalidName):
 		return http.StatusBadRequest, apiError{"NAME_INVALID", err.Error(), nil}
 	case errors.Is(err, errBadRequest):

@@ -28,6 +28,7 @@ import (
 //	GET  /gc/v1/status                        (status.go)
 //	GET|PUT|DELETE /gc/v1/repositories/<name>/pins[/<ref>]  (gcapi_pins.go)
 //	GET|PUT|DELETE /gc/v1/inuse/sources[/<source>]         (gcapi_inuse.go)
+//	/gc/v1/repositories/<name>/retention/..., /gc/v1/retention/plans (gcapi_retention.go)
 //
 // Repository endpoints require the "delete" action on the repository from
 // the registry's configured access controller; the GET endpoints require an
@@ -54,6 +55,8 @@ type gcBackend struct {
 	// answer 405).
 	Pins  *redisdb.Pins
 	InUse *redisdb.InUse
+	// Retention serves the retention endpoints (nil: they answer 405).
+	Retention *retentionBackend
 	// HasVersion reports whether repo holds the tag or manifest ref.
 	HasVersion func(ctx context.Context, repo string, ref retention.Ref) (bool, error)
 	// Fenced reports whether a collector fences manifest d of repo.
@@ -106,8 +109,13 @@ func (h *gcAPI) serve(w http.ResponseWriter, r *http.Request) error {
 		return h.getPlan(w, r, strings.TrimPrefix(rest, "plans/"))
 	case strings.HasPrefix(rest, "inuse/"):
 		return h.inuse(w, r, strings.TrimPrefix(rest, "inuse/"))
+	case strings.HasPrefix(rest, "retention/"):
+		return h.allPlans(w, r, strings.TrimPrefix(rest, "retention/"))
 	case strings.HasPrefix(rest, "repositories/"):
 		rest = strings.TrimPrefix(rest, "repositories/")
+		if m := retentionRe.FindStringSubmatch(rest); m != nil {
+			return h.retention(w, r, m)
+		}
 		if m := pinsRe.FindStringSubmatch(rest); m != nil && r.Method != http.MethodPost {
 			return h.pins(w, r, m[1], m[2])
 		}

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/distribution/distribution/v3/configuration"
@@ -69,6 +70,54 @@ func TestPinsAndInUseScopes(t *testing.T) {
 		{"DELETE", "/gc/v1/inuse/sources/prod", "", "registry:catalog:*", 204, ""},
 	} {
 		r := do(tc.method, tc.path, tc.body, tc.grant)
+		if r.StatusCode != tc.want || !strings.Contains(r.Header.Get("WWW-Authenticate"), tc.asks) {
+			t.Errorf("%s %s with %q: %d %q, want %d asking %q", tc.method, tc.path, tc.grant, r.StatusCode,
+				r.Header.Get("WWW-Authenticate"), tc.want, tc.asks)
+		}
+	}
+}
+
+// Retention previews and applies need delete on the repository, its plans
+// pull, and the registry-wide list of plans the catalog scope.
+func TestRetentionScopes(t *testing.T) {
+	conf := &configuration.Configuration{Auth: configuration.Auth{"gcscopetest": configuration.Parameters{}}}
+	col, err := gc.New(gc.Config{Driver: inmemory.New(), Tracker: notRecording{}, Links: noLinks{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer c.Close()
+	inuse, pins := redisdb.NewInUse(c, "t:"), redisdb.NewPins(c, "t:", nil)
+	rb := &retentionBackend{Policy: retention.Policy{Cap: 1, MinAge: 1}, Plans: redisdb.NewPlans(c, "t:", 1e15), PlanMaxAge: 1e12, PlanKeep: 1e15,
+		Planner: &retention.Planner{Index: inuse, Pins: pins, MaxAge: 1e12, Now: time.Now}}
+	b := &gcBackend{Collector: col, Retention: rb, Exists: func(context.Context, string) (bool, error) { return true, nil }}
+	srv := httptest.NewServer(newGCAPI(newAccessControl(conf), config.Options{GC: config.GC{Enabled: true}}, b, http.NotFoundHandler()))
+	defer srv.Close()
+	id := retention.NewPlanID()
+	for _, tc := range []struct {
+		method, path, grant string
+		want                int
+		asks                string
+	}{
+		{"POST", "/gc/v1/repositories/team/app/retention/preview", "repository:team/app:pull", 401, "repository:team/app:delete"},
+		{"POST", "/gc/v1/repositories/team/app/retention/preview", "repository:team/app:delete", 503, ""}, // empty index
+		{"POST", "/gc/v1/repositories/team/app/retention/plans/" + id + "/apply", "repository:team/app:pull", 401, "repository:team/app:delete"},
+		{"POST", "/gc/v1/repositories/team/app/retention/plans/" + id + "/apply", "repository:team/app:delete", 404, ""},
+		{"GET", "/gc/v1/repositories/team/app/retention/plans", "repository:other:pull", 401, "repository:team/app:pull"},
+		{"GET", "/gc/v1/repositories/team/app/retention/plans", "repository:team/app:pull", 200, ""},
+		{"GET", "/gc/v1/repositories/team/app/retention/plans/" + id, "repository:team/app:pull", 404, ""},
+		{"GET", "/gc/v1/retention/plans", "repository:team/app:pull", 401, "registry:catalog:*"},
+		{"GET", "/gc/v1/retention/plans", "registry:catalog:*", 200, ""},
+		{"PUT", "/gc/v1/repositories/team/app/retention/preview", "repository:team/app:delete", 405, ""},
+	} {
+		req, _ := http.NewRequest(tc.method, srv.URL+tc.path, nil)
+		req.Header.Set("X-Scopes", tc.grant)
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
 		if r.StatusCode != tc.want || !strings.Contains(r.Header.Get("WWW-Authenticate"), tc.asks) {
 			t.Errorf("%s %s with %q: %d %q, want %d asking %q", tc.method, tc.path, tc.grant, r.StatusCode,
 				r.Header.Get("WWW-Authenticate"), tc.want, tc.asks)

@@ -43,8 +43,9 @@ func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
 	if err != nil {
 		return nil, err
 	}
+	inuse := redisdb.NewInUse(env.Tracker.Client(), opts.Prefix)
 	return &gcBackend{Collector: col, Exists: repositoryExists(env.Raw), Status: storageStatus(env),
-		Pins: pins, InUse: redisdb.NewInUse(env.Tracker.Client(), opts.Prefix),
+		Pins: pins, InUse: inuse, Retention: newRetentionBackend(env, opts, pins, inuse),
 		HasVersion: hasVersion(env.Raw), Fenced: manifestFenced(env.Tracker)}, nil
 }
 

@@ -4,6 +4,11 @@ garbage collector: pins (versions an operator keeps on purpose) and the
 in-use index (the exact images each deploy source declares it runs), and
 the scanner that reads those images out of Kubernetes YAML.
 
+It also holds the retention policy (policy.go, version.go, decide.go),
+its failure model (failure.go), and the planner and applier that read
+tags, manifests, the index and pins through small interfaces
+(inuseread.go, planner.go, apply.go): see docs/api.md, "Retention".
+
 The in-use index is keyed by registry path, repository plus digest, never by
 team: a shared image that three teams run is in use for all of them.
 

@@ -20,6 +20,7 @@ import (
 // always reports the same bad option first.
 func decode(m map[string]any) (Options, error) {
 	var o Options
+	o.Retention.KeepNewest, o.Retention.RollbackSlack = 10, 3
 	var writeGrace time.Duration
 	err := decodeBlock(m, fields{
 		"redis":         func(v any) error { return decodeRedis(v, &o.Redis) },
@@ -38,6 +39,19 @@ func decode(m map[string]any) (Options, error) {
 			"enabled":  boolean(&o.GC.Enabled),
 			"cap":      capValue(&o.GC.Cap),
 			"untagged": untagged(&o.GC.KeepUntagged),
+		}),
+		"retention": block(fields{
+			"keepnewest":    nonNegativeInt(&o.Retention.KeepNewest),
+			"rollbackslack": nonNegativeInt(&o.Retention.RollbackSlack),
+			"minage":        positiveDuration(&o.Retention.MinAge),
+			"include":       strs(&o.Retention.Include),
+			"exclude":       strs(&o.Retention.Exclude),
+			"sources":       strs(&o.Retention.Sources),
+			"cap":           positiveInt(&o.Retention.Cap),
+			"inusemaxage":   positiveDuration(&o.Retention.InUseMaxAge),
+			"planmaxage":    positiveDuration(&o.Retention.PlanMaxAge),
+			"plankeep":      positiveDuration(&o.Retention.PlanKeep),
+			"recheck":       positiveDuration(&o.Retention.Recheck),
 		}),
 		"reclaimer": block(fields{
 			"enabled":  boolean(&o.Reclaimer.Enabled),
@@ -194,6 +208,24 @@ func positiveInt(dst *int) func(any) error {
 		}
 		*dst = n
 		return nil
+	}
+}
+
+func nonNegativeInt(dst *int) func(any) error {
+	return func(v any) error {
+		n, ok := v.(int)
+		if !ok || n < 0 {
+			return fmt.Errorf("must be a non-negative integer, got %v", v)
+		}
+		*dst = n
+		return nil
+	}
+}
+
+func strs(dst *[]string) func(any) error {
+	return func(v any) (err error) {
+		*dst, err = asStrings(v)
+		return err
 	}
 }
 

@@ -87,6 +87,25 @@ type Options struct {
 	EpochInterval time.Duration
 	GC            GC
 	Reclaimer     Reclaimer
+	Retention     Retention
+}
+
+// Retention is the `retention:` block: the default retention policy and
+// the limits of its runs (docs/api.md, "Retention").
+type Retention struct {
+	// KeepNewest (default 10) and RollbackSlack (default 3) are set to
+	// their defaults by decode when absent, so that 0 can be configured.
+	KeepNewest    int
+	RollbackSlack int
+	MinAge        time.Duration // retention age (default 8760h)
+	Include       []string      // tag patterns (default: every tag)
+	Exclude       []string
+	Sources       []string      // in-use sources relied on (default: all)
+	Cap           int           // candidates per plan (default 1000)
+	InUseMaxAge   time.Duration // a source older aborts runs (default 24h)
+	PlanMaxAge    time.Duration // apply refuses older plans (default 168h)
+	PlanKeep      time.Duration // plans are kept this long (default 720h, at least 336h)
+	Recheck       time.Duration // apply re-reads the whole index this often (default 1s)
 }
 
 // GC is the `gc:` block: the GC API.
@@ -154,6 +173,15 @@ func (o Options) WithDefaults() (Options, error) {
 	if o.GC.Cap == 0 {
 		o.GC.Cap = defaultCap
 	}
+	r := &o.Retention
+	def(&r.MinAge, 365*24*time.Hour)
+	def(&r.InUseMaxAge, 24*time.Hour)
+	def(&r.PlanMaxAge, 7*24*time.Hour)
+	def(&r.PlanKeep, 30*24*time.Hour)
+	def(&r.Recheck, time.Second)
+	if r.Cap == 0 {
+		r.Cap = 1000
+	}
 	if o.Reclaimer.Batch == 0 {
 		o.Reclaimer.Batch = defaultReclaimerBatch
 	}
@@ -178,6 +206,10 @@ func (o Options) check() error {
 		}
 	}
 	switch {
+	case o.Retention.PlanKeep < 14*24*time.Hour:
+		return &OptionError{Option: "retention.plankeep", Err: fmt.Errorf("%v must be at least 336h (14 days)", o.Retention.PlanKeep)}
+	case o.Retention.PlanMaxAge > o.Retention.PlanKeep:
+		return &OptionError{Option: "retention.planmaxage", Err: fmt.Errorf("%v must not exceed retention.plankeep %v", o.Retention.PlanMaxAge, o.Retention.PlanKeep)}
 	case o.AccessTTL < 2*o.Window:
 		return &OptionError{Option: "accessttl", Err: fmt.Errorf("%v must be at least twice the window %v", o.AccessTTL, o.Window)}
 	case o.Dedup*10 > o.Window:

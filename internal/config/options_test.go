@@ -42,6 +42,8 @@ func TestDecodeDefaults(t *testing.T) {
 		FenceWait: 2 * time.Second, FencePoll: 100 * time.Millisecond, Timeout: time.Second, EpochInterval: 5 * time.Second,
 		GC:        GC{Cap: defaultCap},
 		Reclaimer: Reclaimer{Interval: defaultReclaimerInterval, Batch: defaultReclaimerBatch},
+		Retention: Retention{KeepNewest: 10, RollbackSlack: 3, MinAge: 365 * 24 * time.Hour, Cap: 1000, InUseMaxAge: 24 * time.Hour,
+			PlanMaxAge: 7 * 24 * time.Hour, PlanKeep: 30 * 24 * time.Hour, Recheck: time.Second},
 	}
 	if o.Redis.Addrs != nil || o.DescriptorCache != nil {
 		t.Fatalf("redis %+v", o.Redis)
@@ -52,6 +54,23 @@ func TestDecodeDefaults(t *testing.T) {
 	}
 	if o, _ := decode(map[string]any{"window": "2m"}); o.Window != 2*time.Minute || o.AccessTTL != 7*24*time.Hour {
 		t.Fatalf("window 2m: %+v", o)
+	}
+}
+
+func TestDecodeRetention(t *testing.T) {
+	o, err := decode(map[string]any{"retention": map[any]any{"keepnewest": 0, "rollbackslack": 1, "minage": "90d", "include": []any{"v*"}}})
+	if err == nil {
+		t.Fatalf("90d is no Go duration: %+v", o.Retention)
+	}
+	o, err = decode(map[string]any{"retention": map[any]any{"keepnewest": 0, "rollbackslack": 1, "minage": "2160h", "include": []any{"v*"}, "exclude": []any{"v*-rc*"}}})
+	r := o.Retention
+	if err != nil || r.KeepNewest != 0 || r.RollbackSlack != 1 || r.MinAge != 2160*time.Hour || len(r.Include) != 1 || r.Exclude[0] != "v*-rc*" {
+		t.Fatalf("%+v %v", r, err)
+	}
+	for _, bad := range []map[string]any{{"keepnewest": -1}, {"plankeep": "24h"}, {"planmaxage": "1000h"}, {"cap": 0}, {"include": "v*"}} {
+		if _, err := decode(map[string]any{"retention": bad}); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
 	}
 }
 

@@ -11,6 +11,9 @@
 //	reclaim:{inuse:<source>}:images      set: "<repo>@<digest>", what the source declared last
 //	reclaim:{inuse:<source>}:meta        JSON retention.Source (name, updated_at, images)
 //	reclaim:inuse:sources                set of source names (written before a source, removed after)
+//	reclaim:{<repo>}:retention:plan:<id> JSON retention.Plan (expires after retention.plankeep)
+//	reclaim:{<repo>}:retention:plans     zset: plan id -> created (unix ms)
+//	reclaim:retention:plans              zset: "<repo>|<id>" -> created (one slot, one ZADD per plan)
 //
 // An expired pin is ignored on read and removed by the next listing, only
 // if it was not replaced meanwhile.

@@ -144,3 +144,32 @@ func (s *InUse) Images(ctx context.Context, name string) (retention.Source, []re
 	}
 	return src, retention.SortImages(images), nil
 }
+
+// Contains reports whether any source declares im now: the list of
+// sources, then one SISMEMBER per source in one pipeline (on a cluster,
+// go-redis sends each to its slot's master).
+func (s *InUse) Contains(ctx context.Context, im retention.Image) (bool, error) {
+	names, err := s.c.SMembers(ctx, s.sourcesKey()).Result()
+	if err != nil {
+		return false, unavailable("list sources", err)
+	}
+	if len(names) == 0 {
+		return false, nil
+	}
+	cmds := make([]*redis.BoolCmd, len(names))
+	_, err = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, n := range names {
+			cmds[i] = p.SIsMember(ctx, s.imagesKey(n), im.String())
+		}
+		return nil
+	})
+	if err != nil {
+		return false, unavailable("check in-use "+im.String(), err)
+	}
+	for _, c := range cmds {
+		if c.Val() {
+			return true, nil
+		}
+	}
+	return false, nil
+}

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	distregistry "github.com/distribution/distribution/v3/registry"
+	"github.com/spf13/cobra"
+
+	"github.com/reclaim-registry/reclaim/retention"
+)
+
+// `registry retention preview|apply|plans`: deploy-aware retention through
+// the GC API (docs/api.md, "Retention").
+
+func newRetentionCommand() *cobra.Command {
+	root := &cobra.Command{Use: "retention", Short: "Deploy-aware retention: preview plans, apply them (docs/api.md)"}
+	root.AddCommand(withExitCodes(newRetentionPreviewCommand()), withExitCodes(newRetentionApplyCommand()),
+		withExitCodes(newRetentionPlansCommand()))
+	return root
+}
+
+// policyFlags are the per-request overrides of the configured policy;
+// only the flags given are sent.
+type policyFlags struct {
+	keep, slack, limit        int
+	minAge                    time.Duration
+	include, exclude, sources []string
+}
+
+func (p *policyFlags) bind(cmd *cobra.Command) {
+	cmd.Flags().IntVar(&p.keep, "keep-newest", 0, "versions kept where none is in use (N)")
+	cmd.Flags().IntVar(&p.slack, "rollback-slack", 0, "versions kept below the oldest in use (K)")
+	cmd.Flags().DurationVar(&p.minAge, "min-age", 0, "retention age: only older versions may go, e.g. 2160h")
+	cmd.Flags().StringArrayVar(&p.include, "include", nil, "tag pattern the policy manages (repeatable)")
+	cmd.Flags().StringArrayVar(&p.exclude, "exclude", nil, "tag pattern the policy leaves alone (repeatable)")
+	cmd.Flags().StringArrayVar(&p.sources, "source", nil, "in-use source this repository relies on (repeatable; default all)")
+	cmd.Flags().IntVar(&p.limit, "cap", 0, "candidates per plan at most (the oldest are kept in the plan)")
+}
+
+func (p *policyFlags) override(cmd *cobra.Command) retention.PolicyOverride {
+	var o retention.PolicyOverride
+	set := cmd.Flags().Changed
+	if set("keep-newest") {
+		o.KeepNewest = &p.keep
+	}
+	if set("rollback-slack") {
+		o.RollbackSlack = &p.slack
+	}
+	if set("cap") {
+		o.Cap = &p.limit
+	}
+	if set("min-age") {
+		d := retention.Duration(p.minAge)
+		o.MinAge = &d
+	}
+	for _, f := range []struct {
+		name string
+		v    []string
+		dst  **[]string
+	}{{"include", p.include, &o.Include}, {"exclude", p.exclude, &o.Exclude}, {"source", p.sources, &o.Sources}} {
+		if set(f.name) {
+			v := f.v
+			*f.dst = &v
+		}
+	}
+	return o
+}
+
+func newRetentionPreviewCommand() *cobra.Command {
+	var f gcClientFlags
+	var p policyFlags
+	cmd := &cobra.Command{
+		Use:   "preview <repository>...",
+		Short: "Build and store a retention plan per repository; deletes nothing",
+		Long: "Builds the plan of each repository (every protection applied), stores it for\n" +
+			"retention.plankeep and prints it. A run the in-use index cannot vouch for (empty,\n" +
+			"stale, unreadable) aborts with exit code 4 and previews nothing more.",
+		Example: "  registry retention preview team/app --min-age 2160h --rollback-slack 3\n" +
+			"  registry retention preview team/app team/worker --json",
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			body, err := json.Marshal(p.override(cmd))
+			if err != nil {
+				return err
+			}
+			for _, repo := range args {
+				out, err := f.send(cmd, http.MethodPost, "repositories/"+repo+"/retention/preview", nil, body)
+				if err != nil {
+					return err
+				}
+				if err := printPlan(cmd, &f, out); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	f.bind(cmd)
+	p.bind(cmd)
+	return cmd
+}
+
+func printPlan(cmd *cobra.Command, f *gcClientFlags, out []byte) error {
+	w := cmd.OutOrStdout()
+	if f.json {
+		_, err := w.Write(out)
+		return err
+	}
+	var plan retention.Plan
+	if err := json.Unmarshal(out, &plan); err != nil {
+		return &exitError{exitFailure, fmt.Errorf("decode plan: %w", err)}
+	}
+	if plan.Skip != nil {
+		fmt.Fprintf(w, "%s: plan %s skipped (%s): %s\n", plan.Repository, plan.ID, plan.Skip.Reason, plan.Skip.Detail)
+		return nil
+	}
+	tags := 0
+	for _, c := range plan.Candidates {
+		tags += len(c.Tags)
+	}
+	fmt.Fprintf(w, "%s: plan %s: %d versions to delete (%d tags), %d kept, %d over the cap, %d dropped (now in use)\n",
+		plan.Repository, plan.ID, len(plan.Candidates), tags, len(plan.Kept), plan.Trimmed, len(plan.Dropped))
+	if f.verbose {
+		for _, e := range append(append([]retention.Entry{}, plan.Candidates...), plan.Kept...) {
+			fmt.Fprintf(w, "  %-20s %s %s %v\n", e.Reason, e.Time.Format(time.DateOnly), e.Digest, e.Tags)
+		}
+	}
+	return nil
+}
+
+func newRetentionApplyCommand() *cobra.Command {
+	var f gcClientFlags
+	cmd := &cobra.Command{
+		Use:   "apply <repository> <plan-id>",
+		Short: "Delete a plan's candidate tags, each after a fresh check; GC then collects what they held",
+		Long: "Refused (exit 4) when the plan is older than retention.planmaxage or the policy changed.\n" +
+			"Tags that became in use, pinned or moved since the plan are left and listed; a run the index\n" +
+			"stops vouching for stops (exit 4); a tag that could not be checked or deleted exits 5.",
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			out, err := f.send(cmd, http.MethodPost, "repositories/"+args[0]+"/retention/plans/"+args[1]+"/apply", nil, nil)
+			if err != nil {
+				return err
+			}
+			var rep retention.ApplyReport
+			if err := json.Unmarshal(out, &rep); err != nil {
+				return &exitError{exitFailure, fmt.Errorf("decode report: %w", err)}
+			}
+			w := cmd.OutOrStdout()
+			if f.json {
+				w.Write(out) //nolint:errcheck
+			} else {
+				fmt.Fprintf(w, "%s: plan %s: %d tags deleted, %d left\n", rep.Repository, rep.PlanID, len(rep.Deleted), len(rep.Skipped))
+				for _, s := range rep.Skipped {
+					fmt.Fprintf(w, "  left %s (%s) %s\n", s.Tag, s.Reason, s.Detail)
+				}
+			}
+			return applyExit(&rep)
+		},
+	}
+	f.bind(cmd)
+	return cmd
+}
+
+func applyExit(rep *retention.ApplyReport) error {
+	if rep.Aborted != nil {
+		return &exitError{exitRetry, fmt.Errorf("stopped (%s): %s", rep.Aborted.Reason, rep.Aborted.Detail)}
+	}
+	for _, s := range rep.Skipped {
+		if s.Reason == retention.ChangedCheckFail || s.Reason == retention.ChangedDeleteErr {
+			return &exitError{exitPartially, fmt.Errorf("%s: %s %s", s.Tag, s.Reason, s.Detail)}
+		}
+	}
+	return nil
+}
+
+func newRetentionPlansCommand() *cobra.Command {
+	var f gcClientFlags
+	var since time.Duration
+	cmd := &cobra.Command{
+		Use:   "plans [<repository>]",
+		Short: "List stored plans, newest first: of one repository, or of all",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path := "retention/plans"
+			if len(args) == 1 {
+				path = "repositories/" + args[0] + "/retention/plans"
+			}
+			q := url.Values{}
+			if since > 0 {
+				q.Set("since", time.Now().Add(-since).UTC().Format(time.RFC3339))
+			}
+			out, err := f.send(cmd, http.MethodGet, path, q, nil)
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(out)
+			return err
+		},
+	}
+	f.bind(cmd)
+	cmd.Flags().DurationVar(&since, "since", 0, "only plans made within this long (default: all kept)")
+	return cmd
+}
+
+func init() {
+	distregistry.RootCmd.AddCommand(newRetentionCommand())
+}

@@ -1,0 +1,155 @@
+package retention
+
+import (
+	"context"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// TagWriter reads and deletes single tags (storage).
+type TagWriter interface {
+	// Tag returns the manifest tag points at now; ok is false when there
+	// is no such tag.
+	Tag(ctx context.Context, repo, tag string) (d digest.Digest, ok bool, err error)
+	DeleteTag(ctx context.Context, repo, tag string) error
+}
+
+// InUseChecker answers from the index as it is now whether a source
+// declares the image (retention/redisdb.InUse).
+type InUseChecker interface {
+	Contains(ctx context.Context, im Image) (bool, error)
+}
+
+// Why apply left a planned tag.
+const (
+	ChangedInUse     = "in_use"       // became in use since the plan
+	ChangedPinned    = "pinned"       // pinned since the plan
+	ChangedTagMoved  = "tag_moved"    // the tag points at another manifest now
+	ChangedTagGone   = "tag_gone"     // the tag was deleted meanwhile
+	ChangedCheckFail = "check_failed" // the fresh state could not be read: kept
+	ChangedDeleteErr = "delete_failed"
+)
+
+// TagResult is one planned tag and what apply did with it.
+type TagResult struct {
+	Tag    string        `json:"tag"`
+	Digest digest.Digest `json:"digest"`
+	Reason string        `json:"reason,omitempty"`
+	Detail string        `json:"detail,omitempty"`
+}
+
+// ApplyReport is what an apply did.
+type ApplyReport struct {
+	PlanID     string      `json:"plan_id"`
+	Repository string      `json:"repository"`
+	StartedAt  time.Time   `json:"started_at"`
+	FinishedAt time.Time   `json:"finished_at"`
+	Deleted    []TagResult `json:"deleted"`
+	Skipped    []TagResult `json:"skipped"`
+	// Aborted says why the run stopped before the end (the index became
+	// empty or stale, or could not be read).
+	Aborted *Skip `json:"aborted,omitempty"`
+}
+
+// Applier deletes a plan's candidate tags, each only after checking fresh
+// state right before its delete: the tag still points at the planned
+// manifest, no source declares the manifest (or one its index lists), and
+// no active pin names it or any of its tags. The whole index (sources,
+// ages) is read again every Recheck, and a stale or empty index stops the
+// run.
+type Applier struct {
+	Tags      TagWriter
+	Manifests Manifests
+	Index     Index
+	InUse     InUseChecker
+	Pins      PinLister
+	MaxAge    time.Duration
+	Recheck   time.Duration
+	Now       func() time.Time
+}
+
+// Apply runs plan, oldest candidate first. The caller checked it is
+// applicable (CheckApplicable).
+func (a *Applier) Apply(ctx context.Context, plan *Plan) *ApplyReport {
+	rep := &ApplyReport{PlanID: plan.ID, Repository: plan.Repository, StartedAt: a.Now().UTC(), Deleted: []TagResult{}, Skipped: []TagResult{}}
+	defer func() { rep.FinishedAt = a.Now().UTC() }()
+	var lastRead time.Time
+	for i := len(plan.Candidates) - 1; i >= 0; i-- {
+		v := plan.Candidates[i].Version
+		if now := a.Now(); lastRead.IsZero() || now.Sub(lastRead) >= a.Recheck {
+			if _, err := readIndex(ctx, a.Index, plan.Repository, plan.Policy, a.MaxAge, now); err != nil {
+				rep.Aborted = abortSkip(err)
+				return rep
+			}
+			lastRead = now
+		}
+		for _, tag := range v.Tags {
+			r := TagResult{Tag: tag, Digest: v.Digest}
+			r.Reason, r.Detail = a.fresh(ctx, plan.Repository, v, tag)
+			if r.Reason == "" {
+				if err := a.Tags.DeleteTag(ctx, plan.Repository, tag); err != nil {
+					r.Reason, r.Detail = ChangedDeleteErr, err.Error()
+				}
+			}
+			if r.Reason == "" {
+				rep.Deleted = append(rep.Deleted, r)
+			} else {
+				rep.Skipped = append(rep.Skipped, r)
+			}
+		}
+	}
+	return rep
+}
+
+func abortSkip(err error) *Skip {
+	if ae, ok := err.(*AbortError); ok {
+		return &Skip{Reason: ae.Reason, Detail: ae.Detail}
+	}
+	return &Skip{Reason: AbortInUseUnreadable, Detail: err.Error()}
+}
+
+// fresh checks tag of v against the state now; "" means delete it.
+func (a *Applier) fresh(ctx context.Context, repo string, v Version, tag string) (reason, detail string) {
+	d, ok, err := a.Tags.Tag(ctx, repo, tag)
+	switch {
+	case err != nil:
+		return ChangedCheckFail, "read tag: " + err.Error()
+	case !ok:
+		return ChangedTagGone, ""
+	case d != v.Digest:
+		return ChangedTagMoved, "now " + d.String()
+	}
+	pins, err := a.Pins.List(ctx, repo)
+	if err != nil {
+		return ChangedCheckFail, "read pins: " + err.Error()
+	}
+	for _, p := range pins {
+		if p.Active(a.Now()) && (p.Ref == v.Digest.String() || containsString(v.Tags, p.Ref)) {
+			return ChangedPinned, "pin " + p.Ref
+		}
+	}
+	_, children, err := a.Manifests.Children(ctx, repo, v.Digest)
+	if err != nil {
+		return ChangedCheckFail, "read manifest: " + err.Error()
+	}
+	for _, m := range append([]digest.Digest{v.Digest}, children...) {
+		used, err := a.InUse.Contains(ctx, Image{Repository: repo, Digest: m})
+		if err != nil {
+			return ChangedCheckFail, "read in-use index: " + err.Error()
+		}
+		if used {
+			return ChangedInUse, m.String()
+		}
+	}
+	return "", ""
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

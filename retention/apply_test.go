@@ -1,0 +1,91 @@
+package retention
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+)
+
+type fakeTags struct {
+	tags    map[string]digest.Digest
+	deleted []string
+	onDel   func(tag string)
+}
+
+func (f *fakeTags) Tag(_ context.Context, _, tag string) (digest.Digest, bool, error) {
+	if tag == "unreadable" {
+		return "", false, errRead
+	}
+	d, ok := f.tags[tag]
+	return d, ok, nil
+}
+
+func (f *fakeTags) DeleteTag(_ context.Context, _, tag string) error {
+	delete(f.tags, tag)
+	f.deleted = append(f.deleted, tag)
+	if f.onDel != nil {
+		f.onDel(tag)
+	}
+	return nil
+}
+
+type fakeContains map[Image]bool
+
+func (f fakeContains) Contains(_ context.Context, im Image) (bool, error) { return f[im], nil }
+
+type fakePins []Pin
+
+func (f fakePins) List(context.Context, string) ([]Pin, error) { return f, nil }
+
+// Apply deletes oldest first, leaves what changed with its reason, and
+// stops when a re-read of the whole index finds it stale.
+func TestApplyFreshState(t *testing.T) {
+	vs := line(6) // vs[5] oldest
+	cands := make([]Entry, 0, 6)
+	tags := map[string]digest.Digest{}
+	for _, v := range vs {
+		cands = append(cands, Entry{Version: v, Reason: Candidate})
+		tags[v.Tags[0]] = v.Digest
+	}
+	tags[vs[1].Tags[0]] = digest.FromString("moved")
+	delete(tags, vs[2].Tags[0])
+	cands[0].Tags = []string{"unreadable"}
+	child := digest.FromString("child")
+	m := fakeManifests{child: nil}
+	for _, v := range vs {
+		m[v.Digest] = nil
+	}
+	m[vs[3].Digest] = []digest.Digest{child}
+	ft := &fakeTags{tags: tags}
+	now := t0
+	idx := fakeIndex{srcs: []Source{{Name: "a", UpdatedAt: t0, Images: 1}}, images: map[string][]Image{"a": {{"r", child}}}}
+	a := &Applier{Tags: ft, Manifests: m, Index: idx, InUse: fakeContains{{"r", child}: true}, Pins: fakePins{{Ref: vs[4].Tags[0]}},
+		MaxAge: time.Hour, Recheck: time.Minute, Now: func() time.Time { return now }}
+	plan := &Plan{ID: "p", Repository: "r", Status: PlanReady, Decision: Decision{Candidates: cands}}
+	rep := a.Apply(t.Context(), plan)
+	want := map[string]string{"unreadable": ChangedCheckFail, vs[1].Tags[0]: ChangedTagMoved, vs[2].Tags[0]: ChangedTagGone,
+		vs[3].Tags[0]: ChangedInUse, vs[4].Tags[0]: ChangedPinned}
+	if len(rep.Deleted) != 1 || rep.Deleted[0].Tag != vs[5].Tags[0] || len(rep.Skipped) != 5 || rep.Aborted != nil {
+		t.Fatalf("%+v", rep)
+	}
+	for _, s := range rep.Skipped {
+		if want[s.Tag] != s.Reason {
+			t.Errorf("%s: %s, want %s", s.Tag, s.Reason, want[s.Tag])
+		}
+	}
+
+	// The index goes stale during the run: the next re-read stops it.
+	for _, v := range vs {
+		ft.tags[v.Tags[0]] = v.Digest
+	}
+	cands[0].Tags = vs[0].Tags
+	a.InUse, a.Pins = fakeContains{}, fakePins{}
+	ft.deleted = nil
+	ft.onDel = func(string) { now = now.Add(2 * time.Hour) }
+	rep = a.Apply(t.Context(), plan)
+	if len(rep.Deleted) != 1 || rep.Aborted == nil || rep.Aborted.Reason != AbortInUseStale {
+		t.Fatalf("%+v", rep)
+	}
+}

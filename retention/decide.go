@@ -1,0 +1,102 @@
+package retention
+
+import (
+	"time"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// Why a version is kept, or that it is a candidate.
+const (
+	KeptInUse         = "in_use" // a source declares it (or a manifest of its index)
+	KeptNewerThanUsed = "newer_than_in_use"
+	KeptRollbackSlack = "rollback_slack" // one of the K below the oldest in use
+	KeptNewest        = "newest"         // one of the newest N, nothing in use
+	KeptPinned        = "pinned"         // an active pin names its digest or a tag
+	KeptTooYoung      = "younger_than_min_age"
+	KeptOverCap       = "over_cap" // a candidate left for a later run
+	Candidate         = "candidate"
+)
+
+// Entry is a version with what the policy decided for it.
+type Entry struct {
+	Version
+	Reason string `json:"reason"`
+}
+
+// Decision is the policy applied to one repository's versions.
+type Decision struct {
+	Candidates []Entry `json:"candidates"`
+	Kept       []Entry `json:"kept"`
+	// Trimmed counts candidates left over the cap (kept as over_cap).
+	Trimmed int `json:"trimmed"`
+}
+
+// Decide applies p to versions (newest first), given the versions in use
+// and the active pins, at now. It does no I/O.
+//
+//   - With a version in use, everything newer than the oldest in-use
+//     version is kept, and K versions below it; without one, the newest N.
+//   - Below that, a version is a candidate only if it is not pinned and
+//     its time is older than the retention age: creation time permits a
+//     delete, it never asks for one.
+//   - Over the cap, the oldest Cap candidates stay candidates.
+func Decide(versions []Version, inUse map[digest.Digest]bool, pins []Pin, p Policy, now time.Time) Decision {
+	pinned := map[string]bool{}
+	for _, pin := range pins {
+		if pin.Active(now) {
+			pinned[pin.Ref] = true
+		}
+	}
+	protect, anchored := p.KeepNewest, false
+	for i, v := range versions {
+		if inUse[v.Digest] {
+			protect, anchored = i+1+p.RollbackSlack, true
+		}
+	}
+	oldestUsed := protect - p.RollbackSlack - 1
+	d := Decision{Candidates: []Entry{}, Kept: []Entry{}}
+	for i, v := range versions {
+		reason := Candidate
+		switch {
+		case inUse[v.Digest]:
+			reason = KeptInUse
+		case anchored && i < oldestUsed:
+			reason = KeptNewerThanUsed
+		case anchored && i < protect:
+			reason = KeptRollbackSlack
+		case !anchored && i < protect:
+			reason = KeptNewest
+		case isPinned(v, pinned):
+			reason = KeptPinned
+		case now.Sub(v.Time) < time.Duration(p.MinAge):
+			reason = KeptTooYoung
+		}
+		e := Entry{Version: v, Reason: reason}
+		if reason == Candidate {
+			d.Candidates = append(d.Candidates, e)
+		} else {
+			d.Kept = append(d.Kept, e)
+		}
+	}
+	if over := len(d.Candidates) - p.Cap; over > 0 {
+		for _, e := range d.Candidates[:over] {
+			e.Reason = KeptOverCap
+			d.Kept = append(d.Kept, e)
+		}
+		d.Candidates, d.Trimmed = d.Candidates[over:], over
+	}
+	return d
+}
+
+func isPinned(v Version, pinned map[string]bool) bool {
+	if pinned[v.Digest.String()] {
+		return true
+	}
+	for _, t := range v.Tags {
+		if pinned[t] {
+			return true
+		}
+	}
+	return false
+}

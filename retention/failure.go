@@ -1,0 +1,73 @@
+package retention
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The failure model is asymmetric: what could make a run delete a version
+// that runs aborts it; what only makes it delete less skips a repository.
+
+// Why a whole run stops before deleting anything (AbortError).
+const (
+	// AbortInUseEmpty: no source declares any image. An empty index means
+	// the scanners are not running, not that nothing runs.
+	AbortInUseEmpty = "inuse_empty"
+	// AbortInUseStale: a source was last updated longer ago than the
+	// configured maximum age (retention.inusemaxage).
+	AbortInUseStale = "inuse_stale"
+	// AbortInUseUnreadable: the index itself (its list of sources) or the
+	// pins cannot be read.
+	AbortInUseUnreadable = "inuse_unreadable"
+	// AbortInUseVersionUnreadable: a manifest the index says is in use
+	// cannot be read, so which tagged version it belongs to is unknown.
+	AbortInUseVersionUnreadable = "inuse_version_unreadable"
+)
+
+// Why one repository is left out of a run (Skip).
+const (
+	// SkipSourceUnreadable: a source the policy relies on cannot be read.
+	SkipSourceUnreadable = "source_unreadable"
+	// SkipSourceEmpty: a source the policy relies on declares nothing (or
+	// is missing).
+	SkipSourceEmpty = "source_empty"
+	// SkipTagsUnreadable: the repository's tag list cannot be read.
+	SkipTagsUnreadable = "tags_unreadable"
+)
+
+// ErrAborted matches every AbortError.
+var ErrAborted = errors.New("retention: run aborted")
+
+// AbortError stops a run before it deletes anything more.
+type AbortError struct {
+	Reason string
+	Detail string
+}
+
+func (e *AbortError) Error() string {
+	return fmt.Sprintf("retention: run aborted (%s): %s", e.Reason, e.Detail)
+}
+
+func (e *AbortError) Is(target error) bool { return target == ErrAborted }
+
+func abort(reason, format string, args ...any) error {
+	return &AbortError{Reason: reason, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Skip says why a repository was not planned.
+type Skip struct {
+	Reason string `json:"reason"`
+	Detail string `json:"detail"`
+}
+
+// Errors of apply.
+var (
+	// ErrPlanExpired: the plan is older than retention.planmaxage.
+	ErrPlanExpired = errors.New("retention: plan too old to apply; preview again")
+	// ErrPolicyChanged: the policy in force is not the plan's.
+	ErrPolicyChanged = errors.New("retention: the policy changed since the plan was made; preview again")
+	// ErrPlanNotFound: no such plan for this repository (or it expired).
+	ErrPlanNotFound = errors.New("retention: plan not found")
+	// ErrPlanSkipped: the plan skipped its repository; there is nothing to apply.
+	ErrPlanSkipped = errors.New("retention: the plan skipped its repository; nothing to apply")
+)
