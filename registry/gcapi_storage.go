@@ -27,7 +27,7 @@ import (
 func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
 	pins := redisdb.NewPins(env.Tracker.Client(), opts.Prefix, nil)
 	col, err := gc.New(gc.Config{
-		Driver:  env.Driver,
+		Driver:  haltingDriver(env.Driver),
 		Tracker: gcTracker{env.Tracker},
 		Links:   env.Links,
 		LinkDBComplete: func(ctx context.Context) (bool, error) {
