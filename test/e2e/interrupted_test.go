@@ -68,7 +68,9 @@ func TestKilledCollectIsInterrupted(t *testing.T) {
 	// A window passes without access (the epoch and every record move back).
 	storagetest.Age(t, rc, prefix, 2*window)
 
-	var started struct{ RunID string `json:"run_id"` }
+	var started struct {
+		RunID string `json:"run_id"`
+	}
 	gcJSON(t, r, http.MethodPost, "/gc/v1/repositories/crash/app/collect?dry_run=false&async=true", http.StatusAccepted, &started)
 	waitFile(t, marker)
 	live := runReport(t, r, started.RunID)
