@@ -2,6 +2,7 @@ package gc
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -132,4 +133,27 @@ func (f *leaseFixture) runningID(t *testing.T) string {
 		t.Fatalf("runs in progress: %v", ids)
 	}
 	return ids[0]
+}
+
+// An interrupted run that cannot say whether it had started deleting says
+// null, not false; one that deleted nothing has a null last object.
+func TestInterruptionUnknownIsNull(t *testing.T) {
+	rep, err := reportOf(RunState{ID: "x", Repo: "r", Status: string(StatusInterrupted), Step: string(StepSnapshot)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"status":"interrupted"`, `"deletions_started":null`, `"last_object":null`, `"step":"snapshot"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s not in %s", want, b)
+		}
+	}
+	no := false
+	rep, _ = reportOf(RunState{ID: "x", Repo: "r", Status: string(StatusInterrupted), DeletionsStarted: &no})
+	if b, _ := json.Marshal(rep); !strings.Contains(string(b), `"deletions_started":false`) {
+		t.Errorf("known no: %s", b)
+	}
 }

@@ -79,8 +79,10 @@ type Interruption struct {
 	// DeletionsStarted: whether any storage delete had been sent; null
 	// when unknown (Redis may have lost the record's last writes).
 	DeletionsStarted *bool `json:"deletions_started"`
-	// DetectedAt is when a reader found it dead.
+	// DetectedAt is when a reader found it dead, and DetectedBy which
+	// reader ("instance <id>" for a GET, "run <id>" for a run).
 	DetectedAt time.Time `json:"detected_at,omitzero"`
+	DetectedBy string    `json:"detected_by,omitempty"`
 	// ReconciledBy is the run that reconciled it (empty: not yet).
 	ReconciledBy string `json:"reconciled_by,omitempty"`
 }

@@ -111,7 +111,7 @@ func reportOf(st RunState) (*Report, error) {
 		rep.Step = RunStep(st.Step)
 	case StatusInterrupted:
 		rep.Interruption = &Interruption{Step: RunStep(st.Step), LastObject: lastObject(st),
-			DeletionsStarted: st.DeletionsStarted, DetectedAt: st.InterruptedAt, ReconciledBy: st.ReconciledBy}
+			DeletionsStarted: st.DeletionsStarted, DetectedAt: st.InterruptedAt, DetectedBy: st.MarkedBy, ReconciledBy: st.ReconciledBy}
 	}
 	return rep, nil
 }

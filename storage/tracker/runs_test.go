@@ -110,6 +110,14 @@ func TestRunRecordStates(t *testing.T) {
 		if st := load(t, tr, "run3", "x"); st.ReconciledBy != "run4" {
 			t.Fatalf("reconciled by %q", st.ReconciledBy)
 		}
+		// A run marked interrupted that was alive after all (it lost its
+		// lock) stores its real outcome over the mark.
+		if err := l.End(ctx, "failed", []byte(`{"status":"failed"}`)); err != nil {
+			t.Fatal(err)
+		}
+		if st := load(t, tr, "run3", "x"); st.Status != "failed" || string(st.Report) != `{"status":"failed"}` {
+			t.Fatalf("outcome after the mark: %+v", st)
+		}
 	})
 }
 
