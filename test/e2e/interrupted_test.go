@@ -34,30 +34,8 @@ const haltEnv = "RECLAIM_TEST_HALT_GC_DELETE"
 // next collection reconciles it: it queues the blobs left orphaned and
 // says so in its report.
 func TestKilledCollectIsInterrupted(t *testing.T) {
-	addr, prefix := storagetest.RealRedis(), ""
-	if addr != "" {
-		prefix = storagetest.RealPrefix(t, addr)
-	} else {
-		addr, prefix = miniredis.RunT(t).Addr(), "e2e:"
-	}
-	rc := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { rc.Close() })
-	root := t.TempDir()
-	raw, err := filesystem.FromParameters(map[string]any{"rootdirectory": root})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := linkdb.MarkLinkDBComplete(context.Background(), raw, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	marker := filepath.Join(t.TempDir(), "halted")
-	t.Setenv(haltEnv, marker)
 	const window = time.Minute
-	p := registrytest.StartProcess(t, registrytest.WithRootDirectory(root),
-		registrytest.WithStorageMiddleware("reclaim", map[string]any{
-			"window": window.String(), "prefix": prefix, "redis": map[string]any{"addrs": []any{addr}},
-			"gc": map[string]any{"enabled": true},
-		}))
+	p, rc, prefix, marker := startHalting(t, window)
 	r := p.Registry
 
 	registrytest.PushImage(t, r, "crash/app:keep", 1)
@@ -121,6 +99,38 @@ func TestKilledCollectIsInterrupted(t *testing.T) {
 		t.Fatalf("killed run after the reconciliation: %+v", after.Interruption)
 	}
 	registrytest.AssertPullable(t, r, "crash/app:keep")
+}
+
+// startHalting starts a registry process whose collections halt at their
+// first blob delete, on a fresh storage (link database complete) and the
+// test's Redis (real when configured, else miniredis) under a prefix of its
+// own. marker is the file the halt writes.
+func startHalting(t *testing.T, window time.Duration) (p *registrytest.Process, rc *redis.Client, prefix, marker string) {
+	t.Helper()
+	addr := storagetest.RealRedis()
+	if addr != "" {
+		prefix = storagetest.RealPrefix(t, addr)
+	} else {
+		addr, prefix = miniredis.RunT(t).Addr(), "e2e:"
+	}
+	rc = redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rc.Close() })
+	root := t.TempDir()
+	raw, err := filesystem.FromParameters(map[string]any{"rootdirectory": root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := linkdb.MarkLinkDBComplete(context.Background(), raw, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	marker = filepath.Join(t.TempDir(), "halted")
+	t.Setenv(haltEnv, marker)
+	p = registrytest.StartProcess(t, registrytest.WithRootDirectory(root),
+		registrytest.WithStorageMiddleware("reclaim", map[string]any{
+			"window": window.String(), "prefix": prefix, "redis": map[string]any{"addrs": []any{addr}},
+			"gc": map[string]any{"enabled": true},
+		}))
+	return p, rc, prefix, marker
 }
 
 func runReport(t *testing.T, r *registrytest.Registry, id string) gc.Report {
