@@ -13,11 +13,12 @@ import (
 
 // haltEnv is a test hook for the end-to-end test of interrupted runs
 // (test/e2e, TestKilledCollectIsInterrupted): set to a file path, every
-// collection halts at its first blob delete, after the delete was written
-// ahead in its run record and before it reaches the storage, writes the
-// blob's path to that file and waits there, so the test can SIGKILL the
-// process at a known point. Nothing else reads it; a registry started with
-// it logs a warning, and its collections never delete a blob.
+// blob delete of the collector (collections and the reclaimer) halts after
+// it was written ahead in the run record and before it reaches the storage:
+// it writes the blob's path to that file and waits there (until its fence
+// deadline, 5 leases), so the test can SIGKILL the process at a known point.
+// Nothing else reads it; a registry started with it logs a warning, and its
+// collector never deletes a blob.
 const haltEnv = "RECLAIM_TEST_HALT_GC_DELETE"
 
 // haltingDriver is d with haltEnv's halt, when it is set.
