@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -186,11 +187,11 @@ func (t *Tracker) LoadRun(ctx context.Context, id, marker string) (layout.RunSta
 	if err != nil {
 		return layout.RunState{}, false, fmt.Errorf("%w: read run %s: %v", layout.ErrTrackerUnavailable, id, err)
 	}
-	return t.loadRun(ctx, repo, id, marker)
+	return t.loadRun(ctx, repo, id, marker, true)
 }
 
-// RepositoryRuns reads repo's recent runs, newest first, marking the ones
-// whose process died interrupted.
+// RepositoryRuns reads repo's recent runs, newest first, without their
+// reports, marking the ones whose process died interrupted.
 func (t *Tracker) RepositoryRuns(ctx context.Context, repo, marker string) ([]layout.RunState, error) {
 	ids, err := t.c.ZRevRange(ctx, t.runIndexKey(repo), 0, -1).Result()
 	if err != nil {
@@ -198,7 +199,7 @@ func (t *Tracker) RepositoryRuns(ctx context.Context, repo, marker string) ([]la
 	}
 	var out []layout.RunState
 	for _, id := range ids {
-		st, ok, err := t.loadRun(ctx, repo, id, marker)
+		st, ok, err := t.loadRun(ctx, repo, id, marker, false)
 		if err != nil {
 			return nil, err
 		}
@@ -223,13 +224,13 @@ func (t *Tracker) MarkReconciled(ctx context.Context, repo, id, by string) (bool
 // by its token, marks it interrupted: compare-and-swap on the record's
 // version, so of two readers racing, one marks and the other finds the
 // version moved, reads again and returns the winner's state.
-func (t *Tracker) loadRun(ctx context.Context, repo, id, marker string) (layout.RunState, bool, error) {
+func (t *Tracker) loadRun(ctx context.Context, repo, id, marker string, withReport bool) (layout.RunState, bool, error) {
 	for attempt := 0; ; attempt++ {
-		h, err := t.c.HGetAll(ctx, t.runKey(repo, id)).Result()
+		h, err := t.readRecord(ctx, repo, id, withReport)
 		if err != nil {
-			return layout.RunState{}, false, fmt.Errorf("%w: read run %s: %v", layout.ErrTrackerUnavailable, id, err)
+			return layout.RunState{}, false, err
 		}
-		if len(h) == 0 {
+		if h["id"] == "" {
 			return layout.RunState{}, false, nil
 		}
 		if h["status"] != layout.RunRunning || attempt >= 10 {
@@ -256,6 +257,30 @@ func (t *Tracker) loadRun(ctx context.Context, repo, id, marker string) (layout.
 		// n == 1: marked; n == 0: lost the race or the run wrote ahead.
 		// Either way the record changed: read it again.
 	}
+}
+
+// recordFields are the fields of a run record a reader needs; "report"
+// is read only when asked for: it can be large.
+var recordFields = []string{"id", "status", "started", "step", "kind", "object", "deletions", "v",
+	"interrupted_at", "marked_by", "verdict", "reconciled_by"}
+
+// readRecord reads the fields of run id that are set.
+func (t *Tracker) readRecord(ctx context.Context, repo, id string, withReport bool) (map[string]string, error) {
+	fields := recordFields
+	if withReport {
+		fields = append(slices.Clip(fields), "report")
+	}
+	vals, err := t.c.HMGet(ctx, t.runKey(repo, id), fields...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: read run %s: %v", layout.ErrTrackerUnavailable, id, err)
+	}
+	h := make(map[string]string, len(fields))
+	for i, v := range vals {
+		if s, ok := v.(string); ok {
+			h[fields[i]] = s
+		}
+	}
+	return h, nil
 }
 
 // deletionsVerdict says whether the run had started deleting: "1" yes, "0"
