@@ -254,6 +254,9 @@ func (t *Tracker) loadRun(ctx context.Context, repo, id, marker string, withRepo
 			st, err := t.runState(ctx, repo, h)
 			return st, err == nil, err
 		}
+		if n == 1 {
+			metricInterrupted.Inc()
+		}
 		// n == 1: marked; n == 0: lost the race or the run wrote ahead.
 		// Either way the record changed: read it again.
 	}

@@ -3,10 +3,12 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,6 +78,9 @@ func TestKilledCollectIsInterrupted(t *testing.T) {
 		t.Fatalf("last object: %v", in["last_object"])
 	}
 	lastBlob := digest.Digest(last["digest"].(string))
+	if m := metrics(t, p); !strings.Contains(m, "\nreclaim_gc_runs_interrupted_total 1\n") {
+		t.Errorf("the instance that marked the run does not count it:\n%s", m)
+	}
 
 	var next gc.Report
 	gcJSON(t, r, http.MethodPost, "/gc/v1/repositories/crash/app/collect?dry_run=false", http.StatusOK, &next)
@@ -131,6 +136,20 @@ func startHalting(t *testing.T, window time.Duration) (p *registrytest.Process, 
 			"gc": map[string]any{"enabled": true},
 		}))
 	return p, rc, prefix, marker
+}
+
+func metrics(t *testing.T, p *registrytest.Process) string {
+	t.Helper()
+	resp, err := http.Get(p.DebugURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func runReport(t *testing.T, r *registrytest.Registry, id string) gc.Report {
