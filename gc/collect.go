@@ -73,6 +73,7 @@ type run struct {
 	unlock func()
 	held   context.Context // ends when the repository lock is lost; nil in a dry run
 	start  time.Time
+	log    *runLog // the run's shared record; nil without one
 }
 
 // begin validates the request and takes the repository lock: everything
@@ -105,17 +106,36 @@ func (c *Collector) begin(ctx context.Context, repo string, o RunOptions) (*run,
 	if !o.DryRun {
 		// A dry run changes nothing, so it needs no lock. The lock lives as
 		// long as the run, not as the request that started it.
-		held, unlock, err := c.tracker.LockRepository(context.WithoutCancel(ctx), repo, c.cfg.LockLease)
-		if err != nil {
+		if err := r.lock(ctx); err != nil {
 			if errors.Is(err, ErrRepositoryBusy) {
 				return nil, err
 			}
 			return nil, r.abort(abort(AbortRedisUnavailable, err))
 		}
-		r.unlock, r.held = unlock, held
 	}
 	c.store(r.rep)
 	return r, nil
+}
+
+// lock takes the repository lock, with the run's record when the tracker
+// keeps them.
+func (r *run) lock(ctx context.Context) error {
+	c := r.c
+	if c.recorder == nil {
+		held, unlock, err := c.tracker.LockRepository(context.WithoutCancel(ctx), r.pol.repo, c.cfg.LockLease)
+		if err != nil {
+			return err
+		}
+		r.unlock, r.held = unlock, held
+		return nil
+	}
+	h, err := c.recorder.BeginRun(context.WithoutCancel(ctx), r.pol.repo, r.rep.RunID, r.start, c.cfg.LockLease)
+	if err != nil {
+		return err
+	}
+	r.unlock, r.held, r.log = h.Unlock, h.Held(), &runLog{h: h, r: r}
+	r.rep.Step = StepSnapshot
+	return nil
 }
 
 func (r *run) abort(err error) error {
@@ -128,6 +148,7 @@ func (r *run) abort(err error) error {
 	r.rep.Errors = append(r.rep.Errors, Decision{Kind: KindRun, Reason: CheckFailed, Detail: err.Error()})
 	r.rep.FinishedAt = r.c.cfg.Now()
 	r.rep.Timings.TotalMS = r.rep.FinishedAt.Sub(r.start).Milliseconds()
+	r.log.end(context.Background())
 	r.c.store(r.rep)
 	return err
 }
@@ -140,6 +161,7 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 	defer r.unlock()
 	ctx, stop := r.underLock(r.c.runContext(ctx))
 	defer stop()
+	r.reconcile(ctx)
 	tr, err := r.c.assess(ctx)
 	if err == nil && !r.rep.DryRun {
 		err = tr.refusal()
@@ -161,6 +183,7 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 		return r.rep, r.abort(lockLost(ctx, err))
 	}
 	t1 := r.c.cfg.Now()
+	r.log.step(ctx, StepPlan)
 	p := decide(s, r.c.gather(ctx, s, r.pol), r.pol)
 	t2 := r.c.cfg.Now()
 	if r.rep.DryRun {
@@ -168,7 +191,7 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 			r.rep.add(d)
 		}
 	} else {
-		(&deleter{c: r.c, pol: r.pol}).sweep(ctx, p, r.rep)
+		(&deleter{c: r.c, pol: r.pol, log: r.log}).sweep(ctx, p, r.rep)
 		if err := context.Cause(ctx); errors.Is(err, ErrLockLost) {
 			// What was deleted before the loss is in the report; every
 			// object after it was kept (its fence or delete failed).
@@ -208,6 +231,7 @@ func (r *run) done(t0, t1, t2 time.Time) {
 	rep.FinishedAt = t3
 	rep.Timings = Timings{SnapshotMS: t1.Sub(t0).Milliseconds(), PlanMS: t2.Sub(t1).Milliseconds(),
 		SweepMS: t3.Sub(t2).Milliseconds(), TotalMS: t3.Sub(r.start).Milliseconds()}
+	r.log.end(context.Background())
 	r.c.store(rep)
 }
 

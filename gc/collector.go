@@ -40,6 +40,9 @@ type Config struct {
 	// so it must be safe for concurrent use.
 	Pinner  Pinner
 	Evictor Evictor // optional; the reclaim middleware evicts on delete already
+	// Review is optional: where a run queues the orphaned blobs it finds
+	// when it reconciles an interrupted run.
+	Review Enqueuer
 	// Context, when set, derives the context of every run's storage and
 	// tracker calls; the registry passes storage.WithoutAccessRecords so
 	// the run's own reads do not count as access.
@@ -65,6 +68,10 @@ type Collector struct {
 	links   LinkIndex
 	pinner  Pinner
 	evictor Evictor
+	// recorder keeps run records in the tracker (nil: in memory only);
+	// instance names this collector when it marks a run interrupted.
+	recorder RunRecorder
+	instance string
 
 	mu    sync.Mutex
 	plans map[string]*Plan
@@ -105,9 +112,10 @@ func New(cfg Config) (*Collector, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	rec, _ := cfg.Tracker.(RunRecorder)
 	return &Collector{
 		cfg: cfg, clock: realClock{}, driver: cfg.Driver, tracker: cfg.Tracker, links: cfg.Links,
-		pinner: cfg.Pinner, evictor: cfg.Evictor,
+		pinner: cfg.Pinner, evictor: cfg.Evictor, recorder: rec, instance: newID(),
 		plans: map[string]*Plan{}, runs: map[string]*storedRun{},
 	}, nil
 }

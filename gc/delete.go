@@ -15,6 +15,7 @@ import (
 type deleter struct {
 	c   *Collector
 	pol policy
+	log *runLog // nil: no run record (the reclaimer)
 }
 
 // fence takes the GC fence on o. A zero Reason means it is held.
@@ -112,6 +113,10 @@ func (dl *deleter) deleteDir(ctx context.Context, kind ObjectKind, d digest.Dige
 		dec.Reason, dec.Detail = CheckFailed, fmt.Sprintf("re-check: %v", err)
 		return dec
 	}
+	if err := dl.log.ahead(ctx, kind, d); err != nil {
+		dec.Reason, dec.Detail = CheckFailed, err.Error()
+		return dec
+	}
 	r, detail, err := dl.guardedDelete(ctx, h, func(ctx context.Context) error { return dl.c.driver.Delete(ctx, dir) })
 	switch {
 	case r != reasonInvalid:
@@ -162,6 +167,10 @@ func (dl *deleter) deleteBlob(ctx context.Context, b digest.Digest, rep *Report)
 	// most empty reverse-link directories. The middleware leaves the
 	// blob's tombstone before it deletes, so a delete cut short never
 	// leaves a descriptor cache vouching for data that may be gone.
+	if err := dl.log.ahead(ctx, KindBlob, b); err != nil {
+		dec.Reason, dec.Detail = CheckFailed, err.Error()
+		return dec
+	}
 	r, detail, err = dl.guardedDelete(ctx, h, func(ctx context.Context) error { return dl.c.driver.Delete(ctx, layout.BlobDir(b)) })
 	switch {
 	case r != reasonInvalid:

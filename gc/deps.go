@@ -16,6 +16,10 @@ type (
 	RepoLink = layout.RepoLink
 	// ReviewItem is one blob claimed from the review queue.
 	ReviewItem = layout.ReviewItem
+	// RunProgress and RunState are a run record's write-ahead and stored
+	// state (RunRecorder).
+	RunProgress = layout.RunProgress
+	RunState    = layout.RunState
 )
 
 // The two forward link sets that keep a blob alive.
@@ -98,4 +102,42 @@ type CompletenessFunc func(ctx context.Context) (bool, error)
 // instances cannot shrink the window.
 type Clock interface {
 	Now(ctx context.Context) (time.Time, error)
+}
+
+// RunRecorder is an optional interface of a Tracker: it keeps run records
+// where every instance reads them, so that a run whose process died is found
+// ("interrupted") instead of vanishing with the process. Without it, runs
+// are known only to the process that ran them.
+type RunRecorder interface {
+	// BeginRun is LockRepository that also records run id as running
+	// under the lock, in one step.
+	BeginRun(ctx context.Context, repo, id string, started time.Time, lease time.Duration) (RunHandle, error)
+	// LoadRun reads run id. A record that says running while its lock is
+	// not held by it is marked interrupted first (compare-and-swap: of two
+	// racing readers both return the winner's state); marker says who
+	// marked it. ok is false for an unknown id.
+	LoadRun(ctx context.Context, id, marker string) (st RunState, ok bool, err error)
+	// RepositoryRuns reads repo's recent runs, newest first, marking dead
+	// ones as LoadRun does.
+	RepositoryRuns(ctx context.Context, repo, marker string) ([]RunState, error)
+	// MarkReconciled claims the reconciliation of interrupted run id for
+	// run by; false when it is not interrupted or already claimed.
+	MarkReconciled(ctx context.Context, repo, id, by string) (bool, error)
+}
+
+// RunHandle is a repository lock that carries a run record.
+type RunHandle interface {
+	// Held is as LockRepository's held.
+	Held() context.Context
+	// Progress writes p ahead of the work it announces; on error that
+	// work must not be done.
+	Progress(ctx context.Context, p RunProgress) error
+	// End stores the run's outcome and report (before Unlock).
+	End(ctx context.Context, status string, report []byte) error
+	Unlock()
+}
+
+// Enqueuer queues blobs for the reclaimer's review.
+type Enqueuer interface {
+	Enqueue(ctx context.Context, delay time.Duration, blobs ...digest.Digest) error
 }

@@ -43,7 +43,70 @@ const (
 	StatusDone    RunStatus = "done"    // finished; its report is complete
 	StatusAborted RunStatus = "aborted" // a precondition failed; nothing was deleted
 	StatusFailed  RunStatus = "failed"  // stopped by an error (a lost lock); what it deleted before is reported
+	// StatusInterrupted: its process died (killed, OOM, node lost) while
+	// it ran; Interruption says where. Found by the next reader of its
+	// record (docs/gc-protocol.md, "Interrupted runs").
+	StatusInterrupted RunStatus = "interrupted"
 )
+
+// RunStep is the part of a run in progress. A run writes each step ahead
+// of it, and the object of each delete ahead of the delete.
+type RunStep string
+
+// The steps of a run, in order. Nothing is changed before StepManifests.
+const (
+	StepSnapshot   RunStep = "snapshot"    // preconditions and the snapshot of the repository
+	StepPlan       RunStep = "plan"        // gathering facts and deciding
+	StepManifests  RunStep = "manifests"   // deleting manifest revisions
+	StepLayerLinks RunStep = "layer_links" // deleting layer links
+	StepBlobs      RunStep = "blobs"       // deleting blobs whose links the run removed
+)
+
+// ObjectRef names one object.
+type ObjectRef struct {
+	Kind   ObjectKind    `json:"kind"`
+	Digest digest.Digest `json:"digest"`
+}
+
+// Interruption is where an interrupted run died.
+type Interruption struct {
+	// Step it was in.
+	Step RunStep `json:"step"`
+	// LastObject is the last object it wrote ahead of a delete (null: it
+	// deleted nothing, or its record does not say). The delete of that
+	// object may have been sent, done, or cut short.
+	LastObject *ObjectRef `json:"last_object"`
+	// DeletionsStarted: whether any storage delete had been sent; null
+	// when unknown (Redis may have lost the record's last writes).
+	DeletionsStarted *bool `json:"deletions_started"`
+	// DetectedAt is when a reader found it dead, and DetectedBy which
+	// reader ("instance <id>" for a GET, "run <id>" for a run).
+	DetectedAt time.Time `json:"detected_at,omitzero"`
+	DetectedBy string    `json:"detected_by,omitempty"`
+	// ReconciledBy is the run that reconciled it (empty: not yet).
+	ReconciledBy string `json:"reconciled_by,omitempty"`
+}
+
+// Reconciliation is what a run did, before its own work, about an
+// interrupted run of the same repository.
+type Reconciliation struct {
+	RunID            string     `json:"run_id"`
+	Step             RunStep    `json:"step"`
+	LastObject       *ObjectRef `json:"last_object"`
+	DeletionsStarted *bool      `json:"deletions_started"`
+	// Rechecked are the objects the interrupted run may have half done,
+	// each with what was found.
+	Rechecked []Recheck `json:"rechecked"`
+	// OrphansQueued are blobs found with data and no reverse link left,
+	// queued for the reclaimer's review.
+	OrphansQueued []digest.Digest `json:"orphans_queued"`
+}
+
+// Recheck is one object a reconciliation looked at again.
+type Recheck struct {
+	ObjectRef
+	Finding string `json:"finding"`
+}
 
 // Timings of one run's phases, in milliseconds.
 type Timings struct {
@@ -84,6 +147,14 @@ type Report struct {
 	Errors []Decision `json:"errors"`
 
 	Timings Timings `json:"timings"`
+
+	// Step is the step a running run is in (empty once it ended).
+	Step RunStep `json:"step,omitempty"`
+	// Interruption is set on an interrupted run.
+	Interruption *Interruption `json:"interruption,omitempty"`
+	// Reconciled lists the interrupted runs of the repository this run
+	// reconciled before its own work.
+	Reconciled []Reconciliation `json:"reconciled,omitempty"`
 
 	decisions []Decision
 }

@@ -23,8 +23,11 @@ func (dl *deleter) sweep(ctx context.Context, p *planned, rep *Report) {
 		}
 	}
 	removed := map[digest.Digest]bool{} // blobs whose link this run removed
+	dl.log.step(ctx, StepManifests)
 	deleted := dl.sweepManifests(ctx, p, rep, removed)
+	dl.log.step(ctx, StepLayerLinks)
 	dl.sweepLayers(ctx, p, rep, deleted, removed)
+	dl.log.step(ctx, StepBlobs)
 	for _, b := range sortedDigests(removed) {
 		rep.add(dl.deleteBlob(ctx, b, rep))
 	}

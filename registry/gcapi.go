@@ -249,7 +249,15 @@ func (h *gcAPI) plan(w http.ResponseWriter, r *http.Request, repo string) error 
 
 func (h *gcAPI) getRun(w http.ResponseWriter, r *http.Request, id string) error {
 	return h.getRecord(w, r, func(b *gcBackend) (string, any, error) {
-		rep, ok := b.Collector.Run(id)
+		if !planIDRe.MatchString(id) {
+			return "", nil, runUnknown(id)
+		}
+		// Any instance answers: a run of another instance is read from
+		// the run records, and one whose process died reads interrupted.
+		rep, ok, err := b.Collector.LookupRun(r.Context(), id)
+		if err != nil {
+			return "", nil, err
+		}
 		if !ok {
 			return "", nil, runUnknown(id)
 		}

@@ -27,7 +27,7 @@ import (
 func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
 	pins := redisdb.NewPins(env.Tracker.Client(), opts.Prefix, nil)
 	col, err := gc.New(gc.Config{
-		Driver:  env.Driver,
+		Driver:  haltingDriver(env.Driver),
 		Tracker: gcTracker{env.Tracker},
 		Links:   env.Links,
 		LinkDBComplete: func(ctx context.Context) (bool, error) {
@@ -35,6 +35,7 @@ func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
 			return ok, err
 		},
 		Pinner:       pins,
+		Review:       env.Queue(),
 		Context:      storage.WithoutAccessRecords,
 		Window:       opts.Window,
 		Cap:          opts.GC.Cap,
@@ -122,13 +123,14 @@ func repositoryExists(d storagedriver.StorageDriver) func(ctx context.Context, r
 }
 
 // gcTracker is the tracker as gc.Tracker: gc and the tracker share one
-// vocabulary (storage/layout), so only Fence, whose result gc sees as a
-// Hold, needs wrapping.
+// vocabulary (storage/layout), so only Fence and BeginRun, whose results gc
+// sees as a Hold and a RunHandle, need wrapping.
 type gcTracker struct{ *tracker.Tracker }
 
 var (
 	_ gc.Tracker      = gcTracker{}
 	_ gc.Clock        = gcTracker{}
+	_ gc.RunRecorder  = gcTracker{}
 	_ gc.LinkIndex    = (*linkdb.ReverseLinks)(nil)
 	_ gc.LinkIndexFor = (*linkdb.ReverseLinks)(nil)
 )
@@ -139,6 +141,15 @@ func (a gcTracker) Fence(ctx context.Context, o gc.Object, window, lease time.Du
 		return nil, err
 	}
 	return gcHold{t: a.Tracker, f: f, lease: lease}, nil
+}
+
+// BeginRun is the tracker's, with its lock seen as a gc.RunHandle.
+func (a gcTracker) BeginRun(ctx context.Context, repo, id string, started time.Time, lease time.Duration) (gc.RunHandle, error) {
+	l, err := a.Tracker.BeginRun(ctx, repo, id, started, lease)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // gcHold is a tracker fence as the collector holds it.

@@ -22,7 +22,7 @@ func (t *Tracker) LockRepository(ctx context.Context, repo string, lease time.Du
 	if !layout.ValidRepo(repo) || lease < 3*time.Millisecond {
 		return nil, nil, fmt.Errorf("storage: LockRepository(%q, %v): bad arguments", repo, lease)
 	}
-	key := t.opts.Prefix + "run:" + repo
+	key := t.lockKey(repo)
 	tok, err := token()
 	if err != nil {
 		return nil, nil, err
@@ -34,6 +34,12 @@ func (t *Tracker) LockRepository(ctx context.Context, repo string, lease time.Du
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: %s", layout.ErrRepositoryBusy, repo)
 	}
+	held, unlock = t.holdLock(ctx, repo, key, tok, lease)
+	return held, unlock, nil
+}
+
+// holdLock renews the lock under key, which tok holds, until unlock.
+func (t *Tracker) holdLock(ctx context.Context, repo, key, tok string, lease time.Duration) (held context.Context, unlock func()) {
 	held, lost := context.WithCancelCause(ctx)
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -49,7 +55,7 @@ func (t *Tracker) LockRepository(ctx context.Context, repo string, lease time.Du
 			lost(nil)
 			_ = releaseScript.Run(context.WithoutCancel(ctx), t.c, []string{key}, tok).Err()
 		})
-	}, nil
+	}
 }
 
 // renewLock renews the lock under key every lease/3 until stop or held

@@ -27,6 +27,8 @@ import (
 //	reclaim:{sha256:<hex>}:gone      tombstone: the blob's data was deleted     (PX GoneTTL)
 //	reclaim:{sha256:<hex>}:gone:<r>  tombstone: a link of r to the blob was deleted
 //	reclaim:run:<r>                  one GC run per repository (value: token, PX lease)
+//	reclaim:{reclaim:run:<r>}:...    the repository's GC run records, in the lock's slot (runs.go)
+//	reclaim:runid:<id>               the repository of GC run <id>
 //
 // Times are Redis server time (TIME inside the scripts), so registry and GC
 // processes never compare their own clocks.
@@ -60,6 +62,9 @@ type Tracker struct {
 	gapMu   sync.Mutex
 	// watch is what the last recording tick read from INFO (redishealth.go).
 	watch redisWatch
+	// beforeMark, in tests, runs between reading a dead run's record and
+	// the compare-and-swap that marks it interrupted (runs.go).
+	beforeMark func(marker string)
 }
 
 // NewTracker returns a tracker on c. It does not contact Redis.

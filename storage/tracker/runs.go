@@ -1,0 +1,351 @@
+package tracker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/redis/go-redis/v9"
+)
+
+// GC run records. A collection's record lives next to its repository lock,
+// in the lock's hash slot, so one script sees both (Redis Cluster: one slot
+// per script). With L = <prefix>run:<repo>, the lock key:
+//
+//	<prefix>{L}:r:<id>   hash: the run (token = the lock token, status, step,
+//	                     kind/object written ahead of each delete, deletions
+//	                     0/1, version v, report JSON once it ended)
+//	<prefix>{L}:u:<id>   set: blobs whose links the run removed (written ahead)
+//	<prefix>{L}:runs     sorted set: the repository's recent run ids by start
+//	<prefix>runid:<id>   the repository of run <id> (its own slot)
+//
+// A record whose status is "running" while the lock is no longer held by its
+// token belongs to a run whose process died: the first reader marks it
+// "interrupted" with a compare-and-swap on v (docs/gc-protocol.md,
+// "Interrupted runs").
+
+// RunTTL is how long a run record lives after its last write.
+const RunTTL = 24 * time.Hour
+
+// runsKept is how many run ids a repository's index keeps.
+const runsKept = 100
+
+func (t *Tracker) lockKey(repo string) string { return t.opts.Prefix + "run:" + repo }
+
+func (t *Tracker) runBase(repo string) string {
+	return t.opts.Prefix + "{" + t.lockKey(repo) + "}"
+}
+
+func (t *Tracker) runKey(repo, id string) string      { return t.runBase(repo) + ":r:" + id }
+func (t *Tracker) unlinkedKey(repo, id string) string { return t.runBase(repo) + ":u:" + id }
+func (t *Tracker) runIndexKey(repo string) string     { return t.runBase(repo) + ":runs" }
+func (t *Tracker) runIDKey(id string) string          { return t.opts.Prefix + "runid:" + id }
+
+// KEYS: lock, record, index. ARGV: token, lease ms, id, started ms, ttl ms, kept.
+var beginRunScript = redis.NewScript(`
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[2], 'id', ARGV[3], 'token', ARGV[1], 'status', 'running', 'started', ARGV[4],
+  'step', 'snapshot', 'deletions', '0', 'v', '1')
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
+redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
+redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -(tonumber(ARGV[6]) + 1))
+redis.call('PEXPIRE', KEYS[3], ARGV[5])
+return 1
+`)
+
+// KEYS: record, unlinked. ARGV: token, step, kind, object, deleting, unlinks, ttl ms.
+// Only the owner of a running record writes ahead.
+var progressScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
+redis.call('HSET', KEYS[1], 'step', ARGV[2])
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'kind', ARGV[3], 'object', ARGV[4]) end
+if ARGV[5] == '1' then redis.call('HSET', KEYS[1], 'deletions', '1') end
+if ARGV[6] ~= '' then
+  redis.call('SADD', KEYS[2], ARGV[6])
+  redis.call('PEXPIRE', KEYS[2], ARGV[7])
+end
+redis.call('HINCRBY', KEYS[1], 'v', 1)
+return 1
+`)
+
+// KEYS: record. ARGV: token, status, report, ttl ms. The owner's outcome
+// replaces whatever the record says, an interrupted mark included: a run that
+// ends was alive, and its report says what it did.
+var endRunScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'status', ARGV[2], 'report', ARGV[3])
+redis.call('HINCRBY', KEYS[1], 'v', 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return 1
+`)
+
+// KEYS: lock, record. ARGV: version read, marker, deletions verdict ("1",
+// "0" or "" unknown), now ms. Returns 1 marked, 0 the record changed since
+// it was read (re-read it), -1 the run holds its lock (alive).
+var markScript = redis.NewScript(`
+if redis.call('HGET', KEYS[2], 'v') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[2], 'status') ~= 'running' then return 0 end
+if redis.call('GET', KEYS[1]) == redis.call('HGET', KEYS[2], 'token') then return -1 end
+redis.call('HSET', KEYS[2], 'status', 'interrupted', 'interrupted_at', ARGV[4], 'marked_by', ARGV[2], 'verdict', ARGV[3])
+redis.call('HINCRBY', KEYS[2], 'v', 1)
+return 1
+`)
+
+// KEYS: record. ARGV: reconciler. Claims the reconciliation of an
+// interrupted run once.
+var reconciledScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'status') ~= 'interrupted' then return 0 end
+if redis.call('HSETNX', KEYS[1], 'reconciled_by', ARGV[1]) == 0 then return 0 end
+redis.call('HINCRBY', KEYS[1], 'v', 1)
+return 1
+`)
+
+// RunLock is a repository lock that carries a run record.
+type RunLock struct {
+	t          *Tracker
+	repo, id   string
+	tok        string
+	held       context.Context
+	unlockFunc func()
+}
+
+// BeginRun takes repo's lock as LockRepository does and, in the same script,
+// records run id as running under it. ErrRepositoryBusy when another run
+// holds the lock.
+func (t *Tracker) BeginRun(ctx context.Context, repo, id string, started time.Time, lease time.Duration) (*RunLock, error) {
+	if !layout.ValidRepo(repo) || id == "" || lease < 3*time.Millisecond {
+		return nil, fmt.Errorf("storage: BeginRun(%q, %q, %v): bad arguments", repo, id, lease)
+	}
+	tok, err := token()
+	if err != nil {
+		return nil, err
+	}
+	keys := []string{t.lockKey(repo), t.runKey(repo, id), t.runIndexKey(repo)}
+	n, err := beginRunScript.Run(ctx, t.c, keys, tok, lease.Milliseconds(), id, started.UnixMilli(), RunTTL.Milliseconds(), runsKept).Int64()
+	if err != nil {
+		return nil, fmt.Errorf("%w: lock %s: %v", layout.ErrTrackerUnavailable, repo, err)
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("%w: %s", layout.ErrRepositoryBusy, repo)
+	}
+	// Found by id from any instance; without it the run is still listed
+	// under its repository.
+	_ = t.c.Set(ctx, t.runIDKey(id), repo, RunTTL).Err()
+	held, unlock := t.holdLock(ctx, repo, keys[0], tok, lease)
+	return &RunLock{t: t, repo: repo, id: id, tok: tok, held: held, unlockFunc: unlock}, nil
+}
+
+// Held is cancelled as soon as the lock is known lost (LockRepository).
+func (l *RunLock) Held() context.Context { return l.held }
+
+// Unlock releases the lock. End the run first: a running record whose lock
+// is free reads as interrupted.
+func (l *RunLock) Unlock() { l.unlockFunc() }
+
+// Progress writes p ahead of the work it announces. An error means it was
+// not recorded: the caller must not do that work.
+func (l *RunLock) Progress(ctx context.Context, p layout.RunProgress) error {
+	deleting := ""
+	if p.Deleting {
+		deleting = "1"
+	}
+	keys := []string{l.t.runKey(l.repo, l.id), l.t.unlinkedKey(l.repo, l.id)}
+	n, err := progressScript.Run(ctx, l.t.c, keys, l.tok, p.Step, p.Kind, p.Object, deleting, p.Unlinks, RunTTL.Milliseconds()).Int64()
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: record run progress: %v", layout.ErrTrackerUnavailable, err)
+	case n == 0:
+		return fmt.Errorf("%w: run %s: its record is gone or was marked interrupted", layout.ErrLockLost, l.id)
+	}
+	return nil
+}
+
+// End stores the run's outcome and report.
+func (l *RunLock) End(ctx context.Context, status string, report []byte) error {
+	n, err := endRunScript.Run(ctx, l.t.c, []string{l.t.runKey(l.repo, l.id)}, l.tok, status, report, RunTTL.Milliseconds()).Int64()
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: record run outcome: %v", layout.ErrTrackerUnavailable, err)
+	case n == 0:
+		return fmt.Errorf("run %s: its record is gone (expired or lost)", l.id)
+	}
+	return nil
+}
+
+// LoadRun reads run id, marking it interrupted first when its process died.
+// ok is false for an unknown (or expired) id.
+func (t *Tracker) LoadRun(ctx context.Context, id, marker string) (layout.RunState, bool, error) {
+	repo, err := t.c.Get(ctx, t.runIDKey(id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return layout.RunState{}, false, nil
+	}
+	if err != nil {
+		return layout.RunState{}, false, fmt.Errorf("%w: read run %s: %v", layout.ErrTrackerUnavailable, id, err)
+	}
+	return t.loadRun(ctx, repo, id, marker, true)
+}
+
+// RepositoryRuns reads repo's recent runs, newest first, without their
+// reports, marking the ones whose process died interrupted.
+func (t *Tracker) RepositoryRuns(ctx context.Context, repo, marker string) ([]layout.RunState, error) {
+	ids, err := t.c.ZRevRange(ctx, t.runIndexKey(repo), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: list runs of %s: %v", layout.ErrTrackerUnavailable, repo, err)
+	}
+	var out []layout.RunState
+	for _, id := range ids {
+		st, ok, err := t.loadRun(ctx, repo, id, marker, false)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}
+
+// MarkReconciled claims the reconciliation of interrupted run id for run by;
+// false when it is not interrupted or another run claimed it.
+func (t *Tracker) MarkReconciled(ctx context.Context, repo, id, by string) (bool, error) {
+	n, err := reconciledScript.Run(ctx, t.c, []string{t.runKey(repo, id)}, by).Int64()
+	if err != nil {
+		return false, fmt.Errorf("%w: mark run %s reconciled: %v", layout.ErrTrackerUnavailable, id, err)
+	}
+	return n == 1, nil
+}
+
+// loadRun reads a record and, when it is running while its lock is not held
+// by its token, marks it interrupted: compare-and-swap on the record's
+// version, so of two readers racing, one marks and the other finds the
+// version moved, reads again and returns the winner's state.
+func (t *Tracker) loadRun(ctx context.Context, repo, id, marker string, withReport bool) (layout.RunState, bool, error) {
+	for attempt := 0; ; attempt++ {
+		h, err := t.readRecord(ctx, repo, id, withReport)
+		if err != nil {
+			return layout.RunState{}, false, err
+		}
+		if h["id"] == "" {
+			return layout.RunState{}, false, nil
+		}
+		if h["status"] != layout.RunRunning || attempt >= 10 {
+			st, err := t.runState(ctx, repo, h)
+			return st, err == nil, err
+		}
+		verdict := t.deletionsVerdict(ctx, h)
+		if t.beforeMark != nil {
+			t.beforeMark(marker)
+		}
+		now, err := t.Now(ctx)
+		if err != nil {
+			return layout.RunState{}, false, err
+		}
+		n, err := markScript.Run(ctx, t.c, []string{t.lockKey(repo), t.runKey(repo, id)},
+			h["v"], marker, verdict, now.UnixMilli()).Int64()
+		if err != nil {
+			return layout.RunState{}, false, fmt.Errorf("%w: mark run %s: %v", layout.ErrTrackerUnavailable, id, err)
+		}
+		if n == -1 { // alive: its lock is held
+			st, err := t.runState(ctx, repo, h)
+			return st, err == nil, err
+		}
+		if n == 1 {
+			metricInterrupted.Inc()
+		}
+		// n == 1: marked; n == 0: lost the race or the run wrote ahead.
+		// Either way the record changed: read it again.
+	}
+}
+
+// recordFields are the fields of a run record a reader needs; "report"
+// is read only when asked for: it can be large.
+var recordFields = []string{"id", "status", "started", "step", "kind", "object", "deletions", "v",
+	"interrupted_at", "marked_by", "verdict", "reconciled_by"}
+
+// readRecord reads the fields of run id that are set.
+func (t *Tracker) readRecord(ctx context.Context, repo, id string, withReport bool) (map[string]string, error) {
+	fields := recordFields
+	if withReport {
+		fields = append(slices.Clip(fields), "report")
+	}
+	vals, err := t.c.HMGet(ctx, t.runKey(repo, id), fields...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: read run %s: %v", layout.ErrTrackerUnavailable, id, err)
+	}
+	h := make(map[string]string, len(fields))
+	for i, v := range vals {
+		if s, ok := v.(string); ok {
+			h[fields[i]] = s
+		}
+	}
+	return h, nil
+}
+
+// deletionsVerdict says whether the run had started deleting: "1" yes, "0"
+// no, "" unknown. It writes "deletions 1" ahead of its first delete, so "0"
+// is "no", unless the recording epoch moved after the run began: then Redis
+// may have lost writes (a failover), the ahead-write among them.
+func (t *Tracker) deletionsVerdict(ctx context.Context, h map[string]string) string {
+	switch h["deletions"] {
+	case "1":
+		return "1"
+	case "0":
+		started, err := strconv.ParseInt(h["started"], 10, 64)
+		if err != nil {
+			return ""
+		}
+		since, err := t.RecordingSince(ctx)
+		if err != nil && !errors.Is(err, layout.ErrRedisEvicts) {
+			return ""
+		}
+		if errors.Is(err, layout.ErrRedisEvicts) || since.UnixMilli() > started {
+			return ""
+		}
+		return "0"
+	}
+	return ""
+}
+
+// runState turns a record into a RunState.
+func (t *Tracker) runState(ctx context.Context, repo string, h map[string]string) (layout.RunState, error) {
+	st := layout.RunState{ID: h["id"], Repo: repo, Status: h["status"], Step: h["step"],
+		LastKind: h["kind"], LastObject: h["object"], MarkedBy: h["marked_by"], ReconciledBy: h["reconciled_by"]}
+	if r, ok := h["report"]; ok {
+		st.Report = []byte(r)
+	}
+	st.StartedAt = unixMilli(h["started"])
+	st.InterruptedAt = unixMilli(h["interrupted_at"])
+	v, ok := h["verdict"]
+	if st.Status != layout.RunInterrupted || !ok {
+		v = h["deletions"]
+		if v == "0" && st.Status != layout.RunRunning {
+			v = "" // only a verdict speaks for a run that did not end
+		}
+	}
+	switch v {
+	case "1", "0":
+		b := v == "1"
+		st.DeletionsStarted = &b
+	}
+	if st.Status == layout.RunInterrupted {
+		u, err := t.c.SMembers(ctx, t.unlinkedKey(repo, st.ID)).Result()
+		if err != nil {
+			return st, fmt.Errorf("%w: read run %s: %v", layout.ErrTrackerUnavailable, st.ID, err)
+		}
+		st.Unlinked = u
+	}
+	return st, nil
+}
+
+func unixMilli(s string) time.Time {
+	ms, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}
