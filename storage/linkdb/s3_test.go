@@ -22,7 +22,18 @@ import (
 //	go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
 //
 // The test is skipped when it is not installed.
-func versitygw(t *testing.T) storagedriver.StorageDriver {
+func versitygw(t testing.TB) storagedriver.StorageDriver {
+	t.Helper()
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "reclaim"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return versitygwAt(t, root)
+}
+
+// versitygwAt serves directory root (bucket reclaim, created if missing)
+// until the test ends.
+func versitygwAt(t testing.TB, root string) storagedriver.StorageDriver {
 	t.Helper()
 	bin, err := exec.LookPath("versitygw")
 	if err != nil {
@@ -39,8 +50,7 @@ func versitygw(t *testing.T) storagedriver.StorageDriver {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	root := t.TempDir()
-	if err := os.Mkdir(filepath.Join(root, "reclaim"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(root, "reclaim"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "--port", addr, "--access", "linkdbtest", "--secret", "linkdbtest-secret", "posix", root)
