@@ -68,7 +68,7 @@ func newRebuildCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&opts.Workers, "workers", 4, "repositories (then blob shards) walked in parallel")
+	f.IntVar(&opts.Workers, "workers", 4, "repositories (then blob shards) walked in parallel, and directories listed at once when finding the repositories")
 	f.BoolVarP(&opts.DryRun, "dry-run", "d", false, "report what would change; write nothing (no checkpoint, no marker)")
 	f.BoolVar(&opts.Offline, "offline", false, "no registry serves this storage: remove stale entries without a GC fence")
 	f.DurationVar(&opts.MinAge, "min-age", 10*time.Minute, "leave stale entries younger than this (pushes in flight); 0: no guard")

@@ -5,6 +5,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync"
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"golang.org/x/sync/errgroup"
@@ -17,24 +18,31 @@ import (
 // (_layers, _manifests, _uploads); a repository name component never starts
 // with "_", so everything else is a path component to descend into. It uses
 // List one directory level at a time, which is one delimited listing per
-// level on object stores, and never touches link files.
+// level on object stores, up to workers listings at once (on an object
+// store each is a round trip), and never touches link files.
 //
 // A directory that cannot be listed is returned in unreadable: the caller
 // must treat repositories below it as unknown, not as absent.
-func repositories(ctx context.Context, d storagedriver.StorageDriver) (repos []string, unreadable []Problem, err error) {
-	var visit func(dir string) error
-	visit = func(dir string) error {
-		if err := ctx.Err(); err != nil {
-			return err
+func repositories(ctx context.Context, d storagedriver.StorageDriver, workers int) (repos []string, unreadable []Problem, err error) {
+	var (
+		mu sync.Mutex
+		g  errgroup.Group
+	)
+	g.SetLimit(max(workers, 1))
+	var visit func(dir string)
+	visit = func(dir string) {
+		if ctx.Err() != nil {
+			return
 		}
 		children, err := d.List(ctx, dir)
 		if err != nil {
 			if !layout.IsNotFound(err) { // not found: empty registry, or removed while we walk
+				mu.Lock()
 				unreadable = append(unreadable, Problem{Kind: Unreadable, Path: dir, Detail: err.Error()})
+				mu.Unlock()
 			}
-			return nil
+			return
 		}
-		sort.Strings(children)
 		isRepo := false
 		for _, c := range children {
 			base := path.Base(c)
@@ -45,19 +53,24 @@ func repositories(ctx context.Context, d storagedriver.StorageDriver) (repos []s
 			if strings.HasPrefix(base, ".") {
 				continue // not a valid name component; editor or OS litter
 			}
-			if err := visit(c); err != nil {
-				return err
+			// Bounded: a listing that finds no free worker runs here.
+			if !g.TryGo(func() error { visit(c); return nil }) {
+				visit(c)
 			}
 		}
 		if isRepo && dir != layout.RepositoriesRoot {
+			mu.Lock()
 			repos = append(repos, strings.TrimPrefix(dir, layout.RepositoriesRoot+"/"))
+			mu.Unlock()
 		}
-		return nil
 	}
-	if err := visit(layout.RepositoriesRoot); err != nil {
+	visit(layout.RepositoriesRoot)
+	_ = g.Wait()
+	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
 	sort.Strings(repos)
+	sort.Slice(unreadable, func(i, j int) bool { return unreadable[i].Path < unreadable[j].Path })
 	return repos, unreadable, nil
 }
 

@@ -116,6 +116,8 @@ type RebuildResult struct {
 	Counts              map[Kind]int64 `json:"counts"`
 	Problems            []Problem      `json:"problems"` // the first MaxFindings of each kind
 	Duration            time.Duration  `json:"duration_ns"`
+	RepositoriesPhase   time.Duration  `json:"repositories_phase_ns"` // phase 1: forward -> reverse
+	BlobsPhase          time.Duration  `json:"blobs_phase_ns"`        // phase 2: stale reverse links
 }
 
 type rebuild struct {
@@ -156,6 +158,7 @@ func Rebuild(ctx context.Context, d storagedriver.StorageDriver, opts RebuildOpt
 		return nil, err
 	}
 	incomplete, err := r.repositories(ctx)
+	r.res.RepositoriesPhase = time.Since(r.began)
 	if err != nil {
 		r.saveCheckpoint(context.WithoutCancel(ctx))
 		return r.result(), err
@@ -169,7 +172,9 @@ func Rebuild(ctx context.Context, d storagedriver.StorageDriver, opts RebuildOpt
 		}
 		r.res.Complete = true
 	}
+	blobsBegan := time.Now()
 	shardsFailed, err := r.shards(ctx)
+	r.res.BlobsPhase = time.Since(blobsBegan)
 	if err != nil {
 		r.saveCheckpoint(context.WithoutCancel(ctx))
 		return r.result(), err

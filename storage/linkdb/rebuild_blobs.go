@@ -33,7 +33,12 @@ func (r *rebuild) shards(ctx context.Context) (failed bool, err error) {
 		},
 	}
 	skipped, failed, err := r.phase(ctx, "blobs", all, r.doneShards, r.opts.shardDone, func(shard string) bool {
-		err := layout.WalkShard(ctx, r.d, shard, v)
+		var err error
+		if walksByListing(r.d) {
+			err = r.listShard(ctx, shard)
+		} else {
+			err = layout.WalkShard(ctx, r.d, shard, v)
+		}
 		if err != nil && ctx.Err() == nil {
 			r.f.add(Problem{Kind: Unreadable, Path: shard, Detail: err.Error()})
 		}

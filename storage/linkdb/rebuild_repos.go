@@ -14,7 +14,7 @@ import (
 // repositories is phase 1: forward -> reverse, and the referrers index.
 // incomplete is true when some repository could not be read or is damaged.
 func (r *rebuild) repositories(ctx context.Context) (incomplete bool, err error) {
-	repos, unreadable, err := repositories(ctx, r.d)
+	repos, unreadable, err := repositories(ctx, r.d, r.opts.Workers)
 	if err != nil {
 		return true, err
 	}
@@ -89,16 +89,12 @@ func (r *rebuild) referrerEntry(ctx context.Context, repo string, l referrerLink
 // could not be read, the reverse link not written, or either (or the
 // manifest) is damaged.
 func (r *rebuild) forwardLink(ctx context.Context, l forwardLink) bool {
-	b, err := r.d.GetContent(ctx, l.Path)
-	if layout.IsNotFound(err) {
-		return true // deleted during the walk: the middleware removed (or removes) its reverse link
-	}
-	if err != nil {
-		r.f.add(Problem{Kind: Unreadable, Path: l.Path, Repo: l.Repo, Digest: l.Blob, Detail: err.Error()})
+	if l.ReadErr != nil {
+		r.f.add(Problem{Kind: Unreadable, Path: l.Path, Repo: l.Repo, Digest: l.Blob, Detail: l.ReadErr.Error()})
 		return false
 	}
 	ok := true
-	bad, _ := badLinkContent(b, l.Blob)
+	bad, _ := badLinkContent(l.Content, l.Blob)
 	if bad != "" {
 		// Fail safe: the path still names a blob; keep it linked below.
 		// The link itself is Distribution's: not ours to rewrite.

@@ -13,9 +13,16 @@ import (
 
 // versitygw is an s3aws driver on a fresh versitygw (storagetest.StartS3;
 // the test is skipped when versitygw is not installed).
-func versitygw(t *testing.T) storagedriver.StorageDriver {
+func versitygw(t testing.TB) storagedriver.StorageDriver {
 	t.Helper()
 	return storagetest.StartS3(t).Driver(t, "/registry")
+}
+
+// versitygwAt is versitygw serving directory root, which may hold the
+// bucket from an earlier run.
+func versitygwAt(t testing.TB, root string) storagedriver.StorageDriver {
+	t.Helper()
+	return storagetest.StartS3At(t, root).Driver(t, "/registry")
 }
 
 func TestRebuildAndVerifyOnS3(t *testing.T) {

@@ -89,7 +89,7 @@ func Verify(ctx context.Context, d storagedriver.StorageDriver, opts VerifyOptio
 
 // repositories checks every repository's links and returns how many there are.
 func (v *verifier) repositories(ctx context.Context) (int, error) {
-	repos, unreadable, err := repositories(ctx, v.d)
+	repos, unreadable, err := repositories(ctx, v.d, v.opts.Workers)
 	if err != nil {
 		return 0, err
 	}

@@ -83,16 +83,12 @@ func (v *verifier) tags(ctx context.Context, repo string) {
 // forwardLink checks forward link l: its content, its reverse link, the
 // blob it links, and for a manifest with a subject, its referrers entry.
 func (v *verifier) forwardLink(ctx context.Context, l forwardLink) {
-	b, err := v.d.GetContent(ctx, l.Path)
-	if layout.IsNotFound(err) {
-		return // deleted while we walk
-	}
-	if err != nil {
+	if l.ReadErr != nil {
 		v.keep(l.Blob)
-		v.unreadable(Problem{Kind: Unreadable, Path: l.Path, Repo: l.Repo, Digest: l.Blob, Detail: err.Error()})
+		v.unreadable(Problem{Kind: Unreadable, Path: l.Path, Repo: l.Repo, Digest: l.Blob, Detail: l.ReadErr.Error()})
 		return
 	}
-	if bad, names := badLinkContent(b, l.Blob); bad != "" {
+	if bad, names := badLinkContent(l.Content, l.Blob); bad != "" {
 		if names != "" {
 			v.keep(names) // upstream resolves the link by its content
 		}

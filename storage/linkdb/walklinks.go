@@ -28,37 +28,53 @@ type linkEntry struct {
 }
 
 // forwardLink is a forward link walkForwardLinks found: Repo links Blob as
-// Kind, at Path.
+// Kind, at Path. Content is what the link file holds; ReadErr is set when
+// it could not be read, Bad when what sits at Path is not a link file.
 type forwardLink struct {
 	linkEntry
-	Repo string
-	Kind layout.LinkKind
-	Blob digest.Digest
+	Repo    string
+	Kind    layout.LinkKind
+	Blob    digest.Digest
+	Content []byte
+	ReadErr error
 }
 
 // walkForwardLinks hands every layer link of repo, then every revision link,
-// to fn, including what sits at a link path but is not a link file (Bad set).
-// Each costs fn a few round trips, so up to linkConcurrency run at once. A
-// link set whose walk fails goes to walkErr, whose error stops the walk.
+// to fn, with its content read, including what sits at a link path but is
+// not a link file (Bad set). A link deleted while it looks is left out. Up
+// to linkConcurrency links are read and handed to fn at once. A link set
+// whose listing fails goes to walkErr, whose error stops the walk.
+//
+// It lists <set>/<alg>, one directory of link directories, and reads each
+// <alg>/<hex>/link directly: no Stat and no listing per link (the
+// filesystem driver's Walk lists every link's directory and stats every
+// entry, three system calls more per link than the read that follows
+// anyway). Where the read finds no file, the listing of the link's
+// directory decides, as Walk's would have: nothing there (deleted
+// meanwhile), a directory, or an entry Stat cannot see (a dangling
+// symlink, which Walk leaves out).
 func walkForwardLinks(ctx context.Context, d storagedriver.StorageDriver, repo string, fn func(l forwardLink), walkErr func(base string, err error) error) error {
-	isForward := func(p string) bool {
-		c := layout.Classify(p)
-		return (c.Kind == layout.KindLayerLink || c.Kind == layout.KindRevisionLink) && c.Repo == repo
-	}
 	for _, set := range []struct {
 		base string
 		kind layout.LinkKind
+		want layout.Kind
 	}{
-		{layout.LayersDir(repo), layout.LinkLayer},
-		{layout.RevisionsDir(repo), layout.LinkManifest},
+		{layout.LayersDir(repo), layout.LinkLayer, layout.KindLayerLink},
+		{layout.RevisionsDir(repo), layout.LinkManifest, layout.KindRevisionLink},
 	} {
-		// g.Go blocks at the limit, which holds the walk back.
+		// g.Go blocks at the limit, which holds the listing back.
 		g := new(errgroup.Group)
 		g.SetLimit(linkConcurrency)
-		err := walkLinks(ctx, d, set.base, isForward, func(e linkEntry) error {
-			l := forwardLink{linkEntry: e, Repo: repo, Kind: set.kind, Blob: layout.Classify(e.Path).Digest}
-			g.Go(func() error { fn(l); return nil })
-			return ctx.Err()
+		err := listLinkDirs(ctx, d, set.base, func(p string) (digest.Digest, bool) {
+			c := layout.Classify(p)
+			return c.Digest, c.Kind == set.want && c.Repo == repo
+		}, func(dir string, blob digest.Digest) {
+			g.Go(func() error {
+				if l, ok := readForwardLink(ctx, d, forwardLink{linkEntry: linkEntry{Path: dir + "/link"}, Repo: repo, Kind: set.kind, Blob: blob}); ok {
+					fn(l)
+				}
+				return nil
+			})
 		})
 		_ = g.Wait() // fn reports its own failures
 		if err != nil {
@@ -68,6 +84,79 @@ func walkForwardLinks(ctx context.Context, d storagedriver.StorageDriver, repo s
 		}
 	}
 	return nil
+}
+
+// listLinkDirs hands fn, sorted, every directory base/<alg>/<hex> whose
+// link file path isLink accepts (and the digest it names). Missing base is
+// an empty set; a file where a directory of link directories should be is
+// not a link set and is skipped.
+func listLinkDirs(ctx context.Context, d storagedriver.StorageDriver, base string, isLink func(p string) (digest.Digest, bool), fn func(dir string, blob digest.Digest)) error {
+	algs, err := d.List(ctx, base)
+	if layout.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	sort.Strings(algs)
+	for _, alg := range algs {
+		if !digest.Algorithm(path.Base(alg)).Available() {
+			continue // holds no link path
+		}
+		dirs, err := d.List(ctx, alg)
+		if layout.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			if fi, serr := d.Stat(ctx, alg); serr == nil && !fi.IsDir() {
+				continue
+			}
+			return err
+		}
+		sort.Strings(dirs)
+		for _, dir := range dirs {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if blob, ok := isLink(dir + "/link"); ok {
+				fn(dir, blob)
+			}
+		}
+	}
+	return nil
+}
+
+// readForwardLink reads link l. ok is false when nothing is at its path
+// (deleted while we look, or its directory is a file).
+func readForwardLink(ctx context.Context, d storagedriver.StorageDriver, l forwardLink) (_ forwardLink, ok bool) {
+	b, err := d.GetContent(ctx, l.Path)
+	if err == nil {
+		l.Content = b
+		return l, true
+	}
+	present, fi, problem, perr := layout.Probe(ctx, d, l.Path)
+	switch {
+	case perr != nil:
+		if fi, serr := d.Stat(ctx, path.Dir(l.Path)); layout.IsNotFound(serr) || (serr == nil && !fi.IsDir()) {
+			return l, false
+		}
+		if layout.IsNotFound(err) {
+			err = perr
+		}
+		l.ReadErr = err
+		return l, true
+	case !present:
+		return l, false
+	case problem != "":
+		l.Info, l.Bad = fi, problem
+		return l, true
+	}
+	// A file after all: it appeared meanwhile, or the read failed.
+	l.Info = fi
+	if l.Content, l.ReadErr = d.GetContent(ctx, l.Path); layout.IsNotFound(l.ReadErr) {
+		return l, false
+	}
+	return l, true
 }
 
 // referrerLink is an entry of repo's referrers index walkReferrers found:

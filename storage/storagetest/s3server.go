@@ -67,6 +67,13 @@ func versitygwBinary(t testing.TB) string {
 // versitygwBinary).
 func StartS3(t testing.TB) *S3 {
 	t.Helper()
+	return StartS3At(t, t.TempDir())
+}
+
+// StartS3At is StartS3 serving directory dir, which may hold the bucket
+// from an earlier run (a benchmark's generated registry, kept for reuse).
+func StartS3At(t testing.TB, dir string) *S3 {
+	t.Helper()
 	bin := versitygwBinary(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -74,8 +81,8 @@ func StartS3(t testing.TB) *S3 {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	s := &S3{Endpoint: "http://" + addr, Bucket: "reclaim", Dir: t.TempDir()}
-	if err := os.Mkdir(filepath.Join(s.Dir, s.Bucket), 0o755); err != nil {
+	s := &S3{Endpoint: "http://" + addr, Bucket: "reclaim", Dir: dir}
+	if err := os.MkdirAll(filepath.Join(s.Dir, s.Bucket), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "--port", addr, "--access", s3AccessKey, "--secret", s3SecretKey, "posix", s.Dir)
