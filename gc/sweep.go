@@ -46,12 +46,18 @@ func (dl *deleter) sweepManifests(ctx context.Context, p *planned, rep *Report, 
 			continue
 		}
 		tags, tagErr := readTags(ctx, dl.c.driver, dl.pol.repo)
+		since := dl.readSincePlan(ctx, p.s, deleted)
 		for _, m := range batch {
 			h, ok := held[m]
 			if !ok {
 				continue
 			}
-			dec := dl.deleteManifest(ctx, p.s, m, h, tags, tagErr, rep)
+			dec, kept := since.keeps(KindManifest, m)
+			if kept {
+				dec.Size = p.s.revisions[m].size
+			} else {
+				dec = dl.deleteManifest(ctx, p.s, m, h, tags, tagErr, rep)
+			}
 			dl.release(ctx, rep, KindManifest, m, h)
 			if dec.Deleted() {
 				deleted[m], removed[m] = true, true
@@ -99,7 +105,9 @@ func (dl *deleter) fenceManifests(ctx context.Context, s *snapshot, batch []dige
 }
 
 // sweepLayers deletes the planned layer links that no manifest kept during
-// the sweep references.
+// the sweep references, nor a manifest that appeared since the plan: a
+// batch of fences is taken, then the revisions are re-read
+// (readSincePlan), then the batch is deleted.
 func (dl *deleter) sweepLayers(ctx context.Context, p *planned, rep *Report, deleted, removed map[digest.Digest]bool) {
 	survivors := map[digest.Digest]bool{}
 	for m := range p.s.revisions {
@@ -108,17 +116,44 @@ func (dl *deleter) sweepLayers(ctx context.Context, p *planned, rep *Report, del
 		}
 	}
 	refd, unknown := referencedBy(p.s, survivors)
+	var todo []digest.Digest
 	for _, l := range p.layers {
 		if refd[l] || unknown {
 			rep.add(Decision{Kind: KindLayerLink, Digest: l, Reason: Referenced, Detail: "referenced by a manifest kept during the sweep"})
 			continue
 		}
+		todo = append(todo, l)
+	}
+	for start := 0; start < len(todo); start += sweepBatch {
+		dl.sweepLayerBatch(ctx, p, rep, todo[start:min(start+sweepBatch, len(todo))], deleted, removed)
+	}
+}
+
+// sweepLayerBatch fences the layer links of batch, re-reads the revisions
+// and deletes the links no manifest pushed since the plan references.
+func (dl *deleter) sweepLayerBatch(ctx context.Context, p *planned, rep *Report, batch []digest.Digest, deleted, removed map[digest.Digest]bool) {
+	held := map[digest.Digest]Hold{}
+	for _, l := range batch {
 		h, r, detail := dl.fence(ctx, Object{Blob: l, Repo: dl.pol.repo, Kind: LinkLayer})
 		if r != reasonInvalid {
 			rep.add(Decision{Kind: KindLayerLink, Digest: l, Reason: r, Detail: detail})
 			continue
 		}
-		dec := dl.deleteDir(ctx, KindLayerLink, l, layout.LayerLinkDir(dl.pol.repo, l), h)
+		held[l] = h
+	}
+	if len(held) == 0 {
+		return
+	}
+	since := dl.readSincePlan(ctx, p.s, deleted)
+	for _, l := range batch {
+		h, ok := held[l]
+		if !ok {
+			continue
+		}
+		dec, kept := since.keeps(KindLayerLink, l)
+		if !kept {
+			dec = dl.deleteDir(ctx, KindLayerLink, l, layout.LayerLinkDir(dl.pol.repo, l), h)
+		}
 		dl.release(ctx, rep, KindLayerLink, l, h)
 		if dec.Deleted() {
 			removed[l] = true

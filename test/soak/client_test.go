@@ -244,6 +244,7 @@ func mount(ctx context.Context, r *registrytest.Registry, from, to string, d v1.
 		return 0
 	}
 	resp.Body.Close()
+	diagf("mount %s from %s into %s via %s: %d", d, from, to, r.URL, resp.StatusCode)
 	if loc := resp.Header.Get("Location"); resp.StatusCode == http.StatusAccepted && loc != "" {
 		del(ctx, r, loc)
 	}
@@ -258,6 +259,7 @@ func del(ctx context.Context, r *registrytest.Registry, target string) int {
 		return 0
 	}
 	resp.Body.Close()
+	diagf("DELETE %s via %s: %d", target, r.URL, resp.StatusCode)
 	return resp.StatusCode
 }
 

@@ -91,6 +91,7 @@ func collect(ctx context.Context, r *registrytest.Registry, repo string) (int, i
 // returns its report; a collect answered with an error body is a
 // *collectRefused.
 func collectFull(ctx context.Context, r *registrytest.Registry, repo string) (*collectReport, error) {
+	start := time.Now().Format("15:04:05.000")
 	resp, err := send(ctx, r, http.MethodPost, "/gc/v1/repositories/"+repo+"/collect?dry_run=false", nil, nil)
 	if err != nil {
 		return nil, err
@@ -98,6 +99,9 @@ func collectFull(ctx context.Context, r *registrytest.Registry, repo string) (*c
 	defer resp.Body.Close()
 	rep := &collectReport{code: resp.StatusCode}
 	_ = json.NewDecoder(resp.Body).Decode(rep)
+	if resp.StatusCode == 200 {
+		diagf("collect %s via %s (started %s): manifests_deleted=%v layers_unlinked=%v blobs_deleted=%v kept=%v", repo, r.URL, start, rep.ManifestsDeleted, rep.LayersUnlinked, rep.BlobsDeleted, rep.Kept)
+	}
 	if resp.StatusCode >= 400 && len(rep.Errors) > 0 {
 		reason := rep.Errors[0].Code
 		if r, ok := rep.Errors[0].Detail["reason"].(string); ok {

@@ -196,6 +196,7 @@ func (w *workload) judgeRefusal(kind, repo string, ri *rawImage, a answer, since
 func (w *workload) putJudged(ctx context.Context, kind string, r *registrytest.Registry, repo, tag string, ri *rawImage, since time.Time, how string) answer {
 	putStart := time.Now()
 	put := w.retry(ctx, kind+": put", func() answer { return putManifest(ctx, r, repo, tag, ri) })
+	diagf("put %s:%s @%s via %s (started %s): %d blobs=%v", repo, tag, ri.digest, r.URL, putStart.Format("15:04:05.000"), put.code, ri.blobDigests())
 	if put.code == http.StatusCreated {
 		w.judgeAck(ctx, kind, repo, ri.digest, r, putStart)
 	} else {

@@ -153,7 +153,10 @@ func uploadBlob(ctx context.Context, r *registrytest.Registry, repo string, b ra
 	q := u.Query()
 	q.Set("digest", b.d.String())
 	u.RawQuery = q.Encode()
-	return do(ctx, r, http.MethodPut, u.String(), map[string]string{"Content-Type": "application/octet-stream"}, b.b)
+	t0 := time.Now().Format("15:04:05.000")
+	a := do(ctx, r, http.MethodPut, u.String(), map[string]string{"Content-Type": "application/octet-stream"}, b.b)
+	diagf("upload %s into %s via %s (commit started %s): %d %s", b.d, repo, r.URL, t0, a.code, a.class)
+	return a
 }
 
 func putManifest(ctx context.Context, r *registrytest.Registry, repo, reference string, ri *rawImage) answer {

@@ -65,7 +65,7 @@ func verifyTag(ctx context.Context, t *testing.T, r *registrytest.Registry, repo
 		err = fmt.Errorf("%w (tag -> %s, not a manifest whose PUT raced its DELETE or whose DELETE failed)", err, m)
 	}
 	if err != nil {
-		t.Errorf("LOST DATA: %s:%s (%s): %v", repo, tag, errorClass(err), err)
+		t.Errorf("LOST DATA: %s:%s (%s): %v%s", repo, tag, errorClass(err), err, diagAbout(lostDigest(err), repo+":"+tag))
 		return 0, false
 	}
 	if w != nil {
