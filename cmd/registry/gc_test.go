@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/spf13/cobra"
 
 	"github.com/reclaim-registry/reclaim/gc"
 )
@@ -19,13 +20,20 @@ import (
 // exit code the command asked for (0 when it did not exit).
 func runGC(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
+	return runCommand(t, newGCCommand(), "", args...)
+}
+
+// runCommand runs cmd with stdin and args and returns stdout, stderr and
+// the exit code the command asked for (0 when it did not exit).
+func runCommand(t *testing.T, cmd *cobra.Command, stdin string, args ...string) (string, string, int) {
+	t.Helper()
 	code := 0
 	exit = func(c int) { code = c }
 	t.Cleanup(func() { exit = func(int) {} })
-	cmd := newGCCommand()
 	var out, errOut bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&errOut)
+	cmd.SetIn(strings.NewReader(stdin))
 	cmd.SetArgs(args)
 	if err := cmd.Execute(); err != nil && code == 0 {
 		code = gcExitCode(err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -20,19 +19,7 @@ import (
 // the exit code the command asked for (0 when it did not exit).
 func runInUse(t *testing.T, stdin string, args ...string) (string, string, int) {
 	t.Helper()
-	code := 0
-	exit = func(c int) { code = c }
-	t.Cleanup(func() { exit = func(int) {} })
-	cmd := newInUseCommand()
-	var out, errOut bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&errOut)
-	cmd.SetIn(strings.NewReader(stdin))
-	cmd.SetArgs(args)
-	if err := cmd.Execute(); err != nil && code == 0 {
-		code = gcExitCode(err)
-	}
-	return out.String(), errOut.String(), code
+	return runCommand(t, newInUseCommand(), stdin, args...)
 }
 
 func getSource(t *testing.T, r *registrytest.Registry, name string) (int, []retention.Image) {

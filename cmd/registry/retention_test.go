@@ -21,18 +21,7 @@ import (
 
 func runRetention(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	code := 0
-	exit = func(c int) { code = c }
-	t.Cleanup(func() { exit = func(int) {} })
-	cmd := newRetentionCommand()
-	var out, errOut bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&errOut)
-	cmd.SetArgs(args)
-	if err := cmd.Execute(); err != nil && code == 0 {
-		code = gcExitCode(err)
-	}
-	return out.String(), errOut.String(), code
+	return runCommand(t, newRetentionCommand(), "", args...)
 }
 
 // preview aborts (exit 4) on an empty index, then previews with the flags
