@@ -123,7 +123,7 @@ func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []layo
 	deadline := time.Now().Add(wait)
 	waited := false
 	for {
-		start := time.Now()
+		start := d.env.now()
 		gone, err := d.env.Tracker.TouchBlob(ctx, blob, links)
 		if err == nil {
 			if waited {

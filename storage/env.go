@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -55,6 +56,15 @@ type Env struct {
 	closeOnce sync.Once
 	// conf is the configuration Open bound the Env to (nil from NewEnv).
 	conf *configuration.Configuration
+	// skew is added to the clock of the request scopes' checks (now):
+	// tests move it on when they let a window pass, as they move Redis's
+	// access records into the past.
+	skew atomic.Int64
+}
+
+// now is the clock a request's fence checks are timed by (scope.covered).
+func (e *Env) now() time.Time {
+	return time.Now().Add(time.Duration(e.skew.Load()))
 }
 
 // NewEnv builds an Env around below, recording into the Redis opts names

@@ -68,6 +68,11 @@ type indexWatch struct {
 
 	once sync.Once
 	err  error // the check's outcome, returned to every later driver call
+	// digest and refs, set by the check: the manifest being PUT, and what
+	// its revision link makes referenced (each with repo's links to it),
+	// checked again before that link is written (refsBeforeRevision)
+	digest digest.Digest
+	refs   []tracker.BlobTouch
 }
 
 // isManifestPath reports whether p can be Distribution's manifest route,
@@ -130,9 +135,12 @@ func (d *driver) checkChildren(ctx context.Context, w *indexWatch) error {
 	children := indexChildrenOf(m)
 	md := digest.FromBytes(payload) // what Distribution stores the manifest under
 	self := layout.RepoLink{Repo: repo, Kind: layout.LinkManifest}
+	w.digest = md
 	if children == nil {
 		if layout.ValidRepo(repo) {
-			d.prefetch(ctx, imageManifestTouches(repo, md, m))
+			touches := imageManifestTouches(repo, md, m)
+			w.refs = touches[1:] // the first is the manifest itself
+			d.prefetch(ctx, touches)
 			d.startEarly(ctx, md, self)
 		}
 		return nil
@@ -154,6 +162,7 @@ func (d *driver) checkChildren(ctx context.Context, w *indexWatch) error {
 	for i, c := range children {
 		touches[i] = tracker.BlobTouch{Blob: c, Links: childLinks(c)}
 	}
+	w.refs = touches
 	d.prefetch(ctx, touches)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(indexCheckConcurrency)

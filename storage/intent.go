@@ -175,7 +175,7 @@ func (s *scope) covered(objs []layout.Object, maxAge time.Duration) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	age, ok := s.guarded.oldest(objs, time.Now())
+	age, ok := s.guarded.oldest(objs, s.env.now())
 	return ok && age <= maxAge
 }
 

@@ -26,6 +26,11 @@ func (d *driver) putLink(ctx context.Context, path string, p layout.Path, conten
 	if _, err := d.guard(ctx, p.Digest, []layout.Object{l}); err != nil {
 		return err
 	}
+	if p.Kind == layout.KindRevisionLink {
+		if err := d.refsBeforeRevision(ctx, p); err != nil {
+			return err
+		}
+	}
 	if !scopeOf(ctx).useEarly(p.Digest, rl) { // written in the background already (early.go)
 		if err := d.links.Put(ctx, p.Digest, rl); err != nil {
 			metricReverseLinks.WithLabelValues("put", "error").Inc()

@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"time"
 
 	"github.com/distribution/distribution/v3"
 	"github.com/opencontainers/go-digest"
@@ -32,7 +31,7 @@ func (d *driver) prefetch(ctx context.Context, touches []tracker.BlobTouch) {
 	if len(todo) == 0 {
 		return
 	}
-	start := time.Now()
+	start := d.env.now()
 	if len(todo) == 1 { // a plain script call, no pipeline
 		gone, err := d.env.Tracker.TouchBlob(ctx, todo[0].Blob, todo[0].Links)
 		if err == nil && !gone {
