@@ -5,8 +5,12 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	ggcrv1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc"
@@ -91,4 +95,97 @@ func layerHash(t *testing.T, img ggcrv1.Image) ggcrv1.Hash {
 		t.Fatalf("layers: %v", err)
 	}
 	return digestOf(t, ls[0])
+}
+
+// A manifest PUT checks what its manifest references at its first storage
+// call and writes the revision link that makes them referenced later,
+// after the manifest's own data. Found by TestSoakS3 ("an index child whose
+// revision link is gone while its tagged index references it"): a PUT that
+// stalls in between for longer than the window (it waited out a fence on
+// its own manifest, or S3 was slow) while a collect of the repository,
+// which cannot see the new manifest yet, finds its references untouched for
+// a window and deletes them. The PUT must then not answer 201; before the
+// re-check at the revision link write (storage/recheck.go) it did, and the
+// tag pointed at an image that no longer pulled.
+//
+// Each test holds the PUT with a storage hook at the write of the
+// manifest's data, lets the window pass, runs a real collect, then lets
+// the PUT go on.
+
+func TestE2ERaceSlowIndexPutVsCollectOfItsChild(t *testing.T) {
+	g := startGC(t)
+	child := registrytest.Image(t, layer(t))
+	c := push(t, g, "r@"+digestOf(t, child).String(), child)
+	idx := mutate.AppendManifests(empty.Index, mutate.IndexAddendum{Add: child,
+		Descriptor: ggcrv1.Descriptor{Platform: &ggcrv1.Platform{OS: "linux", Architecture: "amd64"}}})
+	g.settle() // the child is untagged and older than the window
+	err := slowPut(t, g, digestOf(t, idx), func(opts ...remote.Option) error {
+		return remote.WriteIndex(g.Ref(t, "r:v1"), idx, opts...)
+	}, func(rep *gc.Report) {
+		if !contains(rep.ManifestsDeleted, c) {
+			t.Fatalf("the collect should have deleted the untagged child (the interleaving did not happen): %+v", rep.ManifestsDeleted)
+		}
+	})
+	if err == nil {
+		registrytest.AssertPullable(t, g.Registry, "r:v1")
+		t.Fatal("the index PUT was acknowledged although its child was collected before its revision link")
+	}
+	if err := remote.WriteIndex(g.Ref(t, "r:v1"), idx, g.Remote(t)...); err != nil {
+		t.Fatalf("push again: %v", err)
+	}
+	registrytest.AssertPullable(t, g.Registry, "r:v1")
+	g.checkLinks(t)
+}
+
+func TestE2ERaceSlowManifestPutVsCollectOfItsLayers(t *testing.T) {
+	g := startGC(t)
+	img := registrytest.Image(t, layer(t))
+	err := slowPut(t, g, digestOf(t, img), func(opts ...remote.Option) error {
+		return remote.Write(g.Ref(t, "r:v1"), img, opts...)
+	}, func(rep *gc.Report) {
+		if !contains(rep.LayersUnlinked, layerHash(t, img)) {
+			t.Fatalf("the collect should have unlinked the layer nothing referenced yet (the interleaving did not happen): %+v", rep.LayersUnlinked)
+		}
+	})
+	if err == nil {
+		registrytest.AssertPullable(t, g.Registry, "r:v1")
+		t.Fatal("the manifest PUT was acknowledged although its layer was collected before its revision link")
+	}
+	push(t, g, "r:v1", img)
+	registrytest.AssertPullable(t, g.Registry, "r:v1")
+	g.checkLinks(t)
+}
+
+// slowPut runs put (one attempt, no retries) and holds it at the write of
+// manifest m's data; meanwhile the window passes and a real collect of r
+// runs, whose report check looks at. It returns put's result.
+func slowPut(t *testing.T, g *gcRegistry, m ggcrv1.Hash, put func(...remote.Option) error, check func(*gc.Report)) error {
+	t.Helper()
+	data := layout.BlobDataPath(digest.Digest(m.String()))
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	setHook(t, func(_ context.Context, method, path string) error {
+		if method == "PutContent" && path == data {
+			once.Do(func() { close(reached); <-release })
+		}
+		return nil
+	})
+	done := make(chan error, 1)
+	go func() {
+		done <- put(append(g.Remote(t), remote.WithRetryBackoff(remote.Backoff{Duration: time.Millisecond, Steps: 1}))...)
+	}()
+	select {
+	case <-reached:
+	case err := <-done:
+		t.Fatalf("the PUT ended before the write of its manifest's data: %v", err)
+	}
+	g.settle() // the PUT stalls for longer than the window
+	code, body := g.collectRaw(t, "r", false)
+	if code != http.StatusOK {
+		close(release)
+		t.Fatalf("collect: %d %s", code, body)
+	}
+	check(decodeReport(t, body))
+	close(release)
+	return <-done
 }
