@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
@@ -66,10 +67,24 @@ func (dl *deleter) deleteManifest(ctx context.Context, s *snapshot, m digest.Dig
 	for _, tag := range s.tagIndex[m] {
 		dl.deleteEntry(ctx, rep, m, path.Dir(layout.TagIndexPath(dl.pol.repo, tag, m)), "tag "+tag+" history")
 	}
-	for _, sub := range s.referrers[m] {
+	for _, sub := range referrerEntries(s, m) {
 		dl.deleteEntry(ctx, rep, m, path.Dir(layout.ReferrerLinkPath(dl.pol.repo, sub, m)), "referrers index of "+sub.String())
 	}
 	return dec
+}
+
+// referrerEntries are the subjects under which m may be listed in the
+// referrers index: those the snapshot found, and m's own subject. A PUT of
+// m writes its entry after its revision link, so a snapshot taken between
+// the two sees the manifest without its entry; the entry then lands before
+// this delete, and only m's subject names it (found by TestSoakS3: a
+// referrer listed for a tagged subject that no longer pulled).
+func referrerEntries(s *snapshot, m digest.Digest) []digest.Digest {
+	subs := s.referrers[m]
+	if sub := s.revisions[m].subject; sub != "" && !slices.Contains(subs, sub) {
+		subs = append(slices.Clone(subs), sub)
+	}
+	return subs
 }
 
 // pinnedNow re-checks the pins of m under its fence, right before the

@@ -117,3 +117,24 @@ func TestExpiredFenceDeletesNothing(t *testing.T) {
 		t.Fatalf("storage changed under expired fences\n%s", summary(rep))
 	}
 }
+
+// A referrer's PUT writes its referrers index entry after its revision
+// link: a snapshot taken between the two sees the referrer without its
+// entry. When the run deletes the referrer (its subject went), the entry
+// that landed meanwhile goes with it; left behind, it would list a referrer
+// that no longer pulls.
+func TestReferrerEntryWrittenAfterThePlanGoesWithIt(t *testing.T) {
+	f := newFixture(t)
+	subject := f.image("s", nil, "subject-layer")
+	sig := f.image("s", &subject, "signature")
+	entry := layout.ReferrerLinkPath("s", subject.Digest, sig.Digest)
+	f.atFence(Object{Blob: sig.Digest, Repo: "s", Kind: LinkManifest}, func() { f.put(entry, []byte(sig.Digest)) })
+	rep := f.run("s")
+	if reasonOf(rep, KindManifest, sig.Digest) != Unreferenced || reasonOf(rep, KindManifest, subject.Digest) != Unreferenced {
+		t.Fatalf("%s", summary(rep))
+	}
+	if f.exists(entry) {
+		t.Fatalf("the referrers index still lists the deleted referrer %s", sig.Digest)
+	}
+	checkOneDecisionEach(t, rep)
+}
