@@ -3,7 +3,6 @@ package soak
 import (
 	"context"
 	"errors"
-	"os"
 	"os/exec"
 	"testing"
 	"time"
@@ -18,9 +17,6 @@ import (
 // s3Instances is how many `registry serve` processes share the bucket.
 const s3Instances = 3
 
-// soakS3Env=1 runs TestSoakS3.
-const soakS3Env = "RECLAIM_SOAK_S3"
-
 // TestSoakS3: three `registry serve` processes on one S3 bucket (versitygw
 // on loopback, see storagetest.StartS3) and one Redis, the reclaimer on in
 // all of them; clients, racers and a collector per instance hit the
@@ -30,8 +26,8 @@ const soakS3Env = "RECLAIM_SOAK_S3"
 // `registry linkdb rebuild` followed by `registry linkdb verify` (the
 // binary, on an instance's config) is clean.
 //
-//	RECLAIM_SOAK_S3=1 go test ./test/soak/ -run TestSoakS3 -v                          # short form
-//	RECLAIM_SOAK_S3=1 go test ./test/soak/ -run TestSoakS3 -v -soak.duration=10m -timeout=40m
+//	go test ./test/soak/ -run TestSoakS3 -v                          # short form
+//	go test ./test/soak/ -run TestSoakS3 -v -soak.duration=10m -timeout=40m
 //
 // The Redis is a loopback Redis Cluster when redis-server and redis-cli are
 // installed (as in CI), else the real Redis of RECLAIM_TEST_REDIS_ADDR.
@@ -39,13 +35,6 @@ func TestSoakS3(t *testing.T) {
 	t.Parallel() // mostly waiting out windows
 	if testing.Short() {
 		t.Skip("soak skipped in -short mode")
-	}
-	if os.Getenv(soakS3Env) != "1" {
-		// Not in the default run while it still fails about one run in
-		// three on open problems (docs/operations.md, "Running at scale"):
-		// a referrers-index entry left behind, and an index child whose
-		// revision link is gone, both seen only with sweeps slower than W.
-		t.Skipf("set %s=1: the S3 soak still fails intermittently on open problems (docs/operations.md)", soakS3Env)
 	}
 	s3 := storagetest.StartS3(t)
 	if storagetest.ClusterAvailable() {
