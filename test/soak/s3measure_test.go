@@ -213,8 +213,23 @@ func (m *collectMeasure) push(ctx context.Context, r *registrytest.Registry, ref
 	if err != nil {
 		return err
 	}
-	if err := remote.Write(rf, img, remoteOpts(ctx, r)...); err != nil {
-		return fmt.Errorf("push %s: %w", strings.TrimPrefix(rf.String(), r.Host+"/"), err)
+	for attempt := 1; ; attempt++ {
+		err = remote.Write(rf, img, remoteOpts(ctx, r)...)
+		if err == nil {
+			return nil
+		}
+		if attempt == 3 || !versitygwDirRace(err) {
+			return fmt.Errorf("push %s (attempt %d): %w", strings.TrimPrefix(rf.String(), r.Host+"/"), attempt, err)
+		}
 	}
-	return nil
+}
+
+// versitygwDirRace reports the error of versitygw's posix backend when a
+// PUT loses a race with a delete in the same directory: the delete of one
+// finished upload (go-containerregistry pushes layers in parallel) removes
+// the emptied _uploads/ directory between the other PUT's mkdir and its
+// link, and versitygw answers 409 ExistingObjectIsDirectory. S3 itself has
+// no directories; the setup pushes of a measurement retry it.
+func versitygwDirRace(err error) bool {
+	return strings.Contains(err.Error(), "ExistingObjectIsDirectory")
 }
