@@ -74,6 +74,11 @@ type run struct {
 	held   context.Context // ends when the repository lock is lost; nil in a dry run
 	start  time.Time
 	log    *runLog // the run's shared record; nil without one
+	// configured: the run decides by the configured policy (no options
+	// of its own, no plan), so its plan is the repository's usage.
+	configured bool
+	usage      Usage // what recordUsage wrote
+	usageErr   error
 }
 
 // begin validates the request and takes the repository lock: everything
@@ -100,7 +105,8 @@ func (c *Collector) begin(ctx context.Context, repo string, o RunOptions) (*run,
 		}
 		pol.restrict = p
 	}
-	r := &run{c: c, pol: pol, start: c.cfg.Now(), unlock: func() {}}
+	r := &run{c: c, pol: pol, start: c.cfg.Now(), unlock: func() {},
+		configured: o.PlanID == "" && pol.keepUntag == c.cfg.KeepUntagged && pol.cap == c.cfg.Cap}
 	r.rep = newReport(newID(), repo, o.DryRun, pol.window, r.start)
 	r.rep.PlanID = o.PlanID
 	if !o.DryRun {
@@ -199,6 +205,7 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 		}
 	}
 	r.done(t0, t1, t2)
+	r.recordUsage(ctx)
 	return r.rep, nil
 }
 

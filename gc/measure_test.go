@@ -203,7 +203,12 @@ func build(f *fixture, R, M int) {
 			f.tag("target/app", fmt.Sprint("v", m), img.Digest)
 		}
 	}
-	// Reverse links for every forward link.
+	writeReverseLinks(f)
+}
+
+// writeReverseLinks writes a reverse link for every forward link in f's
+// storage, as the middleware would have.
+func writeReverseLinks(f *fixture) {
 	ctx := context.Background()
 	links := linkdb.NewReverseLinks(f.d)
 	err := f.d.Walk(ctx, layout.RepositoriesRoot, func(fi storagedriver.FileInfo) error {

@@ -87,3 +87,13 @@ func Repositories(ctx context.Context, d storagedriver.StorageDriver, last strin
 func after(repo, last string) bool {
 	return last == "" || strings.ReplaceAll(repo, "/", "\x00") > strings.ReplaceAll(last, "/", "\x00")
 }
+
+// UsageClaim is one repository a reclaimer claimed from the usage store's
+// due set, held until its lease runs out.
+type UsageClaim struct {
+	Repo string
+	// Lease is the store's token for the claim: marking the claim done
+	// compares against it, so a repository marked due again meanwhile
+	// stays due.
+	Lease int64
+}
