@@ -50,7 +50,7 @@ const (
 )
 
 func (s *UsageStore) recordKey(repo string) string { return s.prefix + "{" + repo + "}:usage" }
-func (s *UsageStore) key(name string) string        { return s.prefix + "usage:" + name }
+func (s *UsageStore) key(name string) string       { return s.prefix + "usage:" + name }
 
 // KEYS[1]: the due set; ARGV[1]: member. Due now (Redis time), whatever
 // its score was: a repository claimed and marked again meanwhile stays due
