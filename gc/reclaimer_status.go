@@ -15,6 +15,9 @@ type TickReport struct {
 	Decisions []Decision
 	// Failed is true when the tick counts as failing (backoff).
 	Failed bool
+	// UsageRefreshed and UsageFailed count the usage estimates the tick
+	// refreshed and failed to (reclaimer_usage.go).
+	UsageRefreshed, UsageFailed int
 }
 
 // Deleted counts the deletions of the tick.
