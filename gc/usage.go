@@ -177,24 +177,26 @@ func (c *Collector) checkBlobs(ctx context.Context, pol policy, linked map[diges
 	known map[digest.Digest]blobUsage, sizes map[digest.Digest]int64) map[digest.Digest]blobUsage {
 	out := make(map[digest.Digest]blobUsage, len(linked))
 	var mu sync.Mutex
+	set := func(d digest.Digest, b blobUsage) {
+		mu.Lock()
+		defer mu.Unlock()
+		out[d] = b
+	}
 	var g errgroup.Group
 	g.SetLimit(readConcurrency)
 	for _, d := range sortedDigests(linked) {
-		if b, ok := known[d]; ok {
-			out[d] = b
-			continue
+		b, ok := known[d]
+		switch {
+		case ok:
+			set(d, b)
+		case !pol.linkdbOK:
+			set(d, blobUsage{class: uncertain})
+		default:
+			g.Go(func() error {
+				set(d, c.checkBlob(ctx, pol.repo, d, sizes[d]))
+				return nil
+			})
 		}
-		if !pol.linkdbOK {
-			out[d] = blobUsage{class: uncertain}
-			continue
-		}
-		g.Go(func() error {
-			b := c.checkBlob(ctx, pol.repo, d, sizes[d])
-			mu.Lock()
-			out[d] = b
-			mu.Unlock()
-			return nil
-		})
 	}
 	_ = g.Wait() // no task returns an error
 	return out
