@@ -25,6 +25,10 @@ import (
 // endpoint and the GC API read.
 func (s *Server) newConsole(api *gcAPI, next http.Handler) http.Handler {
 	c := &consoleData{s: s, api: api}
+	var ranked func(ctx context.Context, by string, n int) ([]gc.Usage, int64, error)
+	if b := api.backend; b != nil && b.Usage != nil {
+		ranked = b.Usage.Top
+	}
 	return console.New(console.Config{
 		Authorize:    c.authorize,
 		Deny:         writeError,
@@ -34,6 +38,7 @@ func (s *Server) newConsole(api *gcAPI, next http.Handler) http.Handler {
 		Repositories: c.repositories,
 		Validate:     validateRepository,
 		Preview:      c.preview,
+		Ranked:       ranked,
 	}, next)
 }
 
