@@ -53,6 +53,7 @@ type measureRig struct {
 	w        *storagetest.WalkCounter
 	counting *storagetest.CountingDriver
 	c        *Collector
+	env      *rstorage.Env
 }
 
 func newMeasureRig(t testing.TB, R, M int) *measureRig {
@@ -69,6 +70,7 @@ func newMeasureRig(t testing.TB, R, M int) *measureRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { env.Close() })
+	r.env = env
 	r.c, err = New(Config{Driver: env.Driver, Tracker: f.tr, Links: env.Links, Context: rstorage.WithoutAccessRecords,
 		LinkDBComplete: func(context.Context) (bool, error) { return true, nil }, Window: time.Hour, Now: f.tr.clock})
 	if err != nil {
