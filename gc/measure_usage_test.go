@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-
 	rstorage "github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 	"github.com/reclaim-registry/reclaim/storage/tracker"
@@ -26,12 +24,7 @@ func TestMeasureUsageRefresh(t *testing.T) {
 	var firstRedis [2]int64
 	for i, R := range []int{10, 100} {
 		r := newMeasureRig(t, R, 20)
-		addr, prefix := storagetest.RealRedis(), "reclaim:"
-		if addr == "" {
-			addr = miniredis.RunT(t).Addr()
-		} else {
-			prefix = storagetest.RealPrefix(t, addr)
-		}
+		addr, prefix := storagetest.RealOrMini(t)
 		client := storagetest.NewClient(addr)
 		t.Cleanup(func() { client.Close() })
 		counter := &storagetest.RedisCounter{}

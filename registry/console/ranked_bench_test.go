@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/registry/console"
 	"github.com/reclaim-registry/reclaim/storage/layout"
@@ -27,12 +25,7 @@ import (
 //	go test -run XXX -bench ConsoleRanked10k -benchtime 200x ./registry/console
 func BenchmarkConsoleRanked10k(b *testing.B) {
 	const repos = 10000
-	addr, prefix := storagetest.RealRedis(), ""
-	if addr == "" {
-		addr = miniredis.RunT(b).Addr()
-	} else {
-		prefix = storagetest.RealPrefix(b, addr)
-	}
+	addr, prefix := storagetest.RealOrMini(b)
 	c := storagetest.NewClient(addr)
 	b.Cleanup(func() { c.Close() })
 	store := tracker.NewUsageStore(c, prefix)
@@ -48,8 +41,10 @@ func BenchmarkConsoleRanked10k(b *testing.B) {
 		}
 	}
 	h := console.New(console.Config{
-		Authorize:    func(*http.Request, string, console.Access) error { return nil },
-		Deny:         func(w http.ResponseWriter, _ *http.Request, err error) { http.Error(w, err.Error(), http.StatusForbidden) },
+		Authorize: func(*http.Request, string, console.Access) error { return nil },
+		Deny: func(w http.ResponseWriter, _ *http.Request, err error) {
+			http.Error(w, err.Error(), http.StatusForbidden)
+		},
 		Overview:     func(context.Context) console.Overview { return console.Overview{GCEnabled: true, WindowSeconds: 86400} },
 		Runs:         func() []*gc.Report { return nil },
 		Run:          func(string) (*gc.Report, bool) { return nil, false },

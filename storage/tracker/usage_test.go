@@ -12,16 +12,9 @@ import (
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
-// usageRedis runs f against every backend, with a usage store of its own.
-func usageRedis(t *testing.T, f func(t *testing.T, s *UsageStore)) {
-	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
-		f(t, NewUsageStore(b.Client(t), b.Prefix))
-	})
-}
-
 func TestUsageStoreRanks(t *testing.T) {
-	usageRedis(t, func(t *testing.T, s *UsageStore) {
-		ctx := context.Background()
+	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
+		s, ctx := NewUsageStore(b.Client(t), b.Prefix), context.Background()
 		t0 := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
 		// names that share a prefix and one that ends like a route
 		for i, u := range []layout.Usage{
@@ -99,8 +92,8 @@ func TestUsageStoreRanks(t *testing.T) {
 }
 
 func TestUsageStoreClaims(t *testing.T) {
-	usageRedis(t, func(t *testing.T, s *UsageStore) {
-		ctx := context.Background()
+	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
+		s, ctx := NewUsageStore(b.Client(t), b.Prefix), context.Background()
 		if err := s.PutUsage(ctx, layout.Usage{Repository: "capped/repo", ComputedAt: time.Now()}, true); err != nil {
 			t.Fatal(err)
 		}
