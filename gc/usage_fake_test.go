@@ -5,21 +5,27 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/opencontainers/go-digest"
 )
 
-// memUsage is an in-memory UsageStore on a settable clock.
+// memUsage is an in-memory UsageStore on a settable clock. Its due set is
+// a fake review queue keyed by repository name: the real store claims
+// with the review queue's script too.
 type memUsage struct {
 	mu     sync.Mutex
 	clock  func() time.Time
 	recs   map[string]Usage
-	due    map[string]int64 // repo -> due unix ms (a claim: its lease score)
+	due    *fakeQueue
 	cursor string
 	puts   int
 }
 
 func newMemUsage(clock func() time.Time) *memUsage {
-	return &memUsage{clock: clock, recs: map[string]Usage{}, due: map[string]int64{}}
+	return &memUsage{clock: clock, recs: map[string]Usage{}, due: newFakeQueue(clock)}
 }
+
+func dueKey(repo string) digest.Digest { return digest.Digest(repo) }
 
 func (m *memUsage) PutUsage(ctx context.Context, u Usage, due bool) error {
 	m.mu.Lock()
@@ -27,7 +33,7 @@ func (m *memUsage) PutUsage(ctx context.Context, u Usage, due bool) error {
 	m.puts++
 	m.recs[u.Repository] = u
 	if due {
-		m.due[u.Repository] = m.clock().UnixMilli()
+		m.due.add(dueKey(u.Repository), m.clock())
 	}
 	return nil
 }
@@ -36,43 +42,29 @@ func (m *memUsage) DeleteUsage(ctx context.Context, repo string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.recs, repo)
-	delete(m.due, repo)
+	m.due.mu.Lock()
+	defer m.due.mu.Unlock()
+	delete(m.due.due, dueKey(repo))
+	delete(m.due.leases, dueKey(repo))
 	return nil
 }
 
 func (m *memUsage) MarkUsageDue(ctx context.Context, repo string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.due[repo] = m.clock().UnixMilli()
+	m.due.add(dueKey(repo), m.clock())
 	return nil
 }
 
 func (m *memUsage) ClaimDueUsage(ctx context.Context, n int, lease time.Duration) ([]UsageClaim, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	now := m.clock().UnixMilli()
-	var repos []string
-	for r, t := range m.due {
-		if t <= now {
-			repos = append(repos, r)
-		}
+	items, err := m.due.Claim(ctx, n, lease)
+	out := make([]UsageClaim, 0, len(items))
+	for _, it := range items {
+		out = append(out, UsageClaim{Repo: string(it.Blob), Lease: it.Lease})
 	}
-	sort.Strings(repos)
-	var out []UsageClaim
-	for _, r := range repos[:min(n, len(repos))] {
-		m.due[r] = now + lease.Milliseconds()
-		out = append(out, UsageClaim{Repo: r, Lease: m.due[r]})
-	}
-	return out, nil
+	return out, err
 }
 
 func (m *memUsage) DoneDueUsage(ctx context.Context, c UsageClaim) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.due[c.Repo] == c.Lease {
-		delete(m.due, c.Repo)
-	}
-	return nil
+	return m.due.Done(ctx, ReviewItem{Blob: dueKey(c.Repo), Lease: c.Lease})
 }
 
 func (m *memUsage) StaleUsage(ctx context.Context, n int, before time.Time) ([]string, error) {
@@ -121,8 +113,6 @@ func (m *memUsage) record(repo string) (Usage, bool) {
 }
 
 func (m *memUsage) isDue(repo string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	_, ok := m.due[repo]
+	_, ok := m.due.dueAt(dueKey(repo))
 	return ok
 }

@@ -262,7 +262,14 @@ func TestUsageCappedCollectIsDueAtOnce(t *testing.T) {
 	if !est.Capped || est.ManifestsDeletable != 1 || !u.usage.isDue("team/app") {
 		t.Fatalf("capped estimate %+v, due %v; want capped, 1 manifest, due", est, u.usage.isDue("team/app"))
 	}
-	u.usage.DoneDueUsage(ctx, UsageClaim{Repo: "team/app", Lease: u.usage.due["team/app"]}) //nolint:errcheck
+	claims, err := u.usage.ClaimDueUsage(ctx, 1, time.Minute)
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claim the capped estimate: %v %v", claims, err)
+	}
+	u.usage.DoneDueUsage(ctx, claims[0]) //nolint:errcheck
+	if u.usage.isDue("team/app") {
+		t.Fatal("still due after its claim was done")
+	}
 	if _, err := u.c.Collect(ctx, "team/app", RunOptions{DryRun: false}); err != nil {
 		t.Fatal(err)
 	}
