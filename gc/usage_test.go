@@ -97,114 +97,129 @@ func freed(before, after map[digest.Digest]int64) (n int64) {
 	return n
 }
 
+// usageCase is one registry of TestUsageAgainstBruteForce: build writes
+// it; uncertain is how many blobs the estimate must find uncertain (-1:
+// all); exclusive, that it must find some bytes exclusive and reclaimable.
+type usageCase struct {
+	name      string
+	build     func(u *usageFixture)
+	uncertain int
+	exclusive bool
+}
+
+const usageRepo = "team/app"
+
+var usageCases = []usageCase{
+	{"shared base layers", func(u *usageFixture) {
+		u.tag("team/base", "v1", u.image("team/base", nil, "base", "os").Digest)
+		u.tag(usageRepo, "v1", u.image(usageRepo, nil, "base", "os", "app v1").Digest)
+		u.image(usageRepo, nil, "base", "os", "app v0") // untagged: its own layer and config go, base and os stay
+	}, 0, true},
+	{"a blob linked twice in one repository", func(u *usageFixture) {
+		u.tag(usageRepo, "v1", u.image(usageRepo, nil, "twice", "one").Digest)
+		u.image(usageRepo, nil, "twice", "two")
+	}, 0, true},
+	{"a tag deleted", func(u *usageFixture) {
+		u.tag(usageRepo, "v1", u.image(usageRepo, nil, "v1 layer").Digest)
+		u.tag(usageRepo, "v2", u.image(usageRepo, nil, "v2 layer").Digest)
+		u.untag(usageRepo, "v1")
+	}, 0, true},
+	{"an index with children", func(u *usageFixture) {
+		a, b := u.image(usageRepo, nil, "amd64"), u.image(usageRepo, nil, "arm64")
+		u.tag(usageRepo, "multi", u.index(usageRepo, a, b).Digest)
+		c, d := u.image(usageRepo, nil, "old amd64"), u.image(usageRepo, nil, "old arm64")
+		u.index(usageRepo, c, d) // untagged: it and its children go
+	}, 0, true},
+	{"a referrer", func(u *usageFixture) {
+		img := u.image(usageRepo, nil, "signed")
+		u.tag(usageRepo, "v1", img.Digest)
+		u.image(usageRepo, &v1.Descriptor{MediaType: img.MediaType, Digest: img.Digest, Size: img.Size}, "signature")
+		old := u.image(usageRepo, nil, "unsigned old")
+		u.image(usageRepo, &v1.Descriptor{MediaType: old.MediaType, Digest: old.Digest, Size: old.Size}, "old signature")
+	}, 0, true},
+	{"a corrupt reverse link", func(u *usageFixture) {
+		u.tag(usageRepo, "v1", u.image(usageRepo, nil, "kept").Digest)
+		bad := u.image(usageRepo, nil, "corrupt").Digest
+		// another repository's reverse link path holds a directory
+		u.afterLinks = func() {
+			u.put(layout.ReverseLinkPath(bad, "other/repo", layout.LinkManifest)+"/x", []byte("not a link"))
+		}
+	}, 1, true},
+	{"an unknown size", func(u *usageFixture) {
+		u.tag(usageRepo, "v1", u.image(usageRepo, nil, "kept").Digest)
+		u.image(usageRepo, nil, "unstattable")
+		u.failStat = layout.BlobDataPath(digest.FromString("unstattable"))
+	}, 1, true},
+	{"an untagged manifest pulled within the window", func(u *usageFixture) {
+		u.tag(usageRepo, "v1", u.image(usageRepo, nil, "kept").Digest)
+		pulled := u.image(usageRepo, nil, "pulled by digest").Digest
+		u.image(usageRepo, nil, "forgotten")
+		u.tr.touch(Object{Blob: pulled, Repo: usageRepo, Kind: LinkManifest})
+	}, 0, true},
+	{"the link database incomplete", func(u *usageFixture) {
+		u.tag(usageRepo, "v1", u.image(usageRepo, nil, "kept").Digest)
+		u.image(usageRepo, nil, "untagged")
+		u.linkdbOK = false
+	}, -1, false},
+}
+
 // TestUsageAgainstBruteForce estimates one repository, then measures the
 // truth by walking the whole storage (exclusive bytes) and by collecting
 // for real (the bytes freed). The estimate never exceeds the truth, and
 // equals it when no check was uncertain.
 func TestUsageAgainstBruteForce(t *testing.T) {
-	const repo = "team/app"
-	for _, tc := range []struct {
-		name string
-		// build writes the registry; uncertain is how many blobs the
-		// estimate must find uncertain
-		build     func(u *usageFixture)
-		uncertain int
-		exclusive bool // exclusive bytes must be > 0
-	}{
-		{"shared base layers", func(u *usageFixture) {
-			u.tag("team/base", "v1", u.image("team/base", nil, "base", "os").Digest)
-			u.tag(repo, "v1", u.image(repo, nil, "base", "os", "app v1").Digest)
-			u.image(repo, nil, "base", "os", "app v0") // untagged: its own layer and config go, base and os stay
-		}, 0, true},
-		{"a blob linked twice in one repository", func(u *usageFixture) {
-			u.tag(repo, "v1", u.image(repo, nil, "twice", "one").Digest)
-			u.image(repo, nil, "twice", "two")
-		}, 0, true},
-		{"a tag deleted", func(u *usageFixture) {
-			u.tag(repo, "v1", u.image(repo, nil, "v1 layer").Digest)
-			u.tag(repo, "v2", u.image(repo, nil, "v2 layer").Digest)
-			u.untag(repo, "v1")
-		}, 0, true},
-		{"an index with children", func(u *usageFixture) {
-			a, b := u.image(repo, nil, "amd64"), u.image(repo, nil, "arm64")
-			u.tag(repo, "multi", u.index(repo, a, b).Digest)
-			c, d := u.image(repo, nil, "old amd64"), u.image(repo, nil, "old arm64")
-			u.index(repo, c, d) // untagged: it and its children go
-		}, 0, true},
-		{"a referrer", func(u *usageFixture) {
-			img := u.image(repo, nil, "signed")
-			u.tag(repo, "v1", img.Digest)
-			u.image(repo, &v1.Descriptor{MediaType: img.MediaType, Digest: img.Digest, Size: img.Size}, "signature")
-			old := u.image(repo, nil, "unsigned old")
-			u.image(repo, &v1.Descriptor{MediaType: old.MediaType, Digest: old.Digest, Size: old.Size}, "old signature")
-		}, 0, true},
-		{"a corrupt reverse link", func(u *usageFixture) {
-			u.tag(repo, "v1", u.image(repo, nil, "kept").Digest)
-			bad := u.image(repo, nil, "corrupt").Digest
-			// another repository's reverse link path holds a directory
-			u.afterLinks = func() {
-				u.put(layout.ReverseLinkPath(bad, "other/repo", layout.LinkManifest)+"/x", []byte("not a link"))
-			}
-		}, 1, true},
-		{"an unknown size", func(u *usageFixture) {
-			u.tag(repo, "v1", u.image(repo, nil, "kept").Digest)
-			u.image(repo, nil, "unstattable")
-			u.failStat = layout.BlobDataPath(digest.FromString("unstattable"))
-		}, 1, true},
-		{"the link database incomplete", func(u *usageFixture) {
-			u.tag(repo, "v1", u.image(repo, nil, "kept").Digest)
-			u.image(repo, nil, "untagged")
-			u.linkdbOK = false
-		}, -1, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			u := newUsageFixture(t)
-			tc.build(u)
-			writeReverseLinks(u.fixture)
-			if u.afterLinks != nil {
-				u.afterLinks()
-			}
-			ctx := context.Background()
-			before := u.tree()
-			est, dry, err := u.c.Usage(ctx, repo)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if after := u.tree(); after != before {
-				t.Fatal("the estimate changed storage")
-			}
-			if got, ok := u.usage.record(repo); !ok || got.RunID != dry.RunID || got.ExclusiveBytes != est.ExclusiveBytes {
-				t.Fatalf("stored %+v (%v), want the estimate %+v", got, ok, est)
-			}
-			exclusive, data := truth(t, u.d, repo)
-			rep, err := u.c.Collect(ctx, repo, RunOptions{DryRun: false})
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, dataAfter := truth(t, u.d, repo)
-			reclaimable := freed(data, dataAfter)
-			t.Logf("estimate: reclaimable %d (%d blobs), exclusive %d (%d blobs), %d shared, %d uncertain; truth: freed %d, exclusive %d",
-				est.ReclaimableBytes, est.ReclaimableBlobs, est.ExclusiveBytes, est.ExclusiveBlobs, est.SharedBlobs, est.UncertainBlobs, reclaimable, exclusive)
-			if est.ReclaimableBytes > reclaimable || est.ExclusiveBytes > exclusive {
-				t.Fatalf("the estimate overstates: reclaimable %d > %d freed, or exclusive %d > %d", est.ReclaimableBytes, reclaimable, est.ExclusiveBytes, exclusive)
-			}
-			if est.ReclaimableBytes != rep.BytesFreed {
-				t.Errorf("reclaimable %d, the collect right after freed %d (report)", est.ReclaimableBytes, rep.BytesFreed)
-			}
-			switch {
-			case tc.uncertain < 0:
-				if est.UncertainBlobs != est.Blobs || est.ExclusiveBytes != 0 || est.ReclaimableBytes != 0 || est.LinkDBComplete {
-					t.Errorf("link database incomplete: %+v; want every blob uncertain, nothing exclusive or reclaimable", est)
-				}
-			case est.UncertainBlobs != tc.uncertain:
-				t.Errorf("%d uncertain blobs, want %d", est.UncertainBlobs, tc.uncertain)
-			case tc.uncertain == 0 && (est.ReclaimableBytes != reclaimable || est.ExclusiveBytes != exclusive):
-				t.Errorf("nothing uncertain, yet the estimate (%d, %d) is not the truth (%d, %d)", est.ReclaimableBytes, est.ExclusiveBytes, reclaimable, exclusive)
-			}
-			if tc.exclusive && (est.ExclusiveBytes == 0 || est.ReclaimableBytes == 0) {
-				t.Errorf("estimate %+v: want some exclusive and some reclaimable bytes in this case", est)
-			}
-		})
+	for _, tc := range usageCases {
+		t.Run(tc.name, func(t *testing.T) { checkAgainstTruth(t, tc) })
+	}
+}
+
+func checkAgainstTruth(t *testing.T, tc usageCase) {
+	const repo = usageRepo
+	u := newUsageFixture(t)
+	tc.build(u)
+	writeReverseLinks(u.fixture)
+	if u.afterLinks != nil {
+		u.afterLinks()
+	}
+	ctx := context.Background()
+	before := u.tree()
+	est, dry, err := u.c.Usage(ctx, repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after := u.tree(); after != before {
+		t.Fatal("the estimate changed storage")
+	}
+	if got, ok := u.usage.record(repo); !ok || got.RunID != dry.RunID || got.ExclusiveBytes != est.ExclusiveBytes {
+		t.Fatalf("stored %+v (%v), want the estimate %+v", got, ok, est)
+	}
+	exclusive, data := truth(t, u.d, repo)
+	rep, err := u.c.Collect(ctx, repo, RunOptions{DryRun: false})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, dataAfter := truth(t, u.d, repo)
+	reclaimable := freed(data, dataAfter)
+	t.Logf("estimate: reclaimable %d (%d blobs), exclusive %d (%d blobs), %d shared, %d uncertain; truth: freed %d, exclusive %d",
+		est.ReclaimableBytes, est.ReclaimableBlobs, est.ExclusiveBytes, est.ExclusiveBlobs, est.SharedBlobs, est.UncertainBlobs, reclaimable, exclusive)
+	if est.ReclaimableBytes > reclaimable || est.ExclusiveBytes > exclusive {
+		t.Fatalf("the estimate overstates: reclaimable %d > %d freed, or exclusive %d > %d", est.ReclaimableBytes, reclaimable, est.ExclusiveBytes, exclusive)
+	}
+	if est.ReclaimableBytes != rep.BytesFreed {
+		t.Errorf("reclaimable %d, the collect right after freed %d (report)", est.ReclaimableBytes, rep.BytesFreed)
+	}
+	switch {
+	case tc.uncertain < 0:
+		if est.UncertainBlobs != est.Blobs || est.ExclusiveBytes != 0 || est.ReclaimableBytes != 0 || est.LinkDBComplete {
+			t.Errorf("link database incomplete: %+v; want every blob uncertain, nothing exclusive or reclaimable", est)
+		}
+	case est.UncertainBlobs != tc.uncertain:
+		t.Errorf("%d uncertain blobs, want %d", est.UncertainBlobs, tc.uncertain)
+	case tc.uncertain == 0 && (est.ReclaimableBytes != reclaimable || est.ExclusiveBytes != exclusive):
+		t.Errorf("nothing uncertain, yet the estimate (%d, %d) is not the truth (%d, %d)", est.ReclaimableBytes, est.ExclusiveBytes, reclaimable, exclusive)
+	}
+	if tc.exclusive && (est.ExclusiveBytes == 0 || est.ReclaimableBytes == 0) {
+		t.Errorf("estimate %+v: want some exclusive and some reclaimable bytes in this case", est)
 	}
 }
 
@@ -275,6 +290,26 @@ func TestUsageCappedCollectIsDueAtOnce(t *testing.T) {
 	}
 	if rec, _ := u.usage.record("team/app"); !rec.Capped || !u.usage.isDue("team/app") || rec.ReclaimableBytes != 0 {
 		t.Fatalf("after a capped collect: %+v, due %v; want capped, due at once, 0 reclaimable", rec, u.usage.isDue("team/app"))
+	}
+}
+
+// TestUsageWhileBlockedReclaimsNothing: while Redis has recorded for less
+// than the window a collect would abort, so nothing is reclaimable now;
+// the exclusive bytes do not depend on Redis.
+func TestUsageWhileBlockedReclaimsNothing(t *testing.T) {
+	u := newUsageFixture(t)
+	u.tag("team/app", "v1", u.image("team/app", nil, "kept").Digest)
+	u.image("team/app", nil, "old")
+	writeReverseLinks(u.fixture)
+	u.tr.since = u.tr.clock().Add(-time.Minute)
+	est, _, err := u.c.Usage(context.Background(), "team/app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exclusive, _ := truth(t, u.d, "team/app")
+	if est.ReclaimableBytes != 0 || est.ReclaimableBlobs != 0 || est.ManifestsDeletable != 1 || est.ExclusiveBytes != exclusive ||
+		len(est.Blockers) != 1 || est.Blockers[0] != string(AbortRedisRecordingTooShort) {
+		t.Fatalf("blocked estimate %+v; want nothing reclaimable, blocker redis_recording_too_short, exclusive %d", est, exclusive)
 	}
 }
 
