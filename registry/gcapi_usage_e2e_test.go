@@ -2,9 +2,12 @@ package registry_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
+	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -121,5 +124,42 @@ func TestUsageRequestErrors(t *testing.T) {
 	}
 	if code, body := g.get(t, "/gc/v1/repositories/team/app/usage"); code != http.StatusNotFound {
 		t.Fatalf("after the bad requests: %d %s; want no estimate made", code, body)
+	}
+}
+
+// TestReclaimerRefreshesUsageE2E: with the reclaimer on, repositories get
+// their estimates without anybody asking, and refreshed once older than
+// usagemaxage (the first is made while the push is within the window:
+// nothing reclaimable yet); usagerefresh: 0 turns that off.
+func TestReclaimerRefreshesUsageE2E(t *testing.T) {
+	for _, refresh := range []int{4, 0} {
+		t.Run(fmt.Sprint("usagerefresh=", refresh), func(t *testing.T) {
+			opts := reclaimOptions(t, e2eWindow, "")
+			opts["reclaimer"] = map[string]any{"enabled": true, "interval": "50ms", "usagerefresh": refresh, "usagemaxage": "200ms"}
+			g := completeGC(t, registrytest.Start(t, registrytest.WithStorageMiddleware("reclaim", opts)))
+			deletable(t, g, "auto/app") // waits out the window: many ticks
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				code, body := g.get(t, "/gc/v1/repositories/auto/app/usage")
+				switch {
+				case refresh == 0 && code != http.StatusNotFound:
+					t.Fatalf("usagerefresh: 0, yet the estimate is %d %s", code, body)
+				case refresh == 0:
+					return
+				case code == http.StatusOK:
+					var u layout.Usage
+					if json.Unmarshal(body, &u) != nil {
+						t.Fatalf("the reclaimer's estimate: %s", body)
+					}
+					if u.ReclaimableBytes > 0 && u.ManifestsDeletable == 1 {
+						return
+					}
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no estimate with the untagged image reclaimable 10 s after the window: %d %s", code, body)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
 	}
 }
