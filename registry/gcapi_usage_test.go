@@ -1,13 +1,18 @@
 package registry
 
 import (
+	"context"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
@@ -35,4 +40,28 @@ func TestUsageScopes(t *testing.T) {
 			t.Errorf("GET %s with %q: %d %q; want %d asking for %q", c.path, c.grant, r.StatusCode, r.Header.Get("WWW-Authenticate"), c.status, c.asked)
 		}
 	}
+}
+
+// FuzzUsageRoute: every valid repository name N reaches its own usage at
+// N/usage, whatever N ends with (another route's suffix included): the
+// answer names N, and no other route answers.
+func FuzzUsageRoute(f *testing.F) {
+	for _, seed := range []string{"team/app", "x/pins", "x/pins/pins", "y/usage", "y/usage/usage", "z/retention/plans",
+		"z/retention/plans/abc/apply", "a/plans/0123456789abcdef01234567/apply", "a/collect", "a/plan", "runs/x", "a/retention/preview"} {
+		f.Add(seed)
+	}
+	store := tracker.NewUsageStore(redis.NewClient(&redis.Options{Addr: miniredis.RunT(f).Addr()}), "")
+	api := newGCAPI(&accessControl{}, config.Options{GC: config.GC{Enabled: true}}, &gcBackend{Usage: store,
+		Exists: func(context.Context, string) (bool, error) { return false, nil }}, http.NotFoundHandler())
+	f.Fuzz(func(t *testing.T, name string) {
+		if validateRepository(name) != nil {
+			return
+		}
+		w := httptest.NewRecorder()
+		api.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/gc/v1/repositories/"+name+"/usage", nil))
+		want := fmt.Sprintf("%s: %s", gc.ErrRepositoryNotFound, name)
+		if w.Code != http.StatusNotFound || !strings.Contains(w.Body.String(), `"NAME_UNKNOWN"`) || !strings.Contains(w.Body.String(), want+`"`) {
+			t.Fatalf("GET %s/usage: %d %s; want 404 NAME_UNKNOWN for %q", name, w.Code, w.Body.String(), name)
+		}
+	})
 }
