@@ -74,6 +74,9 @@ func TestReclaimerRefreshesUsage(t *testing.T) {
 	if rep = r.Tick(ctx); rep.UsageRefreshed != 3 {
 		t.Fatalf("an hour later a tick refreshed %d; want its budget of 3", rep.UsageRefreshed)
 	}
+	if st := r.Status(ctx); st.UsageRefreshed != 8 || st.UsageFailed != 0 {
+		t.Fatalf("status counts %d refreshes (%d failed); want 8", st.UsageRefreshed, st.UsageFailed)
+	}
 }
 
 // TestReclaimerUsageWalkResumes: a budget smaller than the repositories
