@@ -20,7 +20,9 @@ import (
 //	   start at its end).
 //
 // One refresh is one dry run of one repository plus its usage checks
-// (gc/usage.go); a repository found gone loses its record.
+// (gc/usage.go), kept out of the collector's runs (nobody asked for it: a
+// few every tick would crowd out the runs people did ask for); a
+// repository found gone loses its record.
 
 // Defaults of the usage refresh.
 const (
@@ -39,7 +41,7 @@ func (r *Reclaimer) refreshUsage(ctx context.Context, rep *TickReport) {
 	}
 	refresh := func(repo string) bool {
 		budget--
-		_, _, err := r.c.Usage(ctx, repo)
+		_, _, err := r.c.estimate(ctx, repo, true)
 		if err != nil && !errors.Is(err, ErrRepositoryNotFound) {
 			rep.UsageFailed++
 			r.cfg.Logf("reclaimer: usage of %s: %v", repo, err)

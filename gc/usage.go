@@ -65,12 +65,19 @@ type UsageStore interface {
 var ErrNoUsageStore = errors.New("gc: no usage store configured")
 
 // Usage estimates repo now (one dry run and its checks: one repository's
-// cost), stores the estimate and returns it with the dry run's report.
+// cost), stores the estimate and returns it with the dry run's report,
+// which Run and Runs list like any other.
 func (c *Collector) Usage(ctx context.Context, repo string) (Usage, *Report, error) {
+	return c.estimate(ctx, repo, false)
+}
+
+// estimate is Usage; an unlisted dry run (the reclaimer's) is kept out of
+// the runs, and its estimate names no run.
+func (c *Collector) estimate(ctx context.Context, repo string, unlisted bool) (Usage, *Report, error) {
 	if c.cfg.Usage == nil {
 		return Usage{}, nil, ErrNoUsageStore
 	}
-	r, err := c.begin(ctx, repo, RunOptions{DryRun: true})
+	r, err := c.begin(ctx, repo, RunOptions{DryRun: true, unlisted: unlisted})
 	if err != nil {
 		return Usage{}, nil, err
 	}
@@ -101,6 +108,9 @@ func (r *run) recordUsage(ctx context.Context) {
 		return
 	}
 	u := r.c.usageOf(ctx, r.pol, r.rep)
+	if r.unlisted {
+		u.RunID = ""
+	}
 	due := u.Capped || !r.rep.DryRun && (!r.configured || len(r.rep.Errors) > 0)
 	r.usage, r.usageErr = u, st.PutUsage(ctx, u, due)
 }
