@@ -41,7 +41,8 @@ type Usage struct {
 	// most ReclaimableBytes now and more after it.
 	Capped bool `json:"capped"`
 	// ComputedAt is when the estimate was made; RunID the dry run (or the
-	// collect) it was made from.
+	// collect) it was made from, empty for the reclaimer's refreshes
+	// (not kept as runs).
 	ComputedAt time.Time `json:"computed_at"`
 	RunID      string    `json:"run_id,omitempty"`
 	// LinkDBComplete is the link database's state the estimate relied on:
