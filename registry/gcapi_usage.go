@@ -3,7 +3,7 @@ package registry
 import (
 	"fmt"
 	"net/http"
-	"net/url"
+	"slices"
 	"strconv"
 
 	"github.com/reclaim-registry/reclaim/gc"
@@ -35,27 +35,9 @@ const (
 	maxUsageTop     = 1000
 )
 
-// usageQuery parses a strict query: each parameter known, given once.
+// usageQuery parses a strict query (strictQuery) of the known parameters.
 func usageQuery(raw string, known ...string) (map[string]string, error) {
-	q, err := url.ParseQuery(raw)
-	if err != nil {
-		return nil, fmt.Errorf("%w: query: %v", errBadRequest, err)
-	}
-	out := map[string]string{}
-	for k, vs := range q {
-		ok := false
-		for _, n := range known {
-			ok = ok || n == k
-		}
-		switch {
-		case !ok:
-			return nil, fmt.Errorf("%w: unknown parameter %q", errBadRequest, k)
-		case len(vs) != 1:
-			return nil, fmt.Errorf("%w: parameter %q given %d times", errBadRequest, k, len(vs))
-		}
-		out[k] = vs[0]
-	}
-	return out, nil
+	return strictQuery(raw, func(k string) bool { return slices.Contains(known, k) })
 }
 
 func (h *gcAPI) repoUsage(w http.ResponseWriter, r *http.Request, repo string) error {
