@@ -156,6 +156,8 @@ func (c *Collector) usageOf(ctx context.Context, pol policy, rep *Report) Usage 
 				u.ReclaimableBytes += d.Size
 			}
 		case d.Kind == KindBlob, d.Deleted() && !rep.DryRun:
+			// another blob decision settles nothing (the check below
+			// does); what a real run deleted is linked no more
 		case d.Kind == KindManifest:
 			u.Manifests++
 			if d.Deleted() {
