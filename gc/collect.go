@@ -17,6 +17,10 @@ type RunOptions struct {
 	Cap int
 	// PlanID applies a plan made by Preview: only what it lists is deleted.
 	PlanID string
+
+	// unlisted: a dry run nobody asked for (the reclaimer's usage
+	// refresh), kept out of Run and Runs.
+	unlisted bool
 }
 
 // Collect runs one collection of repo and returns its report. A failed
@@ -74,6 +78,12 @@ type run struct {
 	held   context.Context // ends when the repository lock is lost; nil in a dry run
 	start  time.Time
 	log    *runLog // the run's shared record; nil without one
+	// configured: the run decides by the configured policy (no options
+	// of its own, no plan), so its plan is the repository's usage.
+	configured bool
+	unlisted   bool
+	usage      Usage // what recordUsage wrote
+	usageErr   error
 }
 
 // begin validates the request and takes the repository lock: everything
@@ -100,7 +110,9 @@ func (c *Collector) begin(ctx context.Context, repo string, o RunOptions) (*run,
 		}
 		pol.restrict = p
 	}
-	r := &run{c: c, pol: pol, start: c.cfg.Now(), unlock: func() {}}
+	r := &run{c: c, pol: pol, start: c.cfg.Now(), unlock: func() {},
+		configured: o.PlanID == "" && pol.keepUntag == c.cfg.KeepUntagged && pol.cap == c.cfg.Cap,
+		unlisted:   o.unlisted && o.DryRun}
 	r.rep = newReport(newID(), repo, o.DryRun, pol.window, r.start)
 	r.rep.PlanID = o.PlanID
 	if !o.DryRun {
@@ -113,8 +125,16 @@ func (c *Collector) begin(ctx context.Context, repo string, o RunOptions) (*run,
 			return nil, r.abort(abort(AbortRedisUnavailable, err))
 		}
 	}
-	c.store(r.rep)
+	r.remember()
 	return r, nil
+}
+
+// remember stores the report where Run and Runs find it, unless the run
+// is unlisted.
+func (r *run) remember() {
+	if !r.unlisted {
+		r.c.store(r.rep)
+	}
 }
 
 // lock takes the repository lock, with the run's record when the tracker
@@ -149,7 +169,7 @@ func (r *run) abort(err error) error {
 	r.rep.FinishedAt = r.c.cfg.Now()
 	r.rep.Timings.TotalMS = r.rep.FinishedAt.Sub(r.start).Milliseconds()
 	r.log.end(context.Background())
-	r.c.store(r.rep)
+	r.remember()
 	return err
 }
 
@@ -199,6 +219,7 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 		}
 	}
 	r.done(t0, t1, t2)
+	r.recordUsage(ctx)
 	return r.rep, nil
 }
 
@@ -232,7 +253,7 @@ func (r *run) done(t0, t1, t2 time.Time) {
 	rep.Timings = Timings{SnapshotMS: t1.Sub(t0).Milliseconds(), PlanMS: t2.Sub(t1).Milliseconds(),
 		SweepMS: t3.Sub(t2).Milliseconds(), TotalMS: t3.Sub(r.start).Milliseconds()}
 	r.log.end(context.Background())
-	r.c.store(rep)
+	r.remember()
 }
 
 // lockLost returns the lost lock instead of err when that is why err

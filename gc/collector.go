@@ -43,6 +43,9 @@ type Config struct {
 	// Review is optional: where a run queues the orphaned blobs it finds
 	// when it reconciles an interrupted run.
 	Review Enqueuer
+	// Usage is optional: where runs write the repository's usage
+	// (gc/usage.go) and the reclaimer finds what to refresh.
+	Usage UsageStore
 	// Context, when set, derives the context of every run's storage and
 	// tracker calls; the registry passes storage.WithoutAccessRecords so
 	// the run's own reads do not count as access.

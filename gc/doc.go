@@ -59,6 +59,16 @@ kept as "capped", together with everything it keeps). A failing delete or
 check keeps that object, is reported, and the run goes on. "Already gone"
 counts as done.
 
+# Usage
+
+Collector.Usage estimates what a collect of a repository would free now
+and what only that repository holds (gc/usage.go): a dry run under the
+configured policy, plus a bounded reverse-link check (ListFor) of each
+blob the repository links. Anything uncertain counts for nothing, so both
+numbers are lower bounds. Runs write the usage they make or leave to the
+configured UsageStore, and each reclaimer tick refreshes a few more
+(reclaimer_usage.go).
+
 # Caveats
 
 Plans live in the memory of the instance that made them: apply a plan on the

@@ -53,6 +53,7 @@ type measureRig struct {
 	w        *storagetest.WalkCounter
 	counting *storagetest.CountingDriver
 	c        *Collector
+	env      *rstorage.Env
 }
 
 func newMeasureRig(t testing.TB, R, M int) *measureRig {
@@ -69,6 +70,7 @@ func newMeasureRig(t testing.TB, R, M int) *measureRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { env.Close() })
+	r.env = env
 	r.c, err = New(Config{Driver: env.Driver, Tracker: f.tr, Links: env.Links, Context: rstorage.WithoutAccessRecords,
 		LinkDBComplete: func(context.Context) (bool, error) { return true, nil }, Window: time.Hour, Now: f.tr.clock})
 	if err != nil {
@@ -203,7 +205,12 @@ func build(f *fixture, R, M int) {
 			f.tag("target/app", fmt.Sprint("v", m), img.Digest)
 		}
 	}
-	// Reverse links for every forward link.
+	writeReverseLinks(f)
+}
+
+// writeReverseLinks writes a reverse link for every forward link in f's
+// storage, as the middleware would have.
+func writeReverseLinks(f *fixture) {
 	ctx := context.Background()
 	links := linkdb.NewReverseLinks(f.d)
 	err := f.d.Walk(ctx, layout.RepositoriesRoot, func(fi storagedriver.FileInfo) error {

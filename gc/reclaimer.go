@@ -73,6 +73,12 @@ type ReclaimerConfig struct {
 	Lease time.Duration
 	// MaxBackoff bounds the wait after failing ticks (default 16 intervals).
 	MaxBackoff time.Duration
+	// UsageRefresh is how many repositories' usage estimates a tick
+	// refreshes (default 4; < 0: none), UsageMaxAge the age past which an
+	// estimate is refreshed (default 1h). They need the collector's Usage
+	// store (reclaimer_usage.go).
+	UsageRefresh int
+	UsageMaxAge  time.Duration
 	// Logf logs tick failures; nil discards them.
 	Logf func(format string, args ...any)
 	// Observe, when set, sees every decision and every tick (metrics).
@@ -104,6 +110,12 @@ func NewReclaimer(c *Collector, q Queue, cfg ReclaimerConfig) (*Reclaimer, error
 	}
 	if cfg.Workers == 0 {
 		cfg.Workers = defaultReclaimWorkers
+	}
+	if cfg.UsageRefresh == 0 {
+		cfg.UsageRefresh = DefaultUsageRefresh
+	}
+	if cfg.UsageMaxAge <= 0 {
+		cfg.UsageMaxAge = DefaultUsageMaxAge
 	}
 	if cfg.Interval < 0 || cfg.Batch < 0 || cfg.Workers < 0 || cfg.Lease < 0 || cfg.MaxBackoff < 0 {
 		return nil, fmt.Errorf("gc: reclaimer: interval, batch, workers, lease and backoff must not be negative: %+v", cfg)
@@ -182,6 +194,7 @@ func (r *Reclaimer) Tick(ctx context.Context) TickReport {
 			}
 		}()
 		r.tick(ctx, &rep)
+		r.refreshUsage(ctx, &rep)
 	}()
 	rep.Duration = time.Since(rep.Started)
 	r.record(rep)

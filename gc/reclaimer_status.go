@@ -15,6 +15,9 @@ type TickReport struct {
 	Decisions []Decision
 	// Failed is true when the tick counts as failing (backoff).
 	Failed bool
+	// UsageRefreshed and UsageFailed count the usage estimates the tick
+	// refreshed and failed to (reclaimer_usage.go).
+	UsageRefreshed, UsageFailed int
 }
 
 // Deleted counts the deletions of the tick.
@@ -51,6 +54,8 @@ type ReclaimerStatus struct {
 	Due            int64            `json:"due"`
 	QueueError     string           `json:"queue_error,omitempty"`
 	ReviewedPerSec float64          `json:"reviewed_per_second"`
+	UsageRefreshed int64            `json:"usage_refreshed"`
+	UsageFailed    int64            `json:"usage_failed"`
 }
 
 func (r *Reclaimer) record(rep TickReport) {
@@ -73,6 +78,8 @@ func (r *Reclaimer) record(rep TickReport) {
 			r.cfg.Logf("reclaimer: tick: %v", rep.Err)
 		}
 	}
+	st.UsageRefreshed += int64(rep.UsageRefreshed)
+	st.UsageFailed += int64(rep.UsageFailed)
 	for _, d := range rep.Decisions {
 		st.Reviewed++
 		if d.Deleted() {

@@ -2,15 +2,11 @@ package registry
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"path"
-	"strings"
 	"time"
 
 	"github.com/distribution/distribution/v3/registry/auth"
-	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/config"
@@ -29,6 +25,10 @@ import (
 // endpoint and the GC API read.
 func (s *Server) newConsole(api *gcAPI, next http.Handler) http.Handler {
 	c := &consoleData{s: s, api: api}
+	var ranked func(ctx context.Context, by string, n int) ([]gc.Usage, int64, error)
+	if b := api.backend; b != nil && b.Usage != nil {
+		ranked = b.Usage.Top
+	}
 	return console.New(console.Config{
 		Authorize:    c.authorize,
 		Deny:         writeError,
@@ -38,6 +38,7 @@ func (s *Server) newConsole(api *gcAPI, next http.Handler) http.Handler {
 		Repositories: c.repositories,
 		Validate:     validateRepository,
 		Preview:      c.preview,
+		Ranked:       ranked,
 	}, next)
 }
 
@@ -107,37 +108,7 @@ func (c *consoleData) repositories(ctx context.Context, last string, n int) ([]s
 	if c.s.env == nil {
 		return nil, fmt.Errorf("the %q storage middleware is not configured", config.MiddlewareName)
 	}
-	root := layout.RepositoriesRoot
-	var hint string
-	if last != "" {
-		hint = layout.ManifestsDir(last)
-	}
-	var out []string
-	err := c.s.env.Raw.Walk(ctx, root, func(fi storagedriver.FileInfo) error {
-		repo := strings.TrimPrefix(fi.Path(), root+"/")
-		_, file := path.Split(repo)
-		if !strings.HasPrefix(file, "_") {
-			return nil
-		}
-		if repo = strings.TrimSuffix(repo, "/_manifests"); file == "_manifests" && after(repo, last) {
-			out = append(out, repo)
-			if len(out) == n {
-				return storagedriver.ErrFilledBuffer
-			}
-		}
-		return storagedriver.ErrSkipDir
-	}, storagedriver.WithStartAfterHint(hint))
-	var nf storagedriver.PathNotFoundError
-	if err != nil && !errors.Is(err, storagedriver.ErrFilledBuffer) && !errors.As(err, &nf) {
-		return out, err
-	}
-	return out, nil
-}
-
-// after orders repository names as the walk does: path component by
-// component.
-func after(repo, last string) bool {
-	return last == "" || strings.ReplaceAll(repo, "/", "\x00") > strings.ReplaceAll(last, "/", "\x00")
+	return layout.Repositories(ctx, c.s.env.Raw, last, n)
 }
 
 // overview reads what GET /gc/v1/status reports, typed for the page.

@@ -29,6 +29,7 @@ var (
 	errMethod          = errors.New("method not allowed")
 	errNotFound        = errors.New("no such endpoint")
 	errRunNotFound     = errors.New("run not found or expired")
+	errUsageUnknown    = errors.New("no usage estimate yet: ask with ?refresh=true, or wait for the reclaimer's refresh")
 	errUnauthenticated = errors.New("authentication required")
 )
 
@@ -75,8 +76,12 @@ func statusOf(err error) (int, apiError) {
 		return http.StatusNotFound, apiError{"MANIFEST_UNKNOWN", err.Error(), nil}
 	case errors.Is(err, errPinRace):
 		return http.StatusConflict, apiError{"GC_DELETING", err.Error(), nil}
-	case errors.Is(err, retention.ErrUnavailable):
+	case errors.Is(err, retention.ErrUnavailable), errors.Is(err, gc.ErrTrackerUnavailable):
 		return http.StatusServiceUnavailable, apiError{"UNAVAILABLE", err.Error(), nil}
+	case errors.Is(err, errUsageUnknown):
+		return http.StatusNotFound, apiError{"USAGE_UNKNOWN", err.Error(), nil}
+	case errors.Is(err, gc.ErrNoUsageStore):
+		return http.StatusMethodNotAllowed, apiError{"UNSUPPORTED", err.Error(), nil}
 	case errors.Is(err, errRunNotFound):
 		return http.StatusNotFound, apiError{"RUN_UNKNOWN", err.Error(), nil}
 	case errors.Is(err, errNotFound):

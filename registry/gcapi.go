@@ -16,6 +16,7 @@ import (
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/redisdb"
+	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // The GC API, served on the registry's own listener:
@@ -26,6 +27,7 @@ import (
 //	GET  /gc/v1/plans/<id>
 //	GET  /gc/v1/runs/<id>
 //	GET  /gc/v1/status                        (status.go)
+//	GET  /gc/v1/repositories/<name>/usage[?refresh=]  GET /gc/v1/usage[?top=&by=]  (gcapi_usage.go)
 //	GET|PUT|DELETE /gc/v1/repositories/<name>/pins[/<ref>]  (gcapi_pins.go)
 //	GET|PUT|DELETE /gc/v1/inuse/sources[/<source>]         (gcapi_inuse.go)
 //	/gc/v1/repositories/<name>/retention/..., /gc/v1/retention/plans (gcapi_retention.go)
@@ -51,6 +53,9 @@ type gcBackend struct {
 	// layer links). Optional: without it the collector finds out.
 	Exists func(ctx context.Context, repo string) (bool, error)
 
+	// Usage keeps the repositories' usage estimates and their rankings
+	// (nil: the usage endpoints answer 405).
+	Usage *tracker.UsageStore
 	// Pins and InUse are the retention stores (nil: their endpoints
 	// answer 405).
 	Pins  *redisdb.Pins
@@ -111,8 +116,15 @@ func (h *gcAPI) serve(w http.ResponseWriter, r *http.Request) error {
 		return h.inuse(w, r, strings.TrimPrefix(rest, "inuse/"))
 	case strings.HasPrefix(rest, "retention/"):
 		return h.allPlans(w, r, strings.TrimPrefix(rest, "retention/"))
+	case rest == "usage":
+		return h.topUsage(w, r)
 	case strings.HasPrefix(rest, "repositories/"):
 		rest = strings.TrimPrefix(rest, "repositories/")
+		// First: every name N reaches N/usage, "x/pins" and
+		// "x/retention/plans" included (gcapi_usage.go).
+		if name, ok := strings.CutSuffix(rest, "/usage"); ok && r.Method != http.MethodPut && r.Method != http.MethodDelete {
+			return h.repoUsage(w, r, name)
+		}
 		if m := retentionRe.FindStringSubmatch(rest); m != nil {
 			return h.retention(w, r, m)
 		}

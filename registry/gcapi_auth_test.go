@@ -17,6 +17,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // scopeController grants exactly the scopes listed in the request's
@@ -57,25 +58,31 @@ func init() {
 	_ = auth.Register("gcscopetest", func(map[string]any) (auth.AccessController, error) { return scopes, nil })
 }
 
-// TestCollectRequiresDeleteScope checks which access the API asks the
-// configured controller for: delete on the repository to collect, pull on
-// the run's repository to read a run.
-func TestCollectRequiresDeleteScope(t *testing.T) {
+// scopeAPI serves the GC API with scopeController's auth, on a collector
+// over an in-memory storage that holds team/app (and keeps its usage
+// estimates in usage, when given). do sends a request with grant.
+func scopeAPI(t *testing.T, usage *tracker.UsageStore) (do func(method, path, grant string) *http.Response) {
+	t.Helper()
 	conf := &configuration.Configuration{Auth: configuration.Auth{"gcscopetest": configuration.Parameters{}}}
 	d := inmemory.New()
 	if err := d.PutContent(context.Background(), "/docker/registry/v2/repositories/team/app/_layers/sha256/"+
 		digest.FromString("x").Encoded()+"/link", []byte(digest.FromString("x"))); err != nil {
 		t.Fatal(err)
 	}
-	col, err := gc.New(gc.Config{Driver: d, Tracker: notRecording{}, Links: noLinks{}})
+	cfg := gc.Config{Driver: d, Tracker: notRecording{}, Links: noLinks{}}
+	b := &gcBackend{}
+	if usage != nil {
+		cfg.Usage, b.Usage = usage, usage
+	}
+	col, err := gc.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.Collector = col
 	opts := config.Options{GC: config.GC{Enabled: true}}
-	srv := httptest.NewServer(newGCAPI(newAccessControl(conf), opts, &gcBackend{Collector: col}, http.NotFoundHandler()))
-	defer srv.Close()
-
-	do := func(method, path, grant string) *http.Response {
+	srv := httptest.NewServer(newGCAPI(newAccessControl(conf), opts, b, http.NotFoundHandler()))
+	t.Cleanup(srv.Close)
+	return func(method, path, grant string) *http.Response {
 		req, _ := http.NewRequest(method, srv.URL+path, nil)
 		if grant != "" {
 			req.Header.Set("X-Scopes", grant)
@@ -87,6 +94,13 @@ func TestCollectRequiresDeleteScope(t *testing.T) {
 		resp.Body.Close()
 		return resp
 	}
+}
+
+// TestCollectRequiresDeleteScope checks which access the API asks the
+// configured controller for: delete on the repository to collect, pull on
+// the run's repository to read a run.
+func TestCollectRequiresDeleteScope(t *testing.T) {
+	do := scopeAPI(t, nil)
 	const path = "/gc/v1/repositories/team/app/collect?dry_run=true"
 	if r := do("POST", path, ""); r.StatusCode != 401 || r.Header.Get("WWW-Authenticate") == "" {
 		t.Fatalf("no token: %d", r.StatusCode)

@@ -23,7 +23,8 @@ import (
 // two apart. The name is everything before the last "/pins" or
 // "/pins/<ref>" (a ref holds no '/'): "x/pins/pins" is the pin "pins" of
 // x, and the pins of a repository named "x/pins" are listed at
-// "x/pins/pins/".
+// "x/pins/pins/". A GET of "<name>/pins/usage" is the usage of the
+// repository "<name>/pins" (gcapi_usage.go), routed first.
 
 var pinsRe = regexp.MustCompile(`^(.+?)/pins(?:/([^/]*))?$`)
 

@@ -163,6 +163,12 @@ func parseCollectRequest(rawQuery string, body []byte) (collectRequest, error) {
 // queryValues returns the query's parameters by name, each given exactly
 // once with a known name.
 func queryValues(raw string) (map[string]string, error) {
+	return strictQuery(raw, func(k string) bool { return knownOption(k, func(o requestOption) string { return o.query }) })
+}
+
+// strictQuery parses a raw query whose every parameter known accepts,
+// each given exactly once.
+func strictQuery(raw string, known func(string) bool) (map[string]string, error) {
 	q, err := url.ParseQuery(raw)
 	if err != nil {
 		return nil, fmt.Errorf("%w: query: %v", errBadRequest, err)
@@ -174,7 +180,7 @@ func queryValues(raw string) (map[string]string, error) {
 	sort.Strings(keys)
 	out := make(map[string]string, len(q))
 	for _, k := range keys {
-		if !knownOption(k, func(o requestOption) string { return o.query }) {
+		if !known(k) {
 			return nil, fmt.Errorf("%w: unknown parameter %q", errBadRequest, k)
 		}
 		if len(q[k]) != 1 {

@@ -26,6 +26,7 @@ import (
 // evict descriptor caches), its tracker and link index, and the window.
 func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
 	pins := redisdb.NewPins(env.Tracker.Client(), opts.Prefix, nil)
+	usage := tracker.NewUsageStore(env.Tracker.Client(), opts.Prefix)
 	col, err := gc.New(gc.Config{
 		Driver:  haltingDriver(env.Driver),
 		Tracker: gcTracker{env.Tracker},
@@ -35,6 +36,7 @@ func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
 			return ok, err
 		},
 		Pinner:       pins,
+		Usage:        usage,
 		Review:       env.Queue(),
 		Context:      storage.WithoutAccessRecords,
 		Window:       opts.Window,
@@ -46,7 +48,7 @@ func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
 	}
 	inuse := redisdb.NewInUse(env.Tracker.Client(), opts.Prefix)
 	return &gcBackend{Collector: col, Exists: repositoryExists(env.Raw), Status: storageStatus(env),
-		Pins: pins, InUse: inuse, Retention: newRetentionBackend(env, opts, pins, inuse),
+		Pins: pins, InUse: inuse, Usage: usage, Retention: newRetentionBackend(env, opts, pins, inuse),
 		HasVersion: hasVersion(env.Raw), Fenced: manifestFenced(env.Tracker)}, nil
 }
 
@@ -133,6 +135,7 @@ var (
 	_ gc.RunRecorder  = gcTracker{}
 	_ gc.LinkIndex    = (*linkdb.ReverseLinks)(nil)
 	_ gc.LinkIndexFor = (*linkdb.ReverseLinks)(nil)
+	_ gc.UsageStore   = (*tracker.UsageStore)(nil)
 )
 
 func (a gcTracker) Fence(ctx context.Context, o gc.Object, window, lease time.Duration) (gc.Hold, error) {

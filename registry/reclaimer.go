@@ -31,8 +31,13 @@ func (s *Server) NewReclaimer(enabled bool) (*gc.Reclaimer, error) {
 		return nil, config.ErrProxyGC
 	}
 	rc := s.opts.Reclaimer
+	refresh := rc.UsageRefresh
+	if refresh == 0 {
+		refresh = -1 // configured off; gc's 0 is its default
+	}
 	return gc.NewReclaimer(s.gc.Collector, s.env.Queue(), gc.ReclaimerConfig{
 		Enabled: enabled, Interval: rc.Interval, Batch: rc.Batch, Workers: rc.Workers, Lease: rc.Lease,
+		UsageRefresh: refresh, UsageMaxAge: rc.UsageMaxAge,
 		Logf:    logrus.WithField("component", "reclaimer").Warnf,
 		Observe: observeTick,
 	})
@@ -91,6 +96,7 @@ var (
 	metricReclaimerLastTick    = metrics.Gauge("reclaimer", "last_tick_timestamp_seconds", "Unix time of the last reclaimer tick.")
 	metricQueueLength          = metrics.Gauge("reclaimer", "queue_length", "Blobs in the review queue.")
 	metricQueueDue             = metrics.Gauge("reclaimer", "queue_due", "Blobs in the review queue that are due now.")
+	metricUsageRefreshes       = metrics.CounterVec("reclaimer", "usage_refreshes_total", "Repository usage estimates the reclaimer refreshed, by result (ok, failed).", "result")
 )
 
 func observeTick(t gc.TickReport) {
@@ -109,4 +115,6 @@ func observeTick(t gc.TickReport) {
 	}
 	_, bytes := t.Deleted()
 	metricReclaimerBytes.Add(float64(bytes))
+	metricUsageRefreshes.WithLabelValues("ok").Add(float64(t.UsageRefreshed))
+	metricUsageRefreshes.WithLabelValues("failed").Add(float64(t.UsageFailed))
 }

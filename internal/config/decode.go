@@ -21,6 +21,7 @@ import (
 func decode(m map[string]any) (Options, error) {
 	var o Options
 	o.Retention.KeepNewest, o.Retention.RollbackSlack = 10, 3
+	o.Reclaimer.UsageRefresh = defaultUsageRefresh // absent: the default; 0 can be configured
 	var writeGrace time.Duration
 	err := decodeBlock(m, fields{
 		"redis":         func(v any) error { return decodeRedis(v, &o.Redis) },
@@ -54,11 +55,13 @@ func decode(m map[string]any) (Options, error) {
 			"recheck":       positiveDuration(&o.Retention.Recheck),
 		}),
 		"reclaimer": block(fields{
-			"enabled":  boolean(&o.Reclaimer.Enabled),
-			"interval": positiveDuration(&o.Reclaimer.Interval),
-			"lease":    positiveDuration(&o.Reclaimer.Lease),
-			"batch":    positiveInt(&o.Reclaimer.Batch),
-			"workers":  positiveInt(&o.Reclaimer.Workers),
+			"enabled":      boolean(&o.Reclaimer.Enabled),
+			"interval":     positiveDuration(&o.Reclaimer.Interval),
+			"lease":        positiveDuration(&o.Reclaimer.Lease),
+			"batch":        positiveInt(&o.Reclaimer.Batch),
+			"workers":      positiveInt(&o.Reclaimer.Workers),
+			"usagerefresh": nonNegativeInt(&o.Reclaimer.UsageRefresh),
+			"usagemaxage":  positiveDuration(&o.Reclaimer.UsageMaxAge),
 		}),
 	})
 	if err != nil {

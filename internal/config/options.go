@@ -27,6 +27,8 @@
 //	          batch: 100
 //	          workers: 4          # default: gc's
 //	          lease: 1m           # default: gc's, max(10 intervals, 1m)
+//	          usagerefresh: 4     # usage estimates refreshed per tick; 0: none
+//	          usagemaxage: 1h     # an estimate older than this is refreshed
 //
 // Keys match case-insensitively (Distribution's environment overrides write
 // them in lower case); an unknown key, a key given twice, a value of the
@@ -52,6 +54,8 @@ const (
 	defaultCap               = 10000
 	defaultReclaimerInterval = time.Minute
 	defaultReclaimerBatch    = 100
+	defaultUsageRefresh      = 4
+	defaultUsageMaxAge       = time.Hour
 )
 
 // Options are the decoded options of the reclaim middleware entry.
@@ -122,6 +126,11 @@ type Reclaimer struct {
 	Batch    int
 	Workers  int           // 0: gc's default
 	Lease    time.Duration // 0: gc's default
+	// UsageRefresh is how many repositories' usage estimates a tick
+	// refreshes (decode's default 4; 0: none); UsageMaxAge the age past
+	// which one is refreshed (default 1h).
+	UsageRefresh int
+	UsageMaxAge  time.Duration
 }
 
 // ErrBadOptions matches every invalid option (errors.Is).
@@ -170,6 +179,7 @@ func (o Options) WithDefaults() (Options, error) {
 	def(&o.Timeout, time.Second)
 	def(&o.EpochInterval, 5*time.Second)
 	def(&o.Reclaimer.Interval, defaultReclaimerInterval)
+	def(&o.Reclaimer.UsageMaxAge, defaultUsageMaxAge)
 	if o.GC.Cap == 0 {
 		o.GC.Cap = defaultCap
 	}

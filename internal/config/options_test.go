@@ -41,7 +41,7 @@ func TestDecodeDefaults(t *testing.T) {
 		Prefix: "reclaim:", Window: 24 * time.Hour, AccessTTL: 7 * 24 * time.Hour, Dedup: time.Second,
 		FenceWait: 2 * time.Second, FencePoll: 100 * time.Millisecond, Timeout: time.Second, EpochInterval: 5 * time.Second,
 		GC:        GC{Cap: defaultCap},
-		Reclaimer: Reclaimer{Interval: defaultReclaimerInterval, Batch: defaultReclaimerBatch},
+		Reclaimer: Reclaimer{Interval: defaultReclaimerInterval, Batch: defaultReclaimerBatch, UsageRefresh: 4, UsageMaxAge: time.Hour},
 		Retention: Retention{KeepNewest: 10, RollbackSlack: 3, MinAge: 365 * 24 * time.Hour, Cap: 1000, InUseMaxAge: 24 * time.Hour,
 			PlanMaxAge: 7 * 24 * time.Hour, PlanKeep: 30 * 24 * time.Hour, Recheck: time.Second},
 	}
@@ -98,7 +98,16 @@ func TestDecodeBlocks(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.rc == (Reclaimer{}) {
-				tc.rc = Reclaimer{Interval: defaultReclaimerInterval, Batch: defaultReclaimerBatch}
+				tc.rc = Reclaimer{UsageRefresh: defaultUsageRefresh}
+			}
+			if tc.rc.Interval == 0 {
+				tc.rc.Interval, tc.rc.Batch = defaultReclaimerInterval, defaultReclaimerBatch
+			}
+			if tc.rc.UsageMaxAge == 0 {
+				tc.rc.UsageMaxAge = defaultUsageMaxAge
+			}
+			if tc.name != "usage refresh" && tc.name != "usage refresh off" {
+				tc.rc.UsageRefresh = defaultUsageRefresh
 			}
 			if o.GC != tc.gc || o.Reclaimer != tc.rc {
 				t.Fatalf("got %+v %+v, want %+v %+v", o.GC, o.Reclaimer, tc.gc, tc.rc)
@@ -141,6 +150,9 @@ func TestDecodeNamesTheOption(t *testing.T) {
 		{map[string]any{"reclaimer": map[string]any{"interval": "-1s"}}, "reclaimer.interval", "positive duration"},
 		{map[string]any{"reclaimer": map[string]any{"batch": 0}}, "reclaimer.batch", "positive integer"},
 		{map[string]any{"reclaimer": "on"}, "reclaimer", "must be a map"},
+		{map[string]any{"reclaimer": map[string]any{"usagerefresh": -1}}, "reclaimer.usagerefresh", "non-negative integer"},
+		{map[string]any{"reclaimer": map[string]any{"usagerefresh": "4"}}, "reclaimer.usagerefresh", "non-negative integer"},
+		{map[string]any{"reclaimer": map[string]any{"usagemaxage": "0s"}}, "reclaimer.usagemaxage", "positive duration"},
 	} {
 		_, err := decode(c.opts)
 		var oe *OptionError

@@ -6,7 +6,8 @@
 //	GET  <prefix>                    overview: Redis, link database, reclaimer, recent runs, refusals
 //	GET  <prefix>runs                recent runs (?status= filters)
 //	GET  <prefix>runs/<id>           one run's full report
-//	GET  <prefix>repositories        repositories, a page at a time (?last=), with a preview button
+//	GET  <prefix>repositories        repositories ranked by reclaimable (or ?by=exclusive) bytes, then the
+//	                                 catalog a page at a time (?last=); a preview button on each
 //	POST <prefix>preview             a dry-run collect of one repository: every object, decision, reason
 //	GET  <prefix>retention           retention plans (a placeholder until retention lands)
 //	GET  <prefix>static/...          the stylesheet and the auto-refresh script
@@ -80,6 +81,10 @@ type Config struct {
 	// the caller may delete from. A run a precondition refused comes back
 	// with its report and the error.
 	Preview func(ctx context.Context, repo string) (*gc.Report, error)
+	// Ranked returns the usage estimates of the n repositories ranked
+	// highest by ("reclaimable" or "exclusive") and how many are ranked.
+	// Nil: the console shows no ranking.
+	Ranked func(ctx context.Context, by string, n int) ([]gc.Usage, int64, error)
 	// Retention lists retention plans. Nil until retention lands: the page
 	// says so.
 	Retention func(ctx context.Context) ([]RetentionRow, error)

@@ -21,8 +21,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	f := newFixture(t)
 	b := newBrowser(t, user, password)
 	base := f.URL + console.Prefix
+	// team/app's collect wrote its usage; team/base gets an estimate now
+	if code, body := f.api(t, http.MethodGet, "/gc/v1/repositories/team/base/usage?refresh=true"); code != http.StatusOK {
+		t.Fatalf("usage of team/base: %d %s", code, body)
+	}
 
 	b.open(base)
+	b.sees("#card-reclaimable", "Reclaimable", "team/base", "team/app", "of 2 ranked repositories")
 	b.sees("#card-redis", "Redis", "trusted", "Recording since", "Epoch")
 	b.sees("#card-linkdb", "complete")
 	b.sees("#card-reclaimer", "on", "Queue")
@@ -51,7 +56,14 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	b.open(base + "repositories")
 	b.sees("table.repos", "team/app", "team/base")
+	b.sees("#ranked", "Ranked by reclaimable bytes", "team/base", "team/app")
+	if first := b.text("table.ranked tbody tr:first-child td.repo"); first != "team/base" {
+		t.Errorf("the repository ranked first by reclaimable bytes is %q; want team/base (team/app was just collected)", first)
+	}
 	b.shoot("repositories")
+	b.open(base + "repositories?by=exclusive")
+	b.sees("#ranked", "Ranked by exclusive bytes", "team/base", "team/app")
+	b.open(base + "repositories")
 
 	// The preview button of team/base: a dry run, rendered as the plan.
 	b.run(chromedp.Click(chromedp.CSS(`form:has(input[value="team/base"]) button`)), chromedp.WaitVisible(chromedp.CSS("#plan")))

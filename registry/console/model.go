@@ -153,26 +153,70 @@ func countReasons(rows []planRow) []reasonCount {
 	return out
 }
 
+// ranking is the repositories ranked by their usage estimates, as the
+// overview's card and the repositories page show them.
+type ranking struct {
+	Available bool
+	By        string
+	Rows      []gc.Usage
+	Ranked    int64
+	Sum       int64 // of the rows' reclaimable (or exclusive) bytes
+	Error     string
+}
+
+func rankingOf(rows []gc.Usage, ranked int64, by string, err error) ranking {
+	r := ranking{Available: true, By: by, Rows: rows, Ranked: ranked}
+	if err != nil {
+		r.Error = err.Error()
+	}
+	for _, u := range rows {
+		if by == "exclusive" {
+			r.Sum += u.ExclusiveBytes
+		} else {
+			r.Sum += u.ReclaimableBytes
+		}
+	}
+	return r
+}
+
 // The template functions.
 var funcs = template.FuncMap{
 	"bytes":  humanBytes,
+	"floor":  floorBytes,
 	"ms":     humanMS,
 	"when":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
 	"ago":    ago,
 	"prefix": func() string { return Prefix },
 }
 
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
+// binaryUnit is the largest power of 1024 not above n (n >= 1024) and its
+// prefix letter.
+func binaryUnit(n int64) (div int64, prefix byte) {
+	div, exp := int64(1024), 0
+	for m := n / 1024; m >= 1024; m /= 1024 {
+		div *= 1024
 		exp++
 	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+	return div, "KMGTPE"[exp]
+}
+
+func humanBytes(n int64) string {
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, p := binaryUnit(n)
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), p)
+}
+
+// floorBytes is humanBytes rounded down, never up: "will free" must not
+// overstate (1023 bytes short of 2 KiB is 1.9 KiB, not 2.0).
+func floorBytes(n int64) string {
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, p := binaryUnit(n)
+	tenths := n * 10 / div
+	return fmt.Sprintf("%d.%d %ciB", tenths/10, tenths%10, p)
 }
 
 func humanMS(ms int64) string {

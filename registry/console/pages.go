@@ -60,6 +60,19 @@ type overviewData struct {
 	Hour     totals
 	Day      totals
 	Running  int
+	Ranking  ranking
+}
+
+// overviewTop is how many ranked repositories the overview's card shows.
+const overviewTop = 5
+
+// ranked reads the ranking by by, when the registry gives one.
+func (h *Handler) ranked(r *http.Request, by string, n int) ranking {
+	if h.cfg.Ranked == nil {
+		return ranking{}
+	}
+	rows, total, err := h.cfg.Ranked(r.Context(), by, n)
+	return rankingOf(rows, total, by, err)
 }
 
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
@@ -69,7 +82,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	runs := h.cfg.Runs()
 	now := time.Now()
 	d := overviewData{Overview: h.cfg.Overview(r.Context()), Hour: sumSince(runs, now.Add(-time.Hour)),
-		Day: sumSince(runs, now.Add(-24*time.Hour))}
+		Day: sumSince(runs, now.Add(-24*time.Hour)), Ranking: h.ranked(r, "reclaimable", overviewTop)}
 	for _, rep := range runs {
 		row := rowOf(rep)
 		if rep.Status == gc.StatusRunning {
@@ -142,7 +155,10 @@ func (h *Handler) repositories(w http.ResponseWriter, r *http.Request) {
 	if !h.allowed(w, r, "", List) {
 		return
 	}
-	last := r.URL.Query().Get("last")
+	last, by := r.URL.Query().Get("last"), r.URL.Query().Get("by")
+	if by != "exclusive" {
+		by = "reclaimable"
+	}
 	names, err := h.cfg.Repositories(r.Context(), last, pageSize+1)
 	if err != nil {
 		h.fail(w, r, http.StatusServiceUnavailable, err)
@@ -154,7 +170,7 @@ func (h *Handler) repositories(w http.ResponseWriter, r *http.Request) {
 		next = names[pageSize-1]
 	}
 	h.render(w, http.StatusOK, "repositories", view{Title: "Repositories", Nav: "repositories",
-		Data: map[string]any{"Names": names, "Last": last, "Next": next}})
+		Data: map[string]any{"Names": names, "Last": last, "Next": next, "Ranking": h.ranked(r, by, pageSize)}})
 }
 
 func (h *Handler) preview(w http.ResponseWriter, r *http.Request) {

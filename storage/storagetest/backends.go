@@ -162,3 +162,14 @@ func ScanKeys(ctx context.Context, c redis.UniversalClient, match string, f func
 	}
 	return scan(ctx, c)
 }
+
+// RealOrMini returns the real redis-server of RedisAddrEnv with a prefix
+// of the test's own (its keys deleted at cleanup), or else a fresh
+// miniredis and the default prefix: for measurements that want a real
+// server's round trips when there is one.
+func RealOrMini(t testing.TB) (addr, prefix string) {
+	if addr := RealRedis(); addr != "" {
+		return addr, RealPrefix(t, addr)
+	}
+	return miniredis.RunT(t).Addr(), "reclaim:"
+}

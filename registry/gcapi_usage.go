@@ -1,0 +1,138 @@
+package registry
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+
+	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/storage/tracker"
+)
+
+// Usage, the reclaimable-bytes estimates (gc/usage.go, kept by
+// storage/tracker's UsageStore):
+//
+//	GET /gc/v1/repositories/<name>/usage[?refresh=true]   one repository's estimate
+//	GET /gc/v1/usage[?top=N&by=reclaimable|exclusive]     the repositories ranked highest
+//
+// The stored estimate needs "pull" on the repository, as a run's report
+// does; refresh=true makes a new one now (a dry run: one repository's
+// cost) and needs "delete", as a dry-run collect does. The ranking spans
+// repositories, so it needs Distribution's catalog scope
+// (registry:catalog:*), as the in-use index does; it reads only the
+// rankings and the records they name, never the registry.
+//
+// The name is everything before the last "/usage", and this route is
+// tried before the pins and retention ones: every repository name reaches
+// its estimate ("x/pins/usage" is the usage of "x/pins"). A GET of a pin
+// named "usage" is therefore read from the list of pins
+// (GET .../pins); PUT and DELETE of it are not affected.
+
+// Bounds of ?top=.
+const (
+	defaultUsageTop = 20
+	maxUsageTop     = 1000
+)
+
+// usageQuery parses a strict query (strictQuery) of the known parameters.
+func usageQuery(raw string, known ...string) (map[string]string, error) {
+	return strictQuery(raw, func(k string) bool { return slices.Contains(known, k) })
+}
+
+func (h *gcAPI) repoUsage(w http.ResponseWriter, r *http.Request, repo string) error {
+	if r.Method != http.MethodGet {
+		return fmt.Errorf("%w: %s; use GET", errMethod, r.Method)
+	}
+	if err := validateRepository(repo); err != nil {
+		return err
+	}
+	q, err := usageQuery(r.URL.RawQuery, "refresh")
+	if err != nil {
+		return err
+	}
+	refresh := false
+	if v, ok := q["refresh"]; ok {
+		if refresh, err = parseBool("refresh", v); err != nil {
+			return err
+		}
+	}
+	action := "pull"
+	if refresh {
+		action = "delete"
+	}
+	if err := h.access.authorize(r, repo, action); err != nil {
+		return err
+	}
+	b, ctx := h.backend, r.Context()
+	if b.Usage == nil {
+		return fmt.Errorf("%w: usage needs the reclaim storage middleware's Redis", errMethod)
+	}
+	exists := func() error {
+		if b.Exists != nil {
+			if ok, err := b.Exists(ctx, repo); err == nil && !ok {
+				return fmt.Errorf("%w: %s", gc.ErrRepositoryNotFound, repo)
+			}
+		}
+		return nil
+	}
+	if refresh {
+		if err := exists(); err != nil {
+			return err
+		}
+		u, rep, err := b.Collector.Usage(ctx, repo)
+		observe(rep, err)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, u)
+		return nil
+	}
+	u, ok, err := b.Usage.Usage(ctx, repo)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if err := exists(); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %s", errUsageUnknown, repo)
+	}
+	writeJSON(w, http.StatusOK, u)
+	return nil
+}
+
+func (h *gcAPI) topUsage(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodGet {
+		return fmt.Errorf("%w: %s; use GET", errMethod, r.Method)
+	}
+	if err := h.access.authorizeCatalog(r); err != nil {
+		return err
+	}
+	q, err := usageQuery(r.URL.RawQuery, "top", "by")
+	if err != nil {
+		return err
+	}
+	n, by := defaultUsageTop, tracker.ByReclaimable
+	if v, ok := q["top"]; ok {
+		if n, err = strconv.Atoi(v); !positiveRe.MatchString(v) || err != nil || n > maxUsageTop {
+			return fmt.Errorf("%w: top=%q: want an integer from 1 to %d", errBadRequest, v, maxUsageTop)
+		}
+	}
+	if v, ok := q["by"]; ok {
+		if v != tracker.ByReclaimable && v != tracker.ByExclusive {
+			return fmt.Errorf("%w: by=%q: want %s or %s", errBadRequest, v, tracker.ByReclaimable, tracker.ByExclusive)
+		}
+		by = v
+	}
+	b := h.backend
+	if b.Usage == nil {
+		return fmt.Errorf("%w: usage needs the reclaim storage middleware's Redis", errMethod)
+	}
+	list, ranked, err := b.Usage.Top(r.Context(), by, n)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"by": by, "top": n, "ranked": ranked, "repositories": list})
+	return nil
+}
