@@ -29,10 +29,10 @@ import (
 //     writes it back if it is gone, as for any link write;
 //   - a request that ends without writing the forward link (a digest
 //     mismatch, a fence met later, a failed Move) takes back the early
-//     reverse link it wrote (one it found there is not its own): delete it, then look at the forward link and put the
-//     reverse link back if the forward link is there (another writer of the
-//     same link, which wrote its own reverse link first; the same look-back
-//     as unlink). A take-back that fails leaves a stale reverse link: a
+//     reverse link it wrote (one it found there is not its own): delete
+//     it, then look at the forward link and put the reverse link back if
+//     the forward link is there (another writer of the same link, which
+//     wrote its own reverse link first; the same look-back as unlink). A take-back that fails leaves a stale reverse link: a
 //     leak that keeps the blob, which linkdb verify reports and rebuild
 //     removes, never a loss.
 //
