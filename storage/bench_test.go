@@ -107,6 +107,15 @@ func TestMeasureCalls(t *testing.T) {
 			push := a.snapshot()
 			fwd := countCalls(a, "/repositories/", "PutContent") - countCalls(a, "/_manifests/tags/", "PutContent") - countCalls(a, "/_uploads/", "PutContent")
 			rev := countCalls(a, "/_repositories/", "PutContent")
+			// re-push under another tag: every blob is there (HEAD), and
+			// the manifest PUT writes its revision link again, whose
+			// reverse link is there already
+			a.reset()
+			if err := a.push("m:v2", img); err != nil {
+				t.Fatal(err)
+			}
+			repush := a.snapshot()
+			repushRev := countCalls(a, "/_repositories/", "PutContent")
 
 			// cold: a new process (empty caches, empty dedup) over the same storage
 			c := newTestApp(t, appOptions{noReclaim: !reclaim, cache: cache, redisAddr: b.Addr, prefix: b.Prefix + "m:" + name + ":", root: root})
@@ -118,6 +127,7 @@ func TestMeasureCalls(t *testing.T) {
 			c.pullAll("m:v1")
 			warm := c.snapshot()
 			t.Logf("%-28s push: %s", name, push)
+			t.Logf("%-28s re-push: %s", name, repush)
 			t.Logf("%-28s pull cold: %s", name, cold)
 			t.Logf("%-28s pull warm: %s", name, warm)
 			if reclaim {
@@ -126,6 +136,9 @@ func TestMeasureCalls(t *testing.T) {
 					t.Errorf("%s: %d forward link writes, %d reverse: want 7 and one reverse each", name, fwd, rev)
 				}
 				t.Logf("%-28s forward link writes %d, reverse link writes %d", name, fwd, rev)
+				if repushRev != 0 {
+					t.Errorf("%s: a re-push wrote %d reverse links, want 0 (they are all there)", name, repushRev)
+				}
 				// 7 blobs; a push touches each blob in a few requests (HEAD,
 				// upload commit, manifest PUT), a pull in one or two.
 				// push: one round trip per upload commit (6) and one for

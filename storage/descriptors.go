@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/distribution/distribution/v3"
 	v2 "github.com/distribution/distribution/v3/registry/api/v2"
@@ -46,20 +47,32 @@ func (descriptorFactory) BlobAccessController(svc distribution.BlobDescriptorSer
 // (*repository).Manifests (revision links) and does not say which. "" when
 // the caller is unknown (another Distribution version): then both kinds are
 // recorded and checked, which is safe and costs a little more.
+//
+// Distribution builds statters per request (several per request), so the
+// answer is remembered per call site (its program counter; a binary has a
+// fixed, small number of them) instead of resolving the frame's function
+// name every time.
 func callerKind() layout.LinkKind {
 	var pcs [1]uintptr
 	if runtime.Callers(3, pcs[:]) == 0 {
 		return ""
 	}
+	if k, ok := callerKinds.Load(pcs[0]); ok {
+		return k.(layout.LinkKind)
+	}
 	f, _ := runtime.CallersFrames(pcs[:]).Next()
+	var k layout.LinkKind
 	switch {
 	case strings.HasSuffix(f.Function, "storage.(*repository).Blobs"):
-		return layout.LinkLayer
+		k = layout.LinkLayer
 	case strings.HasSuffix(f.Function, "storage.(*repository).Manifests"):
-		return layout.LinkManifest
+		k = layout.LinkManifest
 	}
-	return ""
+	callerKinds.Store(pcs[0], k)
+	return k
 }
+
+var callerKinds sync.Map // program counter -> layout.LinkKind
 
 type descriptors struct {
 	distribution.BlobDescriptorService
@@ -68,7 +81,7 @@ type descriptors struct {
 
 func (s *descriptors) Stat(ctx context.Context, dgst digest.Digest) (v1.Descriptor, error) {
 	sc := scopeOf(ctx)
-	if sc == nil || accessRecordsOff(ctx) || dgst.Validate() != nil {
+	if sc == nil || accessRecordsOff(ctx) || !layout.ValidDigest(dgst) {
 		return s.BlobDescriptorService.Stat(ctx, dgst)
 	}
 	e := sc.env

@@ -23,15 +23,16 @@ import (
 //
 //   - the reverse link is written only after a fence check of the blob and
 //     the link found no fence and no tombstone (touch before act), and is
-//     complete before the forward link is written;
+//     complete before the forward link is written; one that is there and
+//     well formed already (a re-pushed manifest) is read, not written again;
 //   - after the forward write, putLink looks at the reverse link again and
 //     writes it back if it is gone, as for any link write;
 //   - a request that ends without writing the forward link (a digest
-//     mismatch, a fence met later, a failed Move) takes its early reverse
-//     link back: delete it, then look at the forward link and put the
-//     reverse link back if the forward link is there (another writer of the
-//     same link, which wrote its own reverse link first; the same look-back
-//     as unlink). A take-back that fails leaves a stale reverse link: a
+//     mismatch, a fence met later, a failed Move) takes back the early
+//     reverse link it wrote (one it found there is not its own): delete
+//     it, then look at the forward link and put the reverse link back if
+//     the forward link is there (another writer of the same link, which
+//     wrote its own reverse link first; the same look-back as unlink). A take-back that fails leaves a stale reverse link: a
 //     leak that keeps the blob, which linkdb verify reports and rebuild
 //     removes, never a loss.
 //
@@ -48,7 +49,8 @@ type earlyKey struct {
 type earlyLink struct {
 	checked chan struct{} // closed once the fence check is done
 	done    chan struct{}
-	written bool // the reverse link was written (valid once done is closed)
+	written bool // the reverse link is there (valid once done is closed)
+	created bool // ... and this request wrote it: it was not there before
 	used    bool // putLink wrote the forward link on it (under scope.mu)
 }
 
@@ -80,11 +82,11 @@ func (d *driver) startEarly(ctx context.Context, blob digest.Digest, l layout.Re
 		if !s.covered(append([]layout.Object{{Blob: blob}}, links...), d.env.opts.Dedup) {
 			return // fenced, a tombstone, or Redis failing: the request's own checks decide
 		}
-		if err := d.links.Put(ctx, blob, l); err != nil {
+		created, err := d.ensureReverse(ctx, blob, l)
+		if err != nil {
 			return // putLink writes it itself (and fails the forward write if it cannot)
 		}
-		metricReverseLinks.WithLabelValues("put", "ok").Inc()
-		e.written = true
+		e.written, e.created = true, created
 	}()
 }
 
@@ -141,7 +143,10 @@ func (s *scope) takeBackEarly(ctx context.Context) {
 	for k, e := range early {
 		<-e.done
 		s.mu.Lock()
-		keep := !e.written || e.used
+		// A reverse link that was there before the request (the
+		// forward link exists, or another request is writing it) is
+		// not this request's to take back.
+		keep := !e.created || e.used
 		s.mu.Unlock()
 		if keep {
 			continue

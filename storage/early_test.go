@@ -43,6 +43,22 @@ func TestEarlyReverseLinkTakenBack(t *testing.T) {
 			t.Fatalf("take-back removed the reverse link of an existing forward link: %v %v", has, err)
 		}
 		checkLinkDB(t, a.env.Raw)
+		// an early reverse link the request found there (not written by
+		// it) is not its own to take back: a failed commit leaves it
+		there := layout.RepoLink{Repo: "r3", Kind: layout.LinkLayer}
+		if err := a.env.Links.Put(ctx, wrong, there); err != nil {
+			t.Fatal(err)
+		}
+		a.count.Reset()
+		if code := a.commitUpload(t, "r3", wrong, "hello"); code != http.StatusBadRequest {
+			t.Fatalf("commit with a wrong digest: %d, want 400", code)
+		}
+		if n := countCalls(a, "/_repositories/r3/", "Delete") + countCalls(a, "/_repositories/r3/", "PutContent"); n != 0 {
+			t.Errorf("a failed commit wrote or deleted a reverse link it found there: %d calls", n)
+		}
+		if has, err := a.env.Links.Has(ctx, wrong, there); !has || err != nil {
+			t.Fatalf("a failed commit took back a reverse link it had not written: %v %v", has, err)
+		}
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/internal/rlog"
 	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
 
 // linkObject is the tracker object of a forward (or reverse) link path.
@@ -17,9 +18,10 @@ func linkObject(p layout.Path) layout.Object {
 }
 
 // putLink writes a forward link: fence check, reverse link (unless this
-// request wrote it early, early.go), forward link, then a look at the
-// reverse link: a concurrent delete of the same link may have removed it
-// between the two writes (see unlink).
+// request wrote it early, early.go; written only when it is not there
+// already, ensureReverse), forward link, then a look at the reverse link: a
+// concurrent delete of the same link may have removed it between the two
+// writes (see unlink).
 func (d *driver) putLink(ctx context.Context, path string, p layout.Path, content []byte) error {
 	l := linkObject(p)
 	rl := layout.RepoLink{Repo: l.Repo, Kind: l.Kind}
@@ -32,11 +34,9 @@ func (d *driver) putLink(ctx context.Context, path string, p layout.Path, conten
 		}
 	}
 	if !scopeOf(ctx).useEarly(p.Digest, rl) { // written in the background already (early.go)
-		if err := d.links.Put(ctx, p.Digest, rl); err != nil {
-			metricReverseLinks.WithLabelValues("put", "error").Inc()
+		if _, err := d.ensureReverse(ctx, p.Digest, rl); err != nil {
 			return err // invariant: no forward link without its reverse link
 		}
-		metricReverseLinks.WithLabelValues("put", "ok").Inc()
 	}
 	if err := d.StorageDriver.PutContent(ctx, path, content); err != nil {
 		return err
@@ -51,6 +51,26 @@ func (d *driver) putLink(ctx context.Context, path string, p layout.Path, conten
 		return fmt.Errorf("restore reverse link of %s: %w", path, err)
 	}
 	return nil
+}
+
+// ensureReverse makes sure the reverse link (blob, l) is there before its
+// forward link is written. A link that is there and well formed is not
+// written again (a re-pushed manifest writes its revision link again, a
+// re-uploaded layer its layer link): the case-9 look after the forward
+// write needs only that the reverse link was there before it, not that
+// this request wrote it. created reports whether it was written now.
+func (d *driver) ensureReverse(ctx context.Context, blob digest.Digest, l layout.RepoLink) (created bool, err error) {
+	found, err := d.links.Ensure(ctx, blob, l)
+	switch {
+	case err != nil:
+		metricReverseLinks.WithLabelValues("put", "error").Inc()
+		return false, err
+	case found == linkdb.LinkPresent:
+		metricReverseLinks.WithLabelValues("put", "present").Inc()
+		return false, nil
+	}
+	metricReverseLinks.WithLabelValues("put", "ok").Inc()
+	return true, nil
 }
 
 // linksDeletedWith lists the forward links a delete of path removes: the

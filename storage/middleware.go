@@ -96,12 +96,15 @@ func (d *driver) Reader(ctx context.Context, path string, offset int64) (io.Read
 // middleware sees it, so list reclaim last when it is combined with others.
 func (d *driver) RedirectURL(r *http.Request, path string) (string, error) {
 	u, err := d.StorageDriver.RedirectURL(r, path)
-	if p := layout.Classify(path); err == nil && u != "" && p.Kind == layout.KindBlobData {
+	if err != nil || u == "" {
+		return u, err // no redirect (the filesystem driver): Reader serves, and records
+	}
+	if p := layout.Classify(path); p.Kind == layout.KindBlobData {
 		if err := d.after(r.Context(), path, p); err != nil {
 			return "", err
 		}
 	}
-	return u, err
+	return u, nil
 }
 
 // PutContent: a forward link write is preceded by the fence check and the

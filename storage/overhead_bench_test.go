@@ -48,7 +48,9 @@ import (
 // Images are held in memory, uncompressed random bytes (staticImage), so
 // the client adds no gzip work to the process's CPU time. Cases: push of a
 // fresh 5-layer image (4 KiB and 1 MiB layers: every
-// blob uploaded, every link written); pull of the same 5-layer image again
+// blob uploaded, every link written); repush of one image under a new tag
+// again and again (every blob is there: HEADs, and a manifest PUT that
+// writes its revision link again); pull of the same 5-layer image again
 // and again (the steady state of a hot image: the per-process dedup spares
 // most Redis writes); pull-cold, every pull a different image (each blob's
 // access goes to Redis); push with 1 ms added to every storage call
@@ -57,6 +59,7 @@ func BenchmarkOverhead(b *testing.B) {
 	for _, tc := range []overheadCase{
 		{op: "push", layer: 4 << 10, batch: 2},
 		{op: "push", layer: 1 << 20, batch: 1},
+		{op: "repush", layer: 4 << 10, batch: 4},
 		{op: "pull", layer: 4 << 10, batch: 4},
 		{op: "pull-cold", layer: 4 << 10, batch: 2},
 		{op: "push", layer: 4 << 10, batch: 1, latency: time.Millisecond},
@@ -72,7 +75,7 @@ func BenchmarkOverhead(b *testing.B) {
 // overheadCase is one operation timed on both apps; batch operations make
 // one half of a pair, so that one half lasts a few tens of milliseconds.
 type overheadCase struct {
-	op    string // "push", "pull", "pull-cold"
+	op    string // "push", "repush", "pull", "pull-cold"
 	layer int64
 	batch int
 	// latency is added to every storage call of both apps (below the
@@ -96,6 +99,17 @@ func (tc overheadCase) run(b *testing.B) {
 	case "push":
 		work = func(i, k int) func(a *testApp) {
 			img, ref := newImg(), fmt.Sprintf("bench:v%d-%d", i, k)
+			return func(a *testApp) {
+				if err := a.push(ref, img); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	case "repush":
+		img := newImg()
+		tc.pushBoth(b, apps, "bench:repush", img)
+		work = func(i, k int) func(a *testApp) {
+			ref := fmt.Sprintf("bench:re%d-%d", i, k)
 			return func(a *testApp) {
 				if err := a.push(ref, img); err != nil {
 					b.Fatal(err)

@@ -3,6 +3,8 @@ package layout
 import (
 	"path"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
@@ -252,6 +254,14 @@ func Classify(p string) Path {
 
 // parseDigest accepts alg/hex only in canonical, validated form.
 func parseDigest(alg, enc string) (digest.Digest, bool) {
+	if alg == string(digest.SHA256) {
+		// every path Distribution names: no regexp (go-digest's Validate
+		// runs one per call, on every driver call of a pull)
+		if !isSHA256Hex(enc) {
+			return "", false
+		}
+		return digest.Digest(alg + ":" + enc), true
+	}
 	d := digest.NewDigestFromEncoded(digest.Algorithm(alg), enc)
 	if d.Validate() != nil || d.Encoded() != enc || d.Algorithm().String() != alg {
 		return "", false
@@ -259,14 +269,59 @@ func parseDigest(alg, enc string) (digest.Digest, bool) {
 	return d, true
 }
 
+// ValidDigest reports whether d is a valid digest, as d.Validate() == nil,
+// without a regexp for sha256.
+func ValidDigest(d digest.Digest) bool {
+	if enc, ok := strings.CutPrefix(string(d), string(digest.SHA256)+":"); ok {
+		return isSHA256Hex(enc)
+	}
+	return d.Validate() == nil
+}
+
+// isSHA256Hex reports whether s is what go-digest accepts as the encoded
+// part of a sha256 digest: 64 lowercase hex characters.
+func isSHA256Hex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // ValidRepo reports whether name is a repository name in canonical form.
+// Valid names are remembered (about validRepoCacheMax, then forgotten all
+// at once): the reference grammar is a regexp, and every driver call on a
+// repository's path asks. Invalid names are not remembered, so input that
+// is refused anyway cannot fill the cache.
 func ValidRepo(name string) bool {
 	if name == "" {
 		return false
 	}
+	if _, ok := validRepos.Load(name); ok {
+		return true
+	}
 	n, err := reference.WithName(name)
-	return err == nil && n.Name() == name
+	if err != nil || n.Name() != name {
+		return false
+	}
+	if validReposLen.Add(1) > validRepoCacheMax {
+		validRepos.Clear()
+		validReposLen.Store(1)
+	}
+	validRepos.Store(name, struct{}{})
+	return true
 }
+
+const validRepoCacheMax = 4096
+
+var (
+	validRepos    sync.Map // name -> struct{}: names ValidRepo accepted
+	validReposLen atomic.Int64
+)
 
 // classifyBlob handles <alg>/<hex[:2]>/<hex>/...
 func classifyBlob(c []string) Path {

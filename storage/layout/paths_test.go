@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -124,4 +125,63 @@ func FuzzBuildersClassify(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzValidDigest: the sha256 fast path of ValidDigest and parseDigest
+// accepts exactly what go-digest's Validate accepts.
+func FuzzValidDigest(f *testing.F) {
+	for _, s := range []string{string(dA), "sha256:" + strings.ToUpper(hexA), "sha256:" + hexA[:63], "sha256:" + hexA + "0", "sha256:", "sha512:" + hexA + hexA, "sha256:" + hexA[:63] + "g", ":" + hexA, "sha256" + hexA} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d := digest.Digest(s)
+		want := d.Validate() == nil
+		if got := ValidDigest(d); got != want {
+			t.Fatalf("ValidDigest(%q) = %v, Validate says %v", s, got, want)
+		}
+		if alg, enc, ok := strings.Cut(s, ":"); ok {
+			got, ok := parseDigest(alg, enc)
+			if ok != want || (ok && got != d) {
+				t.Fatalf("parseDigest(%q, %q) = %q %v, Validate says %v", alg, enc, got, ok, want)
+			}
+		}
+	})
+}
+
+// TestValidRepoCache: a remembered name answers as the grammar does, an
+// invalid one is never remembered, and the cache stays bounded.
+func TestValidRepoCache(t *testing.T) {
+	for range 2 { // the second round answers from the cache
+		for name, want := range map[string]bool{"library/ubuntu": true, "a": true, "Upper": false, "a//b": false, "_x": false, strings.Repeat("a", 256): false} {
+			if got := ValidRepo(name); got != want {
+				t.Errorf("ValidRepo(%q) = %v, want %v", name, got, want)
+			}
+		}
+	}
+	if _, ok := validRepos.Load("Upper"); ok {
+		t.Errorf("an invalid name was remembered")
+	}
+	for i := range 3 * validRepoCacheMax {
+		if !ValidRepo(fmt.Sprintf("r%d", i)) {
+			t.Fatalf("r%d refused", i)
+		}
+	}
+	n := 0
+	validRepos.Range(func(any, any) bool { n++; return true })
+	if n > validRepoCacheMax {
+		t.Errorf("%d names remembered, want at most %d", n, validRepoCacheMax)
+	}
+}
+
+// BenchmarkClassify: the paths of one pull (a revision link, a layer link,
+// blob data), as the middleware classifies every driver call.
+//
+//	go test -run '^$' -bench Classify ./storage/layout
+func BenchmarkClassify(b *testing.B) {
+	paths := []string{RevisionLinkPath("library/ubuntu", dA), LayerLinkPath("library/ubuntu", dA), BlobDataPath(dA)}
+	for i := range b.N {
+		if Classify(paths[i%len(paths)]).Kind == KindOther {
+			b.Fatal("other")
+		}
+	}
 }

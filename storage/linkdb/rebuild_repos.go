@@ -2,7 +2,6 @@ package linkdb
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -111,36 +110,36 @@ func (r *rebuild) forwardLink(ctx context.Context, l forwardLink) bool {
 }
 
 // reverseOf writes the reverse link of l when it is missing or holds bad
-// content. It returns false when it could not, or found damage.
+// content (what ReverseLinks.Ensure does, with a dry run and each case
+// counted or reported). It returns false when it could not, or found damage.
 func (r *rebuild) reverseOf(ctx context.Context, l forwardLink) bool {
 	rl := layout.RepoLink{Repo: l.Repo, Kind: l.Kind}
 	rp := layout.ReverseLinkPath(l.Blob, l.Repo, l.Kind)
-	has, err := r.links.Has(ctx, l.Blob, rl)
-	switch {
-	case errors.Is(err, ErrMalformedLink):
-		if fi, serr := r.d.Stat(ctx, rp); serr == nil && fi.IsDir() {
-			// A directory cannot be replaced in one step, and removing
-			// it first would leave the forward link without a reverse
-			// link while registries serve: left to the operator.
-			r.damage(Problem{Kind: Corrupt, Path: rp, Repo: l.Repo, Digest: l.Blob, Detail: "a directory, not a link file: remove it, then run rebuild again"})
-			return false
-		}
+	st, err := r.links.Look(ctx, l.Blob, rl)
+	switch st {
+	case LinkDirectory:
+		// A directory cannot be replaced in one step, and removing it
+		// first would leave the forward link without a reverse link
+		// while registries serve: left to the operator.
+		r.damage(Problem{Kind: Corrupt, Path: rp, Repo: l.Repo, Digest: l.Blob, Detail: "a directory, not a link file: remove it, then run rebuild again"})
+		return false
+	case LinkBadContent:
 		// Bad content: rewrite it. PutContent replaces the file in one
 		// step, so the link never reads as absent meanwhile.
 		if !r.put(ctx, l.Blob, rl, "rewrite: ") {
 			return false
 		}
 		r.rewritten.Add(1)
-	case err != nil:
-		r.f.add(Problem{Kind: Unreadable, Path: rp, Repo: l.Repo, Digest: l.Blob, Detail: err.Error()})
-		return false
-	case has:
+	case LinkPresent:
 		r.present.Add(1)
-	default:
+	case LinkMissing:
 		if !r.put(ctx, l.Blob, rl, "") {
 			return false
 		}
 		r.added.Add(1)
+	default:
+		r.f.add(Problem{Kind: Unreadable, Path: rp, Repo: l.Repo, Digest: l.Blob, Detail: err.Error()})
+		return false
 	}
 	return true
 }

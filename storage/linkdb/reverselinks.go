@@ -137,29 +137,82 @@ func (r *ReverseLinks) probe(ctx context.Context, blob digest.Digest, l layout.R
 	return present, problem, err
 }
 
+// LinkState is what Look found at a reverse link path.
+type LinkState int
+
+// The states of a reverse link path. The zero value is LinkUnreadable, so
+// a state nobody set never reads as "missing".
+const (
+	// LinkUnreadable: the read failed; what is there is not known.
+	LinkUnreadable LinkState = iota
+	// LinkMissing: nothing is at the link path.
+	LinkMissing
+	// LinkPresent: a file holding exactly the blob digest.
+	LinkPresent
+	// LinkBadContent: a file holding something else.
+	LinkBadContent
+	// LinkDirectory: a directory, which no single write can replace.
+	LinkDirectory
+)
+
+// Look reads the reverse link (blob, l) and says what is there. Every
+// state but LinkPresent and LinkMissing comes with an error: one wrapping
+// ErrMalformedLink for bad content or a directory, the read's own error
+// for LinkUnreadable.
+func (r *ReverseLinks) Look(ctx context.Context, blob digest.Digest, l layout.RepoLink) (LinkState, error) {
+	p := layout.ReverseLinkPath(blob, l.Repo, l.Kind)
+	b, err := r.driver.GetContent(ctx, p)
+	if layout.IsNotFound(err) {
+		return LinkMissing, nil
+	}
+	if err != nil {
+		// A directory fails to read on some drivers and lists as a
+		// prefix on others; name it when Stat can tell.
+		if fi, serr := r.driver.Stat(ctx, p); serr == nil && fi.IsDir() {
+			return LinkDirectory, fmt.Errorf("%w: %s is a directory", ErrMalformedLink, p)
+		}
+		return LinkUnreadable, fmt.Errorf("read reverse link %s: %w", p, err)
+	}
+	if !WellFormedLink(b, blob) {
+		return LinkBadContent, fmt.Errorf("%w: %s holds %q, not %s", ErrMalformedLink, p, truncated(b), blob)
+	}
+	return LinkPresent, nil
+}
+
 // Has reports whether a well-formed reverse link (blob, l) is there: a file
 // holding exactly the blob digest. It is false only when nothing is at the
 // link path. Anything else there (a directory, other content) is an error
 // wrapping ErrMalformedLink, and a failed read is an error too: neither may
 // be taken for "absent".
 func (r *ReverseLinks) Has(ctx context.Context, blob digest.Digest, l layout.RepoLink) (bool, error) {
-	p := layout.ReverseLinkPath(blob, l.Repo, l.Kind)
-	b, err := r.driver.GetContent(ctx, p)
-	if layout.IsNotFound(err) {
-		return false, nil
+	st, err := r.Look(ctx, blob, l)
+	return st == LinkPresent, err
+}
+
+// Ensure makes sure the well-formed reverse link (blob, l) is there, and
+// writes it only when it is not: a read costs far less than a write (on
+// the filesystem driver a write is a temporary file, two fsyncs and a
+// rename), and a re-pushed manifest or a re-uploaded layer finds its
+// reverse link there already. It returns what it found before it wrote.
+//
+// It writes whenever it cannot confirm a well-formed link: nothing there,
+// other content (replaced in one step, as Put does), or a failed read (fail
+// safe: Put alone would have written). A directory at the link path is
+// left alone and returned as an error wrapping ErrMalformedLink: no single
+// write replaces it, and removing it first would leave the forward link
+// without its reverse link.
+func (r *ReverseLinks) Ensure(ctx context.Context, blob digest.Digest, l layout.RepoLink) (LinkState, error) {
+	if err := checkLink(blob, l); err != nil {
+		return LinkUnreadable, err
 	}
-	if err != nil {
-		// A directory fails to read on some drivers and lists as a
-		// prefix on others; name it when Stat can tell.
-		if fi, serr := r.driver.Stat(ctx, p); serr == nil && fi.IsDir() {
-			return false, fmt.Errorf("%w: %s is a directory", ErrMalformedLink, p)
-		}
-		return false, fmt.Errorf("read reverse link %s: %w", p, err)
+	st, err := r.Look(ctx, blob, l)
+	switch st {
+	case LinkPresent:
+		return st, nil
+	case LinkDirectory:
+		return st, err
 	}
-	if !WellFormedLink(b, blob) {
-		return false, fmt.Errorf("%w: %s holds %q, not %s", ErrMalformedLink, p, truncated(b), blob)
-	}
-	return true, nil
+	return st, r.Put(ctx, blob, l)
 }
 
 // WellFormedLink reports whether b is the content of a link file to d as

@@ -3,6 +3,7 @@ package linkdb
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +16,7 @@ import (
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
-func fsDriver(t *testing.T) (*filesystem.Driver, string) {
+func fsDriver(t testing.TB) (*filesystem.Driver, string) {
 	t.Helper()
 	root := t.TempDir()
 	return filesystem.New(filesystem.DriverParameters{RootDirectory: root, MaxThreads: 10}), root
@@ -120,5 +121,95 @@ func TestReverseLinksListIgnoresALinkDeletedDuringTheLook(t *testing.T) {
 	links, err := NewReverseLinks(d).List(ctx, b)
 	if err != nil || len(links) != 0 {
 		t.Fatalf("links %+v, %v; want none", links, err)
+	}
+}
+
+// TestReverseLinksEnsure: Ensure writes only what is not a well-formed
+// link already, and never takes a failed read for one.
+func TestReverseLinksEnsure(t *testing.T) {
+	ctx := context.Background()
+	fs, root := fsDriver(t)
+	b := digest.FromString("blob")
+	at := func(repo string) string { return layout.ReverseLinkPath(b, repo, layout.LinkLayer) }
+	if err := fs.PutContent(ctx, at("good"), []byte(b)); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.PutContent(ctx, at("bad"), []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, filepath.FromSlash(at("dir"))), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := storagetest.NewCountingDriver(&storagetest.HookDriver{StorageDriver: fs, Before: func(_ context.Context, method, p string) error {
+		if method == "GetContent" && p == at("unreadable") {
+			return errors.New("read failed")
+		}
+		return nil
+	}})
+	rl := NewReverseLinks(d)
+	for _, tc := range []struct {
+		repo  string
+		found LinkState
+		wrote bool
+		err   error
+	}{
+		{repo: "good", found: LinkPresent},
+		{repo: "absent", found: LinkMissing, wrote: true},
+		{repo: "bad", found: LinkBadContent, wrote: true},
+		{repo: "unreadable", found: LinkUnreadable, wrote: true},
+		{repo: "dir", found: LinkDirectory, err: ErrMalformedLink},
+	} {
+		t.Run(tc.repo, func(t *testing.T) {
+			before := d.Counts()["PutContent"]
+			found, err := rl.Ensure(ctx, b, layout.RepoLink{Repo: tc.repo, Kind: layout.LinkLayer})
+			wrote := d.Counts()["PutContent"] > before
+			if found != tc.found || wrote != tc.wrote || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+				t.Fatalf("Ensure: found %v, wrote %v, %v; want %v, %v, %v", found, wrote, err, tc.found, tc.wrote, tc.err)
+			}
+			if tc.err != nil {
+				return
+			}
+			if got, err := fs.GetContent(ctx, at(tc.repo)); err != nil || !WellFormedLink(got, b) {
+				t.Errorf("after Ensure: %q, %v", got, err)
+			}
+		})
+	}
+}
+
+// BenchmarkReverseLinkWrite: what a reverse-link write costs on the
+// filesystem driver, and what Ensure costs when the link is there already
+// (a re-pushed manifest, a re-uploaded layer) or is not.
+//
+//	go test -run '^$' -bench ReverseLinkWrite ./storage/linkdb
+func BenchmarkReverseLinkWrite(b *testing.B) {
+	ctx := context.Background()
+	blob := digest.FromString("blob")
+	for _, tc := range []struct {
+		name  string
+		fresh bool // a new link every time
+		write func(*ReverseLinks, layout.RepoLink) error
+	}{
+		{"put/present", false, func(rl *ReverseLinks, l layout.RepoLink) error { return rl.Put(ctx, blob, l) }},
+		{"ensure/present", false, func(rl *ReverseLinks, l layout.RepoLink) error { _, err := rl.Ensure(ctx, blob, l); return err }},
+		{"put/missing", true, func(rl *ReverseLinks, l layout.RepoLink) error { return rl.Put(ctx, blob, l) }},
+		{"ensure/missing", true, func(rl *ReverseLinks, l layout.RepoLink) error { _, err := rl.Ensure(ctx, blob, l); return err }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			d, _ := fsDriver(b)
+			rl := NewReverseLinks(d)
+			l := layout.RepoLink{Repo: "bench/app", Kind: layout.LinkLayer}
+			if err := rl.Put(ctx, blob, l); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				if tc.fresh {
+					l.Repo = fmt.Sprintf("bench/app%d", i)
+				}
+				if err := tc.write(rl, l); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
