@@ -92,41 +92,7 @@ func (tc overheadCase) run(b *testing.B) {
 			return nil
 		})
 	}
-	newImg := func() v1.Image { return staticImage(b, tc.layer, 5) }
-	// work returns the operation of pair i, element k of its batch.
-	var work func(i, k int) func(a *testApp)
-	switch tc.op {
-	case "push":
-		work = func(i, k int) func(a *testApp) {
-			img, ref := newImg(), fmt.Sprintf("bench:v%d-%d", i, k)
-			return func(a *testApp) {
-				if err := a.push(ref, img); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-	case "repush":
-		img := newImg()
-		tc.pushBoth(b, apps, "bench:repush", img)
-		work = func(i, k int) func(a *testApp) {
-			ref := fmt.Sprintf("bench:re%d-%d", i, k)
-			return func(a *testApp) {
-				if err := a.push(ref, img); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-	case "pull":
-		tc.pushBoth(b, apps, "bench:pull", newImg())
-		work = func(int, int) func(a *testApp) { return func(a *testApp) { a.pullAll("bench:pull") } }
-	case "pull-cold":
-		// set up outside the timed halves: a fresh image on both apps
-		work = func(i, k int) func(a *testApp) {
-			ref := fmt.Sprintf("bench:cold%d-%d", i, k)
-			tc.pushBoth(b, apps, ref, newImg())
-			return func(a *testApp) { a.pullAll(ref) }
-		}
-	}
+	work := tc.work(b, apps)
 	// warm-up: connections dialed, scripts loaded, caches filled
 	for _, f := range tc.batchOf(work, -1) {
 		f(apps[0])
@@ -165,6 +131,46 @@ func (tc overheadCase) run(b *testing.B) {
 	b.ReportMetric(float64(redis)/ops, "redis/op")
 	reportOverhead(b, "", ratios, d)
 	reportOverhead(b, "cpu-", cpuRatios, cpu)
+}
+
+// work returns the operation of pair i, element k of its batch, after
+// the setup the case needs on both apps.
+func (tc overheadCase) work(b *testing.B, apps [2]*testApp) func(i, k int) func(a *testApp) {
+	newImg := func() v1.Image { return staticImage(b, tc.layer, 5) }
+	var work func(i, k int) func(a *testApp)
+	switch tc.op {
+	case "push":
+		work = func(i, k int) func(a *testApp) {
+			img, ref := newImg(), fmt.Sprintf("bench:v%d-%d", i, k)
+			return func(a *testApp) {
+				if err := a.push(ref, img); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	case "repush":
+		img := newImg()
+		tc.pushBoth(b, apps, "bench:repush", img)
+		work = func(i, k int) func(a *testApp) {
+			ref := fmt.Sprintf("bench:re%d-%d", i, k)
+			return func(a *testApp) {
+				if err := a.push(ref, img); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	case "pull":
+		tc.pushBoth(b, apps, "bench:pull", newImg())
+		work = func(int, int) func(a *testApp) { return func(a *testApp) { a.pullAll("bench:pull") } }
+	case "pull-cold":
+		// set up outside the timed halves: a fresh image on both apps
+		work = func(i, k int) func(a *testApp) {
+			ref := fmt.Sprintf("bench:cold%d-%d", i, k)
+			tc.pushBoth(b, apps, ref, newImg())
+			return func(a *testApp) { a.pullAll(ref) }
+		}
+	}
+	return work
 }
 
 // cpuTime is the CPU time (user and system) this process has used: the
