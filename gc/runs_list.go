@@ -1,6 +1,7 @@
 package gc
 
 import (
+	"context"
 	"slices"
 	"strings"
 )
@@ -16,11 +17,55 @@ func (c *Collector) Runs() []*Report {
 		out = append(out, r.report)
 	}
 	c.mu.Unlock()
+	sortRuns(out)
+	return out
+}
+
+// RecentRunReader is an optional interface of a RunRecorder: the
+// registry's most recent runs, of every repository and instance, newest
+// first, marking dead ones as LoadRun does.
+type RecentRunReader interface {
+	RecentRuns(ctx context.Context, n int, marker string) ([]RunState, error)
+}
+
+// RecentRuns returns the runs this collector remembers together with up
+// to n of the registry's most recent run records: runs of other instances,
+// and runs whose process died, which read "interrupted" (this reader marks
+// them, if it is the first to find them). Newest first. When the records
+// cannot be read, it returns this process's runs and the error.
+func (c *Collector) RecentRuns(ctx context.Context, n int) ([]*Report, error) {
+	out := c.Runs()
+	rr, ok := c.recorder.(RecentRunReader)
+	if !ok {
+		return out, nil
+	}
+	states, err := rr.RecentRuns(ctx, n, "instance "+c.instance)
+	if err != nil {
+		return out, err
+	}
+	here := make(map[string]bool, len(out))
+	for _, rep := range out {
+		here[rep.RunID] = true
+	}
+	for _, st := range states {
+		if here[st.ID] {
+			continue // this process's own report is the fresher one
+		}
+		rep, err := reportOf(st)
+		if err != nil {
+			continue // a record this version cannot read: GET /gc/v1/runs/<id> says why
+		}
+		out = append(out, rep)
+	}
+	sortRuns(out)
+	return out, nil
+}
+
+func sortRuns(out []*Report) {
 	slices.SortFunc(out, func(a, b *Report) int {
 		if c := b.StartedAt.Compare(a.StartedAt); c != 0 {
 			return c
 		}
 		return strings.Compare(a.RunID, b.RunID)
 	})
-	return out
 }

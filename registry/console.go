@@ -72,16 +72,21 @@ func (c *consoleData) collector() *gc.Collector {
 	return c.api.backend.Collector
 }
 
-func (c *consoleData) runs() []*gc.Report {
+// recentRunsShown is how many shared run records the console's run lists
+// read (one Redis read each, with the report).
+const recentRunsShown = 50
+
+func (c *consoleData) runs(ctx context.Context) ([]*gc.Report, error) {
 	if col := c.collector(); col != nil {
-		return col.Runs()
+		return col.RecentRuns(ctx, recentRunsShown)
 	}
-	return nil
+	return nil, nil
 }
 
-func (c *consoleData) run(id string) (*gc.Report, bool) {
+func (c *consoleData) run(ctx context.Context, id string) (*gc.Report, bool) {
 	if col := c.collector(); col != nil {
-		return col.Run(id)
+		rep, ok, err := col.LookupRun(ctx, id)
+		return rep, ok && err == nil
 	}
 	return nil, false
 }

@@ -4,7 +4,7 @@
 // (Config); this package only renders it.
 //
 //	GET  <prefix>                    overview: Redis, link database, reclaimer, recent runs, refusals
-//	GET  <prefix>runs                recent runs (?status= filters)
+//	GET  <prefix>runs                recent runs, interrupted ones included (?status= filters)
 //	GET  <prefix>runs/<id>           one run's full report
 //	GET  <prefix>repositories        repositories ranked by reclaimable (or ?by=exclusive) bytes, then the
 //	                                 catalog a page at a time (?last=); a preview button on each
@@ -68,10 +68,13 @@ type Config struct {
 	Deny func(w http.ResponseWriter, r *http.Request, err error)
 	// Overview reads the state the overview shows.
 	Overview func(ctx context.Context) Overview
-	// Runs are the runs the collector remembers, newest first.
-	Runs func() []*gc.Report
-	// Run is one remembered run.
-	Run func(id string) (*gc.Report, bool)
+	// Runs are the recent runs, newest first: this instance's and the
+	// run records every instance shares (other instances' runs, and runs
+	// whose process died: "interrupted"). With an error, the runs it
+	// could read (this instance's).
+	Runs func(ctx context.Context) ([]*gc.Report, error)
+	// Run is one run, by id: this instance's or a shared record.
+	Run func(ctx context.Context, id string) (*gc.Report, bool)
 	// Repositories lists up to n repository names after last, in order.
 	Repositories func(ctx context.Context, last string, n int) ([]string, error)
 	// Validate checks a repository name as the GC API does; its error is

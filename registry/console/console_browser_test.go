@@ -34,6 +34,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.sees("#card-freed", "Deleted, last hour", "objects")
 	b.sees("#refusals", "team/base", "aborted", "redis_recording_too_short")
 	b.sees("#recent", "team/app", "done")
+	b.sees("#refusals", "team/base", "interrupted", "process died in step blobs")
 	b.shoot("overview")
 
 	b.open(base + "runs")
@@ -43,6 +44,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	if got := b.text("table.runs"); strings.Contains(got, "team/app") {
 		t.Errorf("runs?status=refused lists the done run of team/app:\n%s", got)
 	}
+
+	b.open(base + "runs?status=interrupted")
+	b.sees("table.runs", "team/base", "interrupted")
+	b.open(base + "runs/" + killedRunID)
+	b.sees("#facts", "team/base", "interrupted", "Died in", "blobs", shortOf(f.killed.String()),
+		"Deletions started", "true", "Found dead", "not yet: the next collect", "not known")
+	b.shoot("run-interrupted")
 
 	rep := f.collected
 	b.open(base + "runs/" + rep.RunID)

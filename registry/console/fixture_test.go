@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
 
@@ -22,11 +25,12 @@ const window = 2 * time.Second
 const user, password = "operator", "s3cret"
 
 // fixture is a registry with real data: pushes, a tag delete, a collect
-// that deleted something, a collect that was refused, and a repository
-// whose preview has objects to delete.
+// that deleted something, a collect that was refused, a run whose process
+// died (interrupted), and a repository whose preview has objects to delete.
 type fixture struct {
 	*registrytest.Registry
-	collected *gc.Report // the real collect of team/app
+	collected *gc.Report    // the real collect of team/app
+	killed    digest.Digest // the blob the interrupted run of team/base was deleting
 }
 
 // startRegistry starts an empty registry with htpasswd auth, GC on and its
@@ -79,8 +83,32 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatalf("collect of team/app deleted %d manifests, %d blobs, %d bytes; want the untagged v1 and its blobs",
 			len(f.collected.ManifestsDeleted), len(f.collected.BlobsDeleted), f.collected.BytesFreed)
 	}
+	f.killed = f.killedRun(t, "team/base")
 	return f
 }
+
+// killedRun leaves a run record on repo as a process killed in its blobs
+// step leaves it: running, a blob written ahead of its delete, and its lock
+// gone (here released; a dead process stops renewing it). The first reader
+// marks it interrupted. It returns the blob.
+func (f *fixture) killedRun(t *testing.T, repo string) digest.Digest {
+	t.Helper()
+	ctx := t.Context()
+	blob := digest.FromString("the blob the killed run was deleting")
+	l, err := f.Server.Env().Tracker.BeginRun(ctx, repo, killedRunID, time.Now(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = l.Progress(ctx, layout.RunProgress{Step: "blobs", Kind: "blob", Object: blob.String(), Deleting: true})
+	l.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return blob
+}
+
+// killedRunID is the id of the fixture's interrupted run.
+const killedRunID = "01killedbythefixture"
 
 // settle waits until everything done so far is older than the window.
 func settle() { time.Sleep(window + 200*time.Millisecond) }

@@ -69,12 +69,16 @@ type runRow struct {
 	BytesFreed                    int64
 	Errors                        int
 	FirstError                    string
+	DiedIn                        string // the step an interrupted run died in
 }
 
 func rowOf(r *gc.Report) runRow {
 	row := runRow{ID: r.RunID, Repository: r.Repository, Status: string(r.Status), Abort: r.Abort, DryRun: r.DryRun,
 		Started: r.StartedAt, Manifests: len(r.ManifestsDeleted), Layers: len(r.LayersUnlinked),
 		Blobs: len(r.BlobsDeleted), BytesFreed: r.BytesFreed, Errors: len(r.Errors)}
+	if r.Interruption != nil {
+		row.DiedIn = string(r.Interruption.Step)
+	}
 	if !r.FinishedAt.IsZero() {
 		row.DurationMS = r.FinishedAt.Sub(r.StartedAt).Milliseconds()
 	}
@@ -88,9 +92,11 @@ func rowOf(r *gc.Report) runRow {
 	return row
 }
 
-// refused is a run that a precondition stopped, or one that failed.
+// refused is a run that a precondition stopped, one that failed, or one
+// whose process died (interrupted): each needs a look.
 func (r runRow) refused() bool {
-	return r.Status == string(gc.StatusAborted) || r.Status == string(gc.StatusFailed)
+	return r.Status == string(gc.StatusAborted) || r.Status == string(gc.StatusFailed) ||
+		r.Status == string(gc.StatusInterrupted)
 }
 
 // totals sums what real runs finished since a time deleted.

@@ -79,10 +79,13 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	if !h.allowed(w, r, "", List) {
 		return
 	}
-	runs := h.cfg.Runs()
+	runs, err := h.cfg.Runs(r.Context())
 	now := time.Now()
 	d := overviewData{Overview: h.cfg.Overview(r.Context()), Hour: sumSince(runs, now.Add(-time.Hour)),
 		Day: sumSince(runs, now.Add(-24*time.Hour)), Ranking: h.ranked(r, "reclaimable", overviewTop)}
+	if err != nil {
+		d.Notes = append(d.Notes, runsNote(err))
+	}
 	for _, rep := range runs {
 		row := rowOf(rep)
 		if rep.Status == gc.StatusRunning {
@@ -104,7 +107,12 @@ func (h *Handler) runs(w http.ResponseWriter, r *http.Request) {
 	}
 	status, repo := r.URL.Query().Get("status"), r.URL.Query().Get("repository")
 	var rows []runRow
-	for _, rep := range h.cfg.Runs() {
+	runs, err := h.cfg.Runs(r.Context())
+	note := ""
+	if err != nil {
+		note = runsNote(err)
+	}
+	for _, rep := range runs {
 		row := rowOf(rep)
 		if repo != "" && row.Repository != repo {
 			continue
@@ -114,7 +122,13 @@ func (h *Handler) runs(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h.render(w, http.StatusOK, "runs", view{Title: "Runs", Nav: "runs", Refresh: 30,
-		Data: map[string]any{"Rows": rows, "Status": status, "Repository": repo, "Statuses": []string{"running", "done", "aborted", "failed", "refused"}}})
+		Data: map[string]any{"Rows": rows, "Status": status, "Repository": repo, "Note": note,
+			"Statuses": []string{"running", "done", "aborted", "failed", "interrupted", "refused"}}})
+}
+
+// runsNote says why a run list holds only this instance's runs.
+func runsNote(err error) string {
+	return "Only this instance's runs are listed: the run records all instances share could not be read (" + err.Error() + ")."
 }
 
 // runData is a run's report as the run and preview pages show it.
@@ -138,11 +152,11 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request, id string) {
 	if !h.allowed(w, r, "", List) {
 		return
 	}
-	rep, ok := h.cfg.Run(id)
+	rep, ok := h.cfg.Run(r.Context(), id)
 	// A run of a repository the caller may not pull answers as an unknown
 	// id does (as GET /gc/v1/runs/<id>), so ids cannot be probed.
 	if !ok || h.cfg.Authorize(r, rep.Repository, Pull) != nil {
-		h.fail(w, r, http.StatusNotFound, errors.New("run not found or expired (runs are remembered for 24 hours by the instance that ran them)"))
+		h.fail(w, r, http.StatusNotFound, errors.New("run not found or expired (runs are remembered for 24 hours)"))
 		return
 	}
 	h.render(w, http.StatusOK, "run", view{Title: "Run " + id, Nav: "runs", Data: runDataOf(rep)})

@@ -46,8 +46,8 @@ func BenchmarkConsoleRanked10k(b *testing.B) {
 			http.Error(w, err.Error(), http.StatusForbidden)
 		},
 		Overview:     func(context.Context) console.Overview { return console.Overview{GCEnabled: true, WindowSeconds: 86400} },
-		Runs:         func() []*gc.Report { return nil },
-		Run:          func(string) (*gc.Report, bool) { return nil, false },
+		Runs:         func(context.Context) ([]*gc.Report, error) { return nil, nil },
+		Run:          func(context.Context, string) (*gc.Report, bool) { return nil, false },
 		Repositories: func(_ context.Context, _ string, n int) ([]string, error) { return names[:min(n, len(names))], nil },
 		Validate:     func(string) error { return nil },
 		Preview:      func(context.Context, string) (*gc.Report, error) { return nil, nil },

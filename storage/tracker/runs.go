@@ -45,6 +45,13 @@ func (t *Tracker) unlinkedKey(repo, id string) string { return t.runBase(repo) +
 func (t *Tracker) runIndexKey(repo string) string     { return t.runBase(repo) + ":runs" }
 func (t *Tracker) runIDKey(id string) string          { return t.opts.Prefix + "runid:" + id }
 
+// recentRunsKey ranks every repository's runs by start (a global key:
+// single-key commands only, so it lives on any Cluster slot).
+func (t *Tracker) recentRunsKey() string { return t.opts.Prefix + "runs:recent" }
+
+// recentRunsKept is how many run ids the registry-wide index keeps.
+const recentRunsKept = 500
+
 // KEYS: lock, record, index. ARGV: token, lease ms, id, started ms, ttl ms, kept.
 var beginRunScript = redis.NewScript(`
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
@@ -135,7 +142,15 @@ func (t *Tracker) BeginRun(ctx context.Context, repo, id string, started time.Ti
 	}
 	// Found by id from any instance; without it the run is still listed
 	// under its repository.
-	_ = t.c.Set(ctx, t.runIDKey(id), repo, RunTTL).Err()
+	// Listed registry-wide too, so that a run whose process died shows up
+	// where people look (the console's recent runs) from any instance.
+	_, _ = t.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, t.runIDKey(id), repo, RunTTL)
+		p.ZAdd(ctx, t.recentRunsKey(), redis.Z{Score: float64(started.UnixMilli()), Member: id})
+		p.ZRemRangeByRank(ctx, t.recentRunsKey(), 0, -(recentRunsKept + 1))
+		p.PExpire(ctx, t.recentRunsKey(), RunTTL)
+		return nil
+	})
 	held, unlock := t.holdLock(ctx, repo, keys[0], tok, lease)
 	return &RunLock{t: t, repo: repo, id: id, tok: tok, held: held, unlockFunc: unlock}, nil
 }
@@ -200,6 +215,30 @@ func (t *Tracker) RepositoryRuns(ctx context.Context, repo, marker string) ([]la
 	var out []layout.RunState
 	for _, id := range ids {
 		st, ok, err := t.loadRun(ctx, repo, id, marker, false)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}
+
+// RecentRuns reads up to n of the registry's most recent runs, newest
+// first, with their reports, marking the ones whose process died
+// interrupted as LoadRun does. Expired ones are left out.
+func (t *Tracker) RecentRuns(ctx context.Context, n int, marker string) ([]layout.RunState, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	ids, err := t.c.ZRevRange(ctx, t.recentRunsKey(), 0, int64(n-1)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: list recent runs: %v", layout.ErrTrackerUnavailable, err)
+	}
+	out := make([]layout.RunState, 0, len(ids))
+	for _, id := range ids {
+		st, ok, err := t.LoadRun(ctx, id, marker)
 		if err != nil {
 			return nil, err
 		}

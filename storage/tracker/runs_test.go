@@ -3,6 +3,7 @@ package tracker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -232,5 +233,49 @@ func TestRunMarkRace(t *testing.T) {
 			deletions(b2.st.DeletionsStarted) != deletions(a.st.DeletionsStarted) {
 			t.Fatalf("loser ended with %+v, winner with %+v", b2.st, a.st)
 		}
+	})
+}
+
+// RecentRuns lists the runs of every repository, newest first, from any
+// instance: a run whose process died reads interrupted there too.
+func TestRecentRuns(t *testing.T) {
+	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
+		tr := newTestTracker(t, b)
+		ctx := context.Background()
+		t0 := time.Now().Add(-time.Minute)
+		var locks []*RunLock
+		for i, repo := range []string{"a/one", "b/two", "a/one"} {
+			if i == 2 {
+				if err := locks[0].End(ctx, "done", []byte(`{}`)); err != nil {
+					t.Fatal(err)
+				}
+				locks[0].Unlock()
+			}
+			l, err := tr.BeginRun(ctx, repo, fmt.Sprint("run", i), t0.Add(time.Duration(i)*time.Second), runLease)
+			if err != nil {
+				t.Fatal(err)
+			}
+			locks = append(locks, l)
+		}
+		die(t, tr, "b/two", locks[1])
+		got, err := tr.RecentRuns(ctx, 10, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seen []string
+		for _, st := range got {
+			seen = append(seen, st.ID+"="+st.Repo+":"+st.Status)
+		}
+		want := []string{"run2=a/one:running", "run1=b/two:interrupted", "run0=a/one:done"}
+		if fmt.Sprint(seen) != fmt.Sprint(want) {
+			t.Fatalf("RecentRuns = %v, want %v", seen, want)
+		}
+		if got[1].MarkedBy != "test" {
+			t.Errorf("the dead run was marked by %q, want the reader", got[1].MarkedBy)
+		}
+		if got, err := tr.RecentRuns(ctx, 1, "test"); err != nil || len(got) != 1 || got[0].ID != "run2" {
+			t.Errorf("RecentRuns(1) = %v, %v; want the newest only", got, err)
+		}
+		locks[2].Unlock()
 	})
 }
