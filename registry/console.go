@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/registry/console"
+	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
@@ -39,6 +41,7 @@ func (s *Server) newConsole(api *gcAPI, next http.Handler) http.Handler {
 		Validate:     validateRepository,
 		Preview:      c.preview,
 		Ranked:       ranked,
+		Retention:    c.retention(),
 	}, next)
 }
 
@@ -151,4 +154,52 @@ func (c *consoleData) overview(ctx context.Context) console.Overview {
 		o.LinkDB.Complete, o.LinkDB.Since = ok, since
 	}
 	return o
+}
+
+// retentionPlansShown is how many stored plans the retention page lists
+// (one Redis read each).
+const retentionPlansShown = 50
+
+// retention lists the newest stored retention plans of every repository;
+// nil when retention is off (the page says so).
+func (c *consoleData) retention() func(ctx context.Context) ([]console.RetentionRow, error) {
+	if c.api.backend == nil || c.api.backend.Retention == nil {
+		return nil
+	}
+	rb := c.api.backend.Retention
+	return func(ctx context.Context) ([]console.RetentionRow, error) {
+		now := time.Now()
+		list, err := rb.Plans.List(ctx, "", now.Add(-rb.PlanKeep), now, retentionPlansShown)
+		if err != nil {
+			return nil, err
+		}
+		rows := make([]console.RetentionRow, 0, len(list))
+		for _, s := range list {
+			p, err := rb.Plans.Get(ctx, s.Repository, s.ID)
+			if errors.Is(err, retention.ErrPlanNotFound) {
+				continue // expired since the list was read
+			}
+			if err != nil {
+				return rows, err
+			}
+			row := console.RetentionRow{ID: p.ID, Repository: p.Repository, Status: p.Status, Updated: p.CreatedAt,
+				Keep: len(p.Kept), Delete: len(p.Candidates), Policy: policyText(p.Policy)}
+			if p.Skip != nil {
+				row.Skip = p.Skip.Reason + ": " + p.Skip.Detail
+			}
+			rows = append(rows, row)
+		}
+		return rows, nil
+	}
+}
+
+// policyText is a plan's policy in a few words.
+func policyText(p retention.Policy) string {
+	age := time.Duration(p.MinAge)
+	ageText := age.String()
+	if age >= 24*time.Hour && age%(24*time.Hour) == 0 {
+		ageText = fmt.Sprintf("%d days", age/(24*time.Hour))
+	}
+	return fmt.Sprintf("keep newest %d, %d below the oldest in use, candidates older than %s",
+		p.KeepNewest, p.RollbackSlack, ageText)
 }

@@ -9,7 +9,7 @@
 //	GET  <prefix>repositories        repositories ranked by reclaimable (or ?by=exclusive) bytes, then the
 //	                                 catalog a page at a time (?last=); a preview button on each
 //	POST <prefix>preview             a dry-run collect of one repository: every object, decision, reason
-//	GET  <prefix>retention           retention plans (a placeholder until retention lands)
+//	GET  <prefix>retention           the newest stored retention plans
 //	GET  <prefix>static/...          the stylesheet and the auto-refresh script
 //
 // The templates and static files are embedded (go:embed). Pages work
@@ -88,8 +88,8 @@ type Config struct {
 	// highest by ("reclaimable" or "exclusive") and how many are ranked.
 	// Nil: the console shows no ranking.
 	Ranked func(ctx context.Context, by string, n int) ([]gc.Usage, int64, error)
-	// Retention lists retention plans. Nil until retention lands: the page
-	// says so.
+	// Retention lists the newest stored retention plans. Nil when
+	// retention is off: the page says so.
 	Retention func(ctx context.Context) ([]RetentionRow, error)
 }
 

@@ -89,7 +89,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.sees("table.runs", "dry run", "done", "aborted")
 
 	b.open(base + "retention")
-	b.sees("#retention-none", "Retention policies are not part of this build")
+	b.sees("table.retention", "team/app", "ready", "keep newest", "older than 365 days")
 	b.shoot("retention")
 }
 

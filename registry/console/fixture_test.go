@@ -6,9 +6,11 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc"
@@ -63,7 +65,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	registrytest.PushImage(t, r, "team/base:old", 1)
 	registrytest.PushImage(t, r, "team/app:v1", 2)
-	registrytest.PushImage(t, r, "team/app:v2", 1)
+	v2 := registrytest.PushImage(t, r, "team/app:v2", 1)
 	settle()
 	for _, ref := range []string{"team/app/manifests/v1", "team/base/manifests/old"} {
 		if code, body := f.api(t, http.MethodDelete, "/v2/"+ref); code != http.StatusAccepted {
@@ -84,7 +86,25 @@ func newFixture(t *testing.T) *fixture {
 			len(f.collected.ManifestsDeleted), len(f.collected.BlobsDeleted), f.collected.BytesFreed)
 	}
 	f.killed = f.killedRun(t, "team/base")
+	f.retentionPlan(t, "team/app", v2)
 	return f
+}
+
+// retentionPlan declares inUse deployed and stores a retention plan of
+// repo (a preview: it deletes nothing).
+func (f *fixture) retentionPlan(t *testing.T, repo string, inUse v1.Image) {
+	t.Helper()
+	d, err := inUse.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := fmt.Sprintf(`{"images":[{"repository":%q,"digest":%q}]}`, repo, d.String())
+	if code, body := f.send(t, http.MethodPut, "/gc/v1/inuse/sources/deploys", src); code != http.StatusOK {
+		t.Fatalf("declare the in-use images: %d %s", code, body)
+	}
+	if code, body := f.send(t, http.MethodPost, "/gc/v1/repositories/"+repo+"/retention/preview", ""); code != http.StatusOK {
+		t.Fatalf("retention preview of %s: %d %s", repo, code, body)
+	}
 }
 
 // killedRun leaves a run record on repo as a process killed in its blobs
@@ -116,7 +136,24 @@ func settle() { time.Sleep(window + 200*time.Millisecond) }
 // api sends a request as the operator and returns the status and body.
 func (f *fixture) api(t *testing.T, method, path string) (int, []byte) {
 	t.Helper()
-	resp := f.Do(t, method, path, nil)
+	return f.send(t, method, path, "")
+}
+
+// send is api with a JSON body.
+func (f *fixture) send(t *testing.T, method, path, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, f.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.SetBasicAuth(user, password)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {

@@ -52,11 +52,13 @@ type LinkDBState struct {
 
 // RetentionRow is one retention plan, for the retention page.
 type RetentionRow struct {
-	Repository string
-	Policy     string
-	Keep       int
-	Delete     int
-	Updated    time.Time
+	ID, Repository string
+	Policy         string
+	Status         string // ready, or skipped (Skip says why)
+	Skip           string
+	Keep           int // versions kept
+	Delete         int // candidate tags an apply would delete
+	Updated        time.Time
 }
 
 // runRow is one run in a list.
