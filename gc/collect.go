@@ -212,6 +212,7 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 		}
 	} else {
 		(&deleter{c: r.c, pol: r.pol, log: r.log}).sweep(ctx, p, r.rep)
+		r.c.countFreed(ctx, r.rep.BytesFreed, len(r.rep.ManifestsDeleted)+len(r.rep.LayersUnlinked)+len(r.rep.BlobsDeleted))
 		if err := context.Cause(ctx); errors.Is(err, ErrLockLost) {
 			// What was deleted before the loss is in the report; every
 			// object after it was kept (its fence or delete failed).

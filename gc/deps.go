@@ -141,3 +141,10 @@ type RunHandle interface {
 type Enqueuer interface {
 	Enqueue(ctx context.Context, delay time.Duration, blobs ...digest.Digest) error
 }
+
+// FreedCounter is an optional interface of a Tracker: it sums, per day and
+// over every instance, what collects and reclaimer ticks deleted (the
+// console's freed today and this week; runs themselves are kept 24 hours).
+type FreedCounter interface {
+	CountFreed(ctx context.Context, at time.Time, bytes int64, objects int) error
+}

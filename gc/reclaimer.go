@@ -197,6 +197,14 @@ func (r *Reclaimer) Tick(ctx context.Context) TickReport {
 		r.refreshUsage(ctx, &rep)
 	}()
 	rep.Duration = time.Since(rep.Started)
+	var freed int64
+	var deleted int
+	for _, d := range rep.Decisions {
+		if d.Deleted() {
+			freed, deleted = freed+d.Size, deleted+1
+		}
+	}
+	r.c.countFreed(ctx, freed, deleted) // before the status says so
 	r.record(rep)
 	if r.cfg.Observe != nil {
 		r.cfg.Observe(rep)

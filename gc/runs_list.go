@@ -69,3 +69,14 @@ func sortRuns(out []*Report) {
 		return strings.Compare(a.RunID, b.RunID)
 	})
 }
+
+// countFreed adds what a collect or a reclaimer tick deleted to the
+// tracker's daily sums, when it keeps them. Best effort: the sums are for
+// people; the Prometheus counters and the reports are the record.
+func (c *Collector) countFreed(ctx context.Context, bytes int64, objects int) {
+	fc, ok := c.cfg.Tracker.(FreedCounter)
+	if !ok || objects == 0 {
+		return
+	}
+	_ = fc.CountFreed(context.WithoutCancel(ctx), c.cfg.Now(), bytes, objects)
+}

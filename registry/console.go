@@ -15,6 +15,7 @@ import (
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
+	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // The operator console (registry/console) at /gc/console/, on the
@@ -153,7 +154,26 @@ func (c *consoleData) overview(ctx context.Context) console.Overview {
 	} else {
 		o.LinkDB.Complete, o.LinkDB.Since = ok, since
 	}
+	o.Freed = freedState(ctx, env.Tracker)
 	return o
+}
+
+// freedState sums the tracker's daily freed counts: today, and the last 7
+// days (today included).
+func freedState(ctx context.Context, t *tracker.Tracker) console.FreedState {
+	days, err := t.Freed(ctx, time.Now(), 7)
+	if err != nil {
+		return console.FreedState{Error: err.Error()}
+	}
+	st := console.FreedState{OK: true}
+	for i, d := range days {
+		sum := console.FreedSum{Bytes: d.Bytes, Objects: d.Objects, Runs: d.Runs}
+		if i == 0 {
+			st.Today = sum
+		}
+		st.Week.Bytes, st.Week.Objects, st.Week.Runs = st.Week.Bytes+sum.Bytes, st.Week.Objects+sum.Objects, st.Week.Runs+sum.Runs
+	}
+	return st
 }
 
 // retentionPlansShown is how many stored plans the retention page lists

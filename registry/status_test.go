@@ -100,6 +100,11 @@ func TestReclaimerFreesDeletedManifestAndReportsStatus(t *testing.T) {
 	if st.Deleted < 1 || st.DeletedBy["unreferenced"] < 1 {
 		t.Fatalf("status after reclaim: %+v", st)
 	}
+	// What the reclaimer freed is in the daily sums every instance reads.
+	days, err := r.Server.Env().Tracker.Freed(t.Context(), time.Now(), 1)
+	if err != nil || len(days) != 1 || days[0].Objects != st.Deleted || days[0].Bytes != st.BytesFreed || days[0].Bytes == 0 {
+		t.Errorf("freed today: %+v, %v; the reclaimer deleted %d objects, %d bytes", days, err, st.Deleted, st.BytesFreed)
+	}
 }
 
 // With the GC API disabled the reclaimer's status is still served, behind

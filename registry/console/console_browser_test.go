@@ -32,6 +32,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.sees("#card-linkdb", "complete")
 	b.sees("#card-reclaimer", "on", "Queue")
 	b.sees("#card-freed", "Deleted, last hour", "objects")
+	b.sees("#card-freed-week", "Freed, all instances", "Today (UTC)", "Last 7 days",
+		fmt.Sprintf("(%d bytes)", f.collected.BytesFreed))
 	b.sees("#refusals", "team/base", "aborted", "redis_recording_too_short")
 	b.sees("#recent", "team/app", "done")
 	b.sees("#refusals", "team/base", "interrupted", "process died in step blobs")

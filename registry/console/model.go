@@ -24,6 +24,20 @@ type Overview struct {
 	LinkDB        LinkDBState
 	Reclaimer     gc.ReclaimerStatus // Enabled false when off
 	ReclaimerNote string
+	Freed         FreedState
+}
+
+// FreedState is what GC (collects and the reclaimer) deleted on every
+// instance today and in the last 7 days (UTC days), from Redis's daily sums.
+type FreedState struct {
+	OK          bool
+	Error       string
+	Today, Week FreedSum
+}
+
+// FreedSum is a sum of deletions.
+type FreedSum struct {
+	Bytes, Objects, Runs int64
 }
 
 // RedisState is Redis as the tracker last saw it.

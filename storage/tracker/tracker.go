@@ -29,6 +29,8 @@ import (
 //	reclaim:run:<r>                  one GC run per repository (value: token, PX lease)
 //	reclaim:{reclaim:run:<r>}:...    the repository's GC run records, in the lock's slot (runs.go)
 //	reclaim:runid:<id>               the repository of GC run <id>
+//	reclaim:runs:recent              sorted set: the newest 500 run ids of every repository, by start
+//	reclaim:freed:<yyyy-mm-dd>       hash: bytes, objects, runs GC deleted that UTC day (freed.go; 8 days)
 //	reclaim:{<r>}:usage, reclaim:usage:...  usage estimates and their rankings (usage.go)
 //
 // Times are Redis server time (TIME inside the scripts), so registry and GC
