@@ -227,7 +227,9 @@ func (t *Tracker) RepositoryRuns(ctx context.Context, repo, marker string) ([]la
 
 // RecentRuns reads up to n of the registry's most recent runs, newest
 // first, with their reports, marking the ones whose process died
-// interrupted as LoadRun does. Expired ones are left out.
+// interrupted as LoadRun does. Expired ones are left out. Three pipelined
+// round trips (ids, repositories, records), plus LoadRun's for each record
+// that still says running.
 func (t *Tracker) RecentRuns(ctx context.Context, n int, marker string) ([]layout.RunState, error) {
 	if n <= 0 {
 		return nil, nil
@@ -236,9 +238,53 @@ func (t *Tracker) RecentRuns(ctx context.Context, n int, marker string) ([]layou
 	if err != nil {
 		return nil, fmt.Errorf("%w: list recent runs: %v", layout.ErrTrackerUnavailable, err)
 	}
+	repos := make([]*redis.StringCmd, len(ids))
+	if _, err := t.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			repos[i] = p.Get(ctx, t.runIDKey(id))
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("%w: read recent runs: %v", layout.ErrTrackerUnavailable, err)
+	}
+	for _, c := range repos { // the pipeline's error is only its first one
+		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("%w: read recent runs: %v", layout.ErrTrackerUnavailable, err)
+		}
+	}
+	fields := append(slices.Clip(recordFields), "report")
+	records := make([]*redis.SliceCmd, len(ids))
+	if _, err := t.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			if repo := repos[i].Val(); repo != "" {
+				records[i] = p.HMGet(ctx, t.runKey(repo, id), fields...)
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("%w: read recent runs: %v", layout.ErrTrackerUnavailable, err)
+	}
 	out := make([]layout.RunState, 0, len(ids))
-	for _, id := range ids {
-		st, ok, err := t.LoadRun(ctx, id, marker)
+	for i, id := range ids {
+		if records[i] == nil {
+			continue // expired
+		}
+		h := make(map[string]string, len(fields))
+		for j, v := range records[i].Val() {
+			if s, ok := v.(string); ok {
+				h[fields[j]] = s
+			}
+		}
+		var st layout.RunState
+		ok := h["id"] != ""
+		switch {
+		case !ok:
+			continue
+		case h["status"] == layout.RunRunning:
+			st, ok, err = t.loadRun(ctx, repos[i].Val(), id, marker, true) // alive, or dead: mark it
+		default:
+			st, err = t.runState(ctx, repos[i].Val(), h)
+		}
 		if err != nil {
 			return nil, err
 		}
