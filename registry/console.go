@@ -87,12 +87,11 @@ func (c *consoleData) runs(ctx context.Context) ([]*gc.Report, error) {
 	return nil, nil
 }
 
-func (c *consoleData) run(ctx context.Context, id string) (*gc.Report, bool) {
+func (c *consoleData) run(ctx context.Context, id string) (*gc.Report, bool, error) {
 	if col := c.collector(); col != nil {
-		rep, ok, err := col.LookupRun(ctx, id)
-		return rep, ok && err == nil
+		return col.LookupRun(ctx, id)
 	}
-	return nil, false
+	return nil, false, nil
 }
 
 // preview is a dry-run collect, counted in the metrics as the API's are.

@@ -32,9 +32,10 @@ import (
 //     reverse link it wrote (one it found there is not its own): delete
 //     it, then look at the forward link and put the reverse link back if
 //     the forward link is there (another writer of the same link, which
-//     wrote its own reverse link first; the same look-back as unlink). A take-back that fails leaves a stale reverse link: a
-//     leak that keeps the blob, which linkdb verify reports and rebuild
-//     removes, never a loss.
+//     wrote its own reverse link first; the same look-back as unlink). A
+//     take-back that fails leaves a stale reverse link: a leak that keeps
+//     the blob, which linkdb verify reports and rebuild removes, never a
+//     loss.
 //
 // A fence, a tombstone or a Redis failure in the background check writes
 // nothing: the request's own checks see the same and act as always.

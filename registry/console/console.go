@@ -73,8 +73,9 @@ type Config struct {
 	// whose process died: "interrupted"). With an error, the runs it
 	// could read (this instance's).
 	Runs func(ctx context.Context) ([]*gc.Report, error)
-	// Run is one run, by id: this instance's or a shared record.
-	Run func(ctx context.Context, id string) (*gc.Report, bool)
+	// Run is one run, by id: this instance's or a shared record. The
+	// error is a failure to read the shared records (Redis).
+	Run func(ctx context.Context, id string) (*gc.Report, bool, error)
 	// Repositories lists up to n repository names after last, in order.
 	Repositories func(ctx context.Context, last string, n int) ([]string, error)
 	// Validate checks a repository name as the GC API does; its error is

@@ -3,6 +3,7 @@ package console
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"html/template"
 	"net/http"
 	"time"
@@ -152,7 +153,11 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request, id string) {
 	if !h.allowed(w, r, "", List) {
 		return
 	}
-	rep, ok := h.cfg.Run(r.Context(), id)
+	rep, ok, err := h.cfg.Run(r.Context(), id)
+	if err != nil {
+		h.fail(w, r, http.StatusServiceUnavailable, fmt.Errorf("the run records all instances share could not be read: %w", err))
+		return
+	}
 	// A run of a repository the caller may not pull answers as an unknown
 	// id does (as GET /gc/v1/runs/<id>), so ids cannot be probed.
 	if !ok || h.cfg.Authorize(r, rep.Repository, Pull) != nil {

@@ -47,7 +47,7 @@ func BenchmarkConsoleRanked10k(b *testing.B) {
 		},
 		Overview:     func(context.Context) console.Overview { return console.Overview{GCEnabled: true, WindowSeconds: 86400} },
 		Runs:         func(context.Context) ([]*gc.Report, error) { return nil, nil },
-		Run:          func(context.Context, string) (*gc.Report, bool) { return nil, false },
+		Run:          func(context.Context, string) (*gc.Report, bool, error) { return nil, false, nil },
 		Repositories: func(_ context.Context, _ string, n int) ([]string, error) { return names[:min(n, len(names))], nil },
 		Validate:     func(string) error { return nil },
 		Preview:      func(context.Context, string) (*gc.Report, error) { return nil, nil },
