@@ -20,8 +20,10 @@ func TestConsoleSharedRunsUnreadable(t *testing.T) {
 	down := errors.New("dial tcp 127.0.0.1:6379: connection refused")
 	mine := &gc.Report{RunID: "mine", Repository: "team/app", Status: gc.StatusDone}
 	h := console.New(console.Config{
-		Authorize:    func(*http.Request, string, console.Access) error { return nil },
-		Deny:         func(w http.ResponseWriter, _ *http.Request, err error) { http.Error(w, err.Error(), http.StatusForbidden) },
+		Authorize: func(*http.Request, string, console.Access) error { return nil },
+		Deny: func(w http.ResponseWriter, _ *http.Request, err error) {
+			http.Error(w, err.Error(), http.StatusForbidden)
+		},
 		Overview:     func(context.Context) console.Overview { return console.Overview{GCEnabled: true} },
 		Runs:         func(context.Context) ([]*gc.Report, error) { return []*gc.Report{mine}, down },
 		Run:          func(context.Context, string) (*gc.Report, bool, error) { return nil, false, down },
