@@ -66,6 +66,8 @@ type gcBackend struct {
 	HasVersion func(ctx context.Context, repo string, ref retention.Ref) (bool, error)
 	// Fenced reports whether a collector fences manifest d of repo.
 	Fenced func(ctx context.Context, repo string, d digest.Digest) (bool, error)
+	// TagFenced reports whether a retention apply is deleting tag of repo.
+	TagFenced func(ctx context.Context, repo, tag string) (bool, error)
 }
 
 // errGCDisabled answers every GC API request while `gc.enabled` is off.

@@ -34,8 +34,8 @@ var errManifestUnknown = errors.New("manifest unknown")
 // errPinRace: the pin was stored while a collector held the manifest's
 // fence; whether the manifest survived is known only once the fence is
 // released.
-var errPinRace = errors.New("a collection is deleting this manifest right now; the pin is stored " +
-	"and kept it if the collection had not re-checked pins yet: repeat the request to find out (404 if it was deleted)")
+var errPinRace = errors.New("a collection or a retention apply is deleting this manifest or tag right now; the pin is stored " +
+	"and kept it if the deleter had not re-checked pins yet: repeat the request to find out (404 if it was deleted)")
 
 func (h *gcAPI) pins(w http.ResponseWriter, r *http.Request, repo, ref string) error {
 	if err := validateRepository(repo); err != nil {
@@ -103,7 +103,7 @@ func (h *gcAPI) putPin(w http.ResponseWriter, r *http.Request, repo string, ref 
 		return err
 	}
 	b, ctx := h.backend, r.Context()
-	if b.Exists == nil || b.HasVersion == nil || b.Fenced == nil {
+	if b.Exists == nil || b.HasVersion == nil || b.Fenced == nil || b.TagFenced == nil {
 		return fmt.Errorf("%w: pins need the reclaim storage middleware", errMethod)
 	}
 	if ok, err := b.Exists(ctx, repo); err != nil {
@@ -119,6 +119,17 @@ func (h *gcAPI) putPin(w http.ResponseWriter, r *http.Request, repo string, ref 
 	created, err := b.Pins.Put(ctx, pin)
 	if err != nil {
 		return err
+	}
+	if ref.Tag != "" {
+		// retention's compare-and-delete fences the tag before it reads
+		// the pins (tracker/tagfence.go): write first, ask second
+		fenced, err := b.TagFenced(ctx, repo, ref.Tag)
+		if err != nil {
+			return fmt.Errorf("%w: the pin is stored, but whether retention is deleting the tag could not be read: %v", retention.ErrUnavailable, err)
+		}
+		if fenced {
+			return errPinRace
+		}
 	}
 	if ref.Digest != "" {
 		fenced, err := b.Fenced(ctx, repo, ref.Digest)

@@ -26,7 +26,7 @@ func PolicyOf(r config.Retention) retention.Policy {
 }
 
 func newRetentionBackend(env *storage.Env, opts config.Options, pins *redisdb.Pins, inuse *redisdb.InUse) *retentionBackend {
-	st := retentionStorage{raw: env.Raw, driver: env.Driver}
+	st := retentionStorage{raw: env.Raw, driver: env.Driver, fences: env.Tracker}
 	r := opts.Retention
 	return &retentionBackend{
 		Policy:     PolicyOf(r),

@@ -3,14 +3,18 @@ package registry_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
@@ -237,4 +241,67 @@ func TestE2ERetentionNothingInUseKeepsNewest(t *testing.T) {
 	if !strings.HasPrefix(p.Candidates[0].Tags[0], "v") {
 		t.Fatal(p.Candidates)
 	}
+}
+
+// A push moves a planned tag while retention's apply is between its
+// fresh-state checks and its delete (issue 24, race 2). The apply is held
+// right after a storage call of its checks returned (the read of the
+// planned manifest's revision link); the push moves the tag to another
+// image meanwhile. The push must not be told 201 for a tag the apply then
+// deletes: either the apply sees the move and keeps the tag, or the push
+// fails with a retryable 503 and its retry puts the tag back. Before the
+// compare-and-delete (tag fences) the push got 201 and the tag was gone.
+func TestE2ERetentionApplyVsTagMove(t *testing.T) {
+	g := startRetention(t, nil)
+	now := time.Now()
+	vs := history(t, g, "svc/app", 4, now.Add(-400*day), day)
+	declare(t, g, "prod", img("svc/app", vs[3]))
+	p := g.preview(t, "svc/app", `{"keep_newest":1,"rollback_slack":0,"min_age":"1h"}`)
+	wantCandidates(t, p, vs[:3])
+
+	moved := registrytest.Image(t, layer(t))
+	checking := storagetest.NewGate("Stat", layout.RevisionLinkPath("svc/app", vs[0]))
+	tagWritten := make(chan struct{})
+	var once sync.Once
+	gcHook.SetAfter(t, func(ctx context.Context, method, path string, err error) {
+		if method == "PutContent" && path == layout.TagCurrentPath("svc/app", tagName(0)) {
+			once.Do(func() { close(tagWritten) })
+		}
+		checking.WaitAfter(ctx, method, path, err)
+	})
+	applied := make(chan *retention.ApplyReport, 1)
+	go func() { applied <- g.apply(t, "svc/app", p.ID) }()
+	<-checking.Reached
+	pushed := make(chan error, 1)
+	go func() {
+		pushed <- remote.Write(g.Ref(t, "svc/app:"+tagName(0)), moved,
+			append(g.Remote(t), remote.WithRetryBackoff(remote.Backoff{Duration: time.Millisecond, Steps: 1}))...)
+	}()
+	var pushErr error
+	pushDone := false
+	select {
+	case <-tagWritten: // the push wrote the tag and is checking the tag's fence
+	case pushErr = <-pushed:
+		pushDone = true
+	}
+	checking.Release()
+	rep := <-applied
+	if !pushDone {
+		pushErr = <-pushed
+	}
+	if pushErr == nil {
+		if !tagged(t, g, "svc/app", tagName(0)) {
+			t.Fatalf("the push moving %s was acknowledged, and the apply then deleted the tag: %+v", tagName(0), rep)
+		}
+		registrytest.AssertPullable(t, g.Registry, "svc/app:"+tagName(0))
+		return
+	}
+	var te *transport.Error
+	if !errors.As(pushErr, &te) || te.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("push during the apply: %v, want 201 or 503", pushErr)
+	}
+	if err := remote.Write(g.Ref(t, "svc/app:"+tagName(0)), moved, g.Remote(t)...); err != nil {
+		t.Fatalf("retry of the push: %v", err)
+	}
+	registrytest.AssertPullable(t, g.Registry, "svc/app:"+tagName(0))
 }

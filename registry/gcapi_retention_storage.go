@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
@@ -12,6 +13,7 @@ import (
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // retentionStorage is retention's view of storage: tags and manifests read
@@ -19,6 +21,7 @@ import (
 // it, exactly as Distribution's tag DELETE does (the tag's directory).
 type retentionStorage struct {
 	raw, driver storagedriver.StorageDriver
+	fences      *tracker.Tracker // tag fences: DeleteTag
 }
 
 var (
@@ -77,13 +80,50 @@ func (s retentionStorage) Tag(ctx context.Context, repo, tag string) (digest.Dig
 	return d, true, nil
 }
 
-// DeleteTag removes the tag's directory through the middleware.
-func (s retentionStorage) DeleteTag(ctx context.Context, repo, tag string) error {
-	err := s.driver.Delete(storage.WithoutAccessRecords(ctx), layout.TagsDir(repo)+"/"+tag)
-	if layout.IsNotFound(err) {
-		return nil
+// tagFenceLease bounds how long a retention apply that died holds a tag's
+// fence: pushes moving that tag wait out fencewait and then answer 503
+// until it expires.
+const tagFenceLease = time.Minute
+
+// DeleteTag is retention's compare-and-delete of a tag (see
+// retention.TagWriter, storage/tracker/tagfence.go): fence the tag and mark
+// its planned manifest (a pin PUT checks both after it wrote the pin), read
+// the tag again and run check under the fence, confirm the fence, delete the tag's
+// directory through the middleware exactly as Distribution's tag DELETE
+// does, release.
+func (s retentionStorage) DeleteTag(ctx context.Context, repo, tag string, want digest.Digest, check func(context.Context) (string, string)) (string, string) {
+	f, err := s.fences.FenceTag(ctx, repo, tag, tagFenceLease)
+	if err != nil {
+		return retention.ChangedCheckFail, "fence tag: " + err.Error()
 	}
-	return err
+	defer func() { _ = s.fences.Release(context.WithoutCancel(ctx), f) }()
+	// and marks the manifest, which a pin by digest asks about after it
+	// wrote the pin: the pins read below sees the pin, or the pin is 409
+	mf, err := s.fences.Mark(ctx, layout.Object{Blob: want, Repo: repo, Kind: layout.LinkManifest}, tagFenceLease)
+	if err != nil {
+		return retention.ChangedCheckFail, "fence manifest: " + err.Error()
+	}
+	defer func() { _ = s.fences.Release(context.WithoutCancel(ctx), mf) }()
+	d, ok, err := s.Tag(ctx, repo, tag)
+	switch {
+	case err != nil:
+		return retention.ChangedCheckFail, "read tag: " + err.Error()
+	case !ok:
+		return retention.ChangedTagGone, ""
+	case d != want:
+		return retention.ChangedTagMoved, "now " + d.String()
+	}
+	if reason, detail := check(ctx); reason != "" {
+		return reason, detail
+	}
+	if err := s.fences.Confirm(ctx, f, tagFenceLease); err != nil {
+		return retention.ChangedCheckFail, err.Error()
+	}
+	err = s.driver.Delete(storage.WithoutAccessRecords(ctx), layout.TagsDir(repo)+"/"+tag)
+	if err != nil && !layout.IsNotFound(err) {
+		return retention.ChangedDeleteErr, err.Error()
+	}
+	return "", ""
 }
 
 // Children reads manifest d of repo: present when its revision link is,

@@ -49,7 +49,7 @@ func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
 	inuse := redisdb.NewInUse(env.Tracker.Client(), opts.Prefix)
 	return &gcBackend{Collector: col, Exists: repositoryExists(env.Raw), Status: storageStatus(env),
 		Pins: pins, InUse: inuse, Usage: usage, Retention: newRetentionBackend(env, opts, pins, inuse),
-		HasVersion: hasVersion(env.Raw), Fenced: manifestFenced(env.Tracker)}, nil
+		HasVersion: hasVersion(env.Raw), Fenced: manifestFenced(env.Tracker), TagFenced: env.Tracker.TagFenced}, nil
 }
 
 // hasVersion is gcBackend.HasVersion on d: a tag has a current link, a

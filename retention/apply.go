@@ -12,7 +12,14 @@ type TagWriter interface {
 	// Tag returns the manifest tag points at now; ok is false when there
 	// is no such tag.
 	Tag(ctx context.Context, repo, tag string) (d digest.Digest, ok bool, err error)
-	DeleteTag(ctx context.Context, repo, tag string) error
+	// DeleteTag is a compare-and-delete. It fences tag against writes
+	// that move it (a tag write checks that fence after it wrote), reads
+	// the tag again under the fence, runs check under the fence too, and
+	// deletes the tag only if it still points at want and check returned
+	// no reason. It returns why it kept the tag ("" when it deleted it;
+	// ChangedTagMoved, ChangedTagGone, check's reason, ChangedCheckFail
+	// or ChangedDeleteErr otherwise).
+	DeleteTag(ctx context.Context, repo, tag string, want digest.Digest, check func(context.Context) (reason, detail string)) (reason, detail string)
 }
 
 // InUseChecker answers from the index as it is now whether a source
@@ -53,7 +60,8 @@ type ApplyReport struct {
 }
 
 // Applier deletes a plan's candidate tags, each only after checking fresh
-// state right before its delete: the tag still points at the planned
+// state right before its delete, under a fence on the tag that pushes
+// moving it check (TagWriter.DeleteTag): the tag still points at the planned
 // manifest, no source declares the manifest (or one its index lists), and
 // no active pin names it or any of its tags. The whole index (sources,
 // ages) is read again every Recheck, and a stale or empty index stops the
@@ -86,12 +94,9 @@ func (a *Applier) Apply(ctx context.Context, plan *Plan) *ApplyReport {
 		}
 		for _, tag := range v.Tags {
 			r := TagResult{Tag: tag, Digest: v.Digest}
-			r.Reason, r.Detail = a.fresh(ctx, plan.Repository, v, tag)
-			if r.Reason == "" {
-				if err := a.Tags.DeleteTag(ctx, plan.Repository, tag); err != nil {
-					r.Reason, r.Detail = ChangedDeleteErr, err.Error()
-				}
-			}
+			r.Reason, r.Detail = a.Tags.DeleteTag(ctx, plan.Repository, tag, v.Digest, func(ctx context.Context) (string, string) {
+				return a.fresh(ctx, plan.Repository, v)
+			})
 			if r.Reason == "" {
 				rep.Deleted = append(rep.Deleted, r)
 			} else {
@@ -109,17 +114,10 @@ func abortSkip(err error) *Skip {
 	return &Skip{Reason: AbortInUseUnreadable, Detail: err.Error()}
 }
 
-// fresh checks tag of v against the state now; "" means delete it.
-func (a *Applier) fresh(ctx context.Context, repo string, v Version, tag string) (reason, detail string) {
-	d, ok, err := a.Tags.Tag(ctx, repo, tag)
-	switch {
-	case err != nil:
-		return ChangedCheckFail, "read tag: " + err.Error()
-	case !ok:
-		return ChangedTagGone, ""
-	case d != v.Digest:
-		return ChangedTagMoved, "now " + d.String()
-	}
+// fresh checks v against the state now, under the fence of the tag about
+// to be deleted (TagWriter.DeleteTag has read the tag by then); "" means
+// delete it.
+func (a *Applier) fresh(ctx context.Context, repo string, v Version) (reason, detail string) {
 	pins, err := a.Pins.List(ctx, repo)
 	if err != nil {
 		return ChangedCheckFail, "read pins: " + err.Error()

@@ -22,13 +22,25 @@ func (f *fakeTags) Tag(_ context.Context, _, tag string) (digest.Digest, bool, e
 	return d, ok, nil
 }
 
-func (f *fakeTags) DeleteTag(_ context.Context, _, tag string) error {
+func (f *fakeTags) DeleteTag(ctx context.Context, repo, tag string, want digest.Digest, check func(context.Context) (string, string)) (string, string) {
+	d, ok, err := f.Tag(ctx, repo, tag)
+	switch {
+	case err != nil:
+		return ChangedCheckFail, "read tag: " + err.Error()
+	case !ok:
+		return ChangedTagGone, ""
+	case d != want:
+		return ChangedTagMoved, "now " + d.String()
+	}
+	if r, detail := check(ctx); r != "" {
+		return r, detail
+	}
 	delete(f.tags, tag)
 	f.deleted = append(f.deleted, tag)
 	if f.onDel != nil {
 		f.onDel(tag)
 	}
-	return nil
+	return "", ""
 }
 
 type fakeContains map[Image]bool

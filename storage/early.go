@@ -112,8 +112,7 @@ func (s *scope) waitEarlyCheck(blob digest.Digest) {
 }
 
 // useEarly waits for an early reverse link of (blob, l) and reports whether
-// it was written; the link is then the request's own, and the request's end
-// leaves it alone.
+// it was written.
 func (s *scope) useEarly(blob digest.Digest, l layout.RepoLink) bool {
 	if s == nil {
 		return false
@@ -125,13 +124,20 @@ func (s *scope) useEarly(blob digest.Digest, l layout.RepoLink) bool {
 		return false
 	}
 	<-e.done
-	if !e.written {
-		return false
+	return e.written
+}
+
+// usedEarly marks the early reverse link of (blob, l), if any, as the one
+// of a forward link this request wrote: the request's end leaves it alone.
+func (s *scope) usedEarly(blob digest.Digest, l layout.RepoLink) {
+	if s == nil {
+		return
 	}
 	s.mu.Lock()
-	e.used = true
-	s.mu.Unlock()
-	return true
+	defer s.mu.Unlock()
+	if e := s.early[earlyKey{blob: blob, link: l}]; e != nil {
+		e.used = true
+	}
 }
 
 // takeBackEarly runs when the request ends: every early reverse link whose

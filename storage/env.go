@@ -62,6 +62,19 @@ type Env struct {
 	skew atomic.Int64
 }
 
+// fresh is how long a request trusts a check it made without asking Redis
+// again before a write that depends on it (dataBehind): half the window,
+// less the dedup interval (the age a check reused within the request may
+// already have had). A check's access record refuses every fence for a
+// window, so the other half is margin for clock rates and the write itself.
+func (e *Env) fresh() time.Duration {
+	f := e.Window/2 - e.opts.Dedup
+	if f < 0 {
+		return 0
+	}
+	return f
+}
+
 // now is the clock a request's fence checks are timed by (scope.covered).
 func (e *Env) now() time.Time {
 	return time.Now().Add(time.Duration(e.skew.Load()))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
@@ -19,13 +20,15 @@ func linkObject(p layout.Path) layout.Object {
 
 // putLink writes a forward link: fence check, reverse link (unless this
 // request wrote it early, early.go; written only when it is not there
-// already, ensureReverse), forward link, then a look at the reverse link: a
-// concurrent delete of the same link may have removed it between the two
-// writes (see unlink).
+// already, ensureReverse), a look at the data the link names (dataBehind),
+// forward link, then a look at the reverse link: a concurrent delete of the
+// same link may have removed it between the two writes (see unlink).
 func (d *driver) putLink(ctx context.Context, path string, p layout.Path, content []byte) error {
 	l := linkObject(p)
 	rl := layout.RepoLink{Repo: l.Repo, Kind: l.Kind}
-	if _, err := d.guard(ctx, p.Digest, []layout.Object{l}); err != nil {
+	checked := d.env.now()
+	gone, err := d.guard(ctx, p.Digest, []layout.Object{l})
+	if err != nil {
 		return err
 	}
 	if p.Kind == layout.KindRevisionLink {
@@ -33,14 +36,24 @@ func (d *driver) putLink(ctx context.Context, path string, p layout.Path, conten
 			return err
 		}
 	}
-	if !scopeOf(ctx).useEarly(p.Digest, rl) { // written in the background already (early.go)
-		if _, err := d.ensureReverse(ctx, p.Digest, rl); err != nil {
+	s := scopeOf(ctx)
+	early := s.useEarly(p.Digest, rl) // written in the background already (early.go)
+	created := false
+	if !early {
+		if created, err = d.ensureReverse(ctx, p.Digest, rl); err != nil {
 			return err // invariant: no forward link without its reverse link
 		}
+	}
+	if err := d.dataBehind(ctx, checked, gone, p.Digest, []layout.Object{l}, layout.BlobDataPath(p.Digest)); err != nil {
+		if created {
+			d.env.takeBack(context.WithoutCancel(ctx), earlyKey{blob: p.Digest, link: rl})
+		}
+		return err // an early reverse link is taken back when the request ends
 	}
 	if err := d.StorageDriver.PutContent(ctx, path, content); err != nil {
 		return err
 	}
+	s.usedEarly(p.Digest, rl)
 	if ok, err := d.links.Has(ctx, p.Digest, rl); ok && err == nil {
 		return nil
 	}
@@ -51,6 +64,41 @@ func (d *driver) putLink(ctx context.Context, path string, p layout.Path, conten
 		return fmt.Errorf("restore reverse link of %s: %w", path, err)
 	}
 	return nil
+}
+
+// dataBehind runs once the reverse link of a link to blob is in place and
+// before the forward link is written: it fails the write unless the
+// object at dependsOn (the blob's data, or for a tag the manifest's
+// revision link) still exists. Distribution looked for it earlier (the
+// Stat of an upload commit, a mount or a manifest PUT; the check before a
+// tag write) and the request may have stalled since, for longer than the
+// window, while the reclaimer or a collect deleted it (docs/gc-protocol.md,
+// case 12).
+//
+// The check that ran at checked recorded an access: no fence on blob (or
+// links) can be granted for a window after it. If less than half a window
+// has passed (less the dedup interval, the age a reused check may have) and
+// it found no tombstone, nothing was deleted since and the reverse link now
+// keeps the blob: nothing to do. Otherwise it touches again, now that the
+// reverse link is there: either that touch comes before any fence (a
+// collector's re-read under its fence then sees the reverse link), or the
+// fence came first and the touch waits it out; a delete that happened
+// leaves its tombstone (written before the delete), and a tombstone makes
+// the storage decide: gone fails the write with a retryable 503.
+func (d *driver) dataBehind(ctx context.Context, checked time.Time, gone bool, blob digest.Digest, links []layout.Object, dependsOn string) error {
+	if accessRecordsOff(ctx) {
+		return nil
+	}
+	if d.env.now().Sub(checked) >= d.env.fresh() {
+		var err error
+		if gone, err = d.guard(ctx, blob, links); err != nil {
+			return err
+		}
+	}
+	if !gone {
+		return nil
+	}
+	return d.stillThere(ctx, dependsOn, blob)
 }
 
 // ensureReverse makes sure the reverse link (blob, l) is there before its
@@ -186,6 +234,57 @@ func (d *driver) checkTagTarget(ctx context.Context, repo string, content []byte
 		return fmt.Errorf("%w: manifest %s in %s was garbage-collected before its tag was written", ErrRetryable, m, repo)
 	}
 	return fmt.Errorf("%w: check manifest %s in %s before its tag: %w", ErrRetryable, m, repo, err)
+}
+
+// tagWritten runs right after a tag's current link was written, pointing
+// at manifest m (content). The tag write was checked before (its target's
+// revision link exists, checkTagTarget); if the write came more than half
+// a window after that check, the target is looked at again (dataBehind). Then
+// the write is checked against a tag delete in flight (retention's
+// compare-and-delete, tracker/tagfence.go): write first, ask second. A
+// fence means the delete may have removed this very write: wait for the
+// release, and unless the tag still points at m, fail with a retryable
+// 503, so the client pushes again rather than hear 201 for a tag that is
+// gone.
+func (d *driver) tagWritten(ctx context.Context, path string, p layout.Path, content []byte, checked time.Time) error {
+	m, err := digest.Parse(string(content))
+	if err != nil || accessRecordsOff(ctx) || !layout.ValidRepo(p.Repo) || p.Tag == "" {
+		return nil // not a link Distribution writes, or GC's own bookkeeping
+	}
+	rev := []layout.Object{{Blob: m, Repo: p.Repo, Kind: layout.LinkManifest}}
+	if err := d.dataBehind(ctx, checked, false, m, rev, layout.RevisionLinkPath(p.Repo, m)); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(d.env.opts.FenceWait)
+	waited := false
+	for {
+		fenced, err := d.env.Tracker.TagFenced(ctx, p.Repo, p.Tag)
+		if err != nil {
+			return refuse(ctx, m, err)
+		}
+		if !fenced {
+			break
+		}
+		if !time.Now().Before(deadline) {
+			return refuse(ctx, m, fmt.Errorf("%w: tag %s of %s is being deleted", layout.ErrFenced, p.Tag, p.Repo))
+		}
+		waited = true
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d.env.opts.FencePoll):
+		}
+	}
+	if !waited {
+		return nil
+	}
+	b, err := d.StorageDriver.GetContent(ctx, path)
+	if err == nil && string(b) == string(content) {
+		return nil
+	}
+	scopeOf(ctx).refuse()
+	rlog.From(ctx).WithField("tag", p.Tag).Info("reclaim: tag write refused, a retention delete of the tag ran while it was written")
+	return fmt.Errorf("%w: tag %s of %s was deleted while it was written", ErrRetryable, p.Tag, p.Repo)
 }
 
 // committed queues a blob just written into the blob store for review,

@@ -124,9 +124,14 @@ func (d *driver) PutContent(ctx context.Context, path string, content []byte) er
 		}
 		return err
 	case layout.KindTagCurrent:
+		checked := d.env.now()
 		if err := d.checkTagTarget(ctx, p.Repo, content); err != nil {
 			return err
 		}
+		if err := d.StorageDriver.PutContent(ctx, path, content); err != nil {
+			return err
+		}
+		return d.tagWritten(ctx, path, p, content, checked)
 	case layout.KindBlobData:
 		return d.writeBlobData(ctx, p.Digest, func() error { return d.StorageDriver.PutContent(ctx, path, content) })
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/opencontainers/go-digest"
+
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
@@ -17,6 +19,7 @@ func TestUnlinkRace(t *testing.T) {
 		a := newTestApp(t, appOptions{redisAddr: b.Addr, prefix: b.Prefix})
 		ctx := context.Background()
 		d := a.env.Driver
+		putBlobData(t, a, dA)
 		if err := d.PutContent(ctx, layout.LayerLinkPath("r", dA), []byte(dA)); err != nil {
 			t.Fatal(err)
 		}
@@ -71,6 +74,7 @@ func TestUnlinkRaceWriterStraddles(t *testing.T) {
 		ctx := context.Background()
 		d := a.env.Driver
 		fwd := layout.LayerLinkPath("r", dA)
+		putBlobData(t, a, dA)
 		if err := d.PutContent(ctx, fwd, []byte(dA)); err != nil {
 			t.Fatal(err)
 		}
@@ -109,4 +113,13 @@ func TestUnlinkRaceWriterStraddles(t *testing.T) {
 		}
 		checkLinkDB(t, a.env.Raw)
 	})
+}
+
+// putBlobData stores data for blob below the middleware: a link write is
+// refused when it finds a tombstone and no data behind the link (dataBehind).
+func putBlobData(t *testing.T, a *testApp, blob digest.Digest) {
+	t.Helper()
+	if err := a.env.Raw.PutContent(context.Background(), layout.BlobDataPath(blob), []byte("data")); err != nil {
+		t.Fatal(err)
+	}
 }

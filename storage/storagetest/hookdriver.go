@@ -86,14 +86,20 @@ func (h *HookDriver) Walk(ctx context.Context, path string, f storagedriver.Walk
 	return hookedErr(ctx, h, "Walk", path, func() error { return h.StorageDriver.Walk(ctx, path, f, opts...) })
 }
 
-// Hook is a Before hook that a test can replace while drivers built with
-// it are in use. RegisterHook makes it a storage middleware, which puts a
-// HookDriver into an app's driver chain (an app is built from its
-// configuration, so a test cannot hand it a driver); each test sets the
-// Before hook it needs. The zero Hook calls nothing.
+// Hook is a pair of hooks (Before, After) that a test can replace while
+// drivers built with it are in use. RegisterHook makes it a storage
+// middleware, which puts a HookDriver into an app's driver chain (an app is
+// built from its configuration, so a test cannot hand it a driver); each
+// test sets the hooks it needs. The zero Hook calls nothing.
+//
+// After runs once the call below has returned and before its answer goes
+// up the chain: a test that blocks there pauses a request right after a
+// storage call did its work (a Stat that found the data, a write that
+// landed), the place where a check's result can go stale.
 type Hook struct {
 	mu     sync.Mutex
 	before func(ctx context.Context, method, path string) error
+	after  func(ctx context.Context, method, path string, err error)
 }
 
 // RegisterHook registers the storage middleware name (list it in the
@@ -108,7 +114,28 @@ func RegisterHook(name string) *Hook {
 
 // Driver wraps d in a HookDriver whose Before is h's current hook.
 func (h *Hook) Driver(d storagedriver.StorageDriver) *HookDriver {
-	return &HookDriver{StorageDriver: d, Before: h.call}
+	return &HookDriver{StorageDriver: d, Before: h.call, After: h.callAfter}
+}
+
+// SetAfter makes f the After hook until the test ends.
+func (h *Hook) SetAfter(t testing.TB, f func(ctx context.Context, method, path string, err error)) {
+	h.mu.Lock()
+	h.after = f
+	h.mu.Unlock()
+	t.Cleanup(func() {
+		h.mu.Lock()
+		h.after = nil
+		h.mu.Unlock()
+	})
+}
+
+func (h *Hook) callAfter(ctx context.Context, method, path string, err error) {
+	h.mu.Lock()
+	f := h.after
+	h.mu.Unlock()
+	if f != nil {
+		f(ctx, method, path, err)
+	}
 }
 
 // Set makes f the Before hook until the test ends.
@@ -133,13 +160,15 @@ func (h *Hook) call(ctx context.Context, method, path string) error {
 	return f(ctx, method, path)
 }
 
-// Gate pauses the first call that matches (method, and a path containing
-// substr) until Release. Reached is closed when that call arrives.
+// Gate pauses the first call that matches (method, "" for any, and a path
+// containing substr) until Release. Reached is closed when that call arrives.
 type Gate struct {
 	Method, Substr string
-	Reached        chan struct{}
-	release        chan struct{}
-	hit            atomic.Bool
+	// Match, when set, limits WaitAfter to the calls it accepts.
+	Match   func(ctx context.Context) bool
+	Reached chan struct{}
+	release chan struct{}
+	hit     atomic.Bool
 }
 
 // NewGate returns a closed-until-released gate for calls of method on paths
@@ -150,7 +179,7 @@ func NewGate(method, substr string) *Gate {
 
 // Wait blocks a matching call (the first one only) until Release.
 func (g *Gate) Wait(ctx context.Context, method, path string) error {
-	if method != g.Method || !strings.Contains(path, g.Substr) || g.hit.Swap(true) {
+	if (g.Method != "" && method != g.Method) || !strings.Contains(path, g.Substr) || g.hit.Swap(true) {
 		return nil
 	}
 	close(g.Reached)
@@ -160,6 +189,17 @@ func (g *Gate) Wait(ctx context.Context, method, path string) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// WaitAfter is Wait as an After hook: it blocks the first matching call,
+// once the call below has returned (whatever it answered), until Release.
+// Match, when set, must also accept the call (the request it belongs to,
+// say).
+func (g *Gate) WaitAfter(ctx context.Context, method, path string, _ error) {
+	if g.Match != nil && !g.Match(ctx) {
+		return
+	}
+	_ = g.Wait(ctx, method, path)
 }
 
 // Release lets the paused call go on.
