@@ -17,10 +17,17 @@ import (
 // s3Instances is how many `registry serve` processes share the bucket.
 const s3Instances = 3
 
+// stallRate is the fraction, in 1/1000, of blob-data answers that the S3
+// soak's proxy holds back for longer than W.
+const stallRate = 20
+
 // TestSoakS3: three `registry serve` processes on one S3 bucket (versitygw
 // on loopback, see storagetest.StartS3) and one Redis, the reclaimer on in
 // all of them; clients, racers and a collector per instance hit the
-// instances at random, as behind a load balancer. Then everything that
+// instances at random, as behind a load balancer. A proxy between the
+// instances and the bucket holds 2% of the answers to blob-data calls for
+// W + 1 s (storagetest.S3Staller): a request that stalls right after its
+// existence check must end in a refusal, never a 201 for data that is gone. Then everything that
 // must survive is pulled and verified, the link database is verified, a
 // final collect and reclaimer pass leaves no unreferenced blob, and
 // `registry linkdb rebuild` followed by `registry linkdb verify` (the
@@ -76,7 +83,11 @@ func soakS3(t *testing.T, s3 *storagetest.S3, redisAddrs []string, prefix string
 	// cores) a push is slower, and every kind of race must run at least
 	// once (judgeSoak).
 	d := workloadDuration(t, 45*time.Second)
-	c := newS3Cluster(t, s3, s3.Endpoint, "/soak", redisAddrs, prefix)
+	// Every instance talks to the bucket through a proxy that holds back
+	// stallRate of the answers to blob-data calls for longer than W, after
+	// the store gave them (docs/gc-protocol.md, case 12).
+	stall := storagetest.NewS3Staller(t, s3.Endpoint, stallRate, window+time.Second)
+	c := newS3Cluster(t, s3, stall.URL, "/soak", redisAddrs, prefix)
 	c.startProcesses(t, s3Instances, registrytest.WithHtpasswd("soak", "soak-password"))
 	ctx := context.Background()
 	c.waitTrusted(ctx, t)
@@ -90,6 +101,12 @@ func soakS3(t *testing.T, s3 *storagetest.S3, redisAddrs []string, prefix string
 	start := time.Now()
 	w.run(ctx, d, run.clients)
 	run.elapsed = time.Since(start)
+	stall.Rate.Store(0)
+	seen, stalled := stall.Counts()
+	t.Logf("stalls: %d of %d blob-data answers held back for %v (longer than W = %v)", stalled, seen, stall.Delay, window)
+	if stalled == 0 {
+		t.Error("no blob-data answer was held back: the stall mode did not run")
+	}
 
 	run.images, run.dangling = verifyAll(ctx, t, c.regs[0], soakRepos, w)
 	if run.images == 0 {
