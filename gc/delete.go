@@ -189,7 +189,7 @@ func (dl *deleter) deleteBlob(ctx context.Context, b digest.Digest, rep *Report)
 	r, detail, err = dl.guardedDelete(ctx, h, func(ctx context.Context) error { return dl.c.driver.Delete(ctx, layout.BlobDir(b)) })
 	switch {
 	case r != reasonInvalid:
-		dec.Reason, dec.Detail = r, detail
+		dec.Reason, dec.Detail = r, detail+dl.landedAnyway(ctx, b)
 		return dec
 	case layout.IsNotFound(err):
 		dec.Reason, dec.Size = AlreadyGone, 0
@@ -199,6 +199,20 @@ func (dl *deleter) deleteBlob(ctx context.Context, b digest.Digest, rep *Report)
 	}
 	dl.evict(ctx, b, rep)
 	return dec
+}
+
+// landedAnyway looks at a blob whose delete was called off after it was
+// sent: the store may have executed it all the same, after the fence was
+// lost, and a writer that passed the lost fence in between (its Stat still
+// found the data) linked data that is now gone. Nothing brings the data
+// back (docs/gc-protocol.md, "What cancellation cannot do"); this makes
+// the loss visible in the run's report instead of silent.
+func (dl *deleter) landedAnyway(ctx context.Context, b digest.Digest) string {
+	_, err := dl.c.driver.Stat(context.WithoutCancel(ctx), layout.BlobDataPath(b))
+	if !layout.IsNotFound(err) {
+		return ""
+	}
+	return "; the data is gone all the same (the delete landed after its fence was lost): an image pushed meanwhile that links this blob is broken; run registry linkdb verify (broken_forward) and push it again"
 }
 
 func (dl *deleter) evict(ctx context.Context, b digest.Digest, rep *Report) {

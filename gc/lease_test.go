@@ -3,6 +3,7 @@ package gc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -81,6 +82,8 @@ type fenceLoss struct {
 	// redisKept the Redis keys that must.
 	kept, gone func(repo string, d digest.Digest) []string
 	redisKept  func(d digest.Digest) []string
+	// detail is a part the kept object's detail must contain.
+	detail string
 }
 
 // dropFence deletes the fence's key in Redis (failover, eviction, a hand),
@@ -159,6 +162,26 @@ var fenceLosses = []fenceLoss{{
 	gone:      func(_ string, d digest.Digest) []string { return []string{layout.BlobDataPath(d)} },
 	redisKept: func(d digest.Digest) []string { return []string{"reclaim:{" + d.String() + "}:gone"} }, // the tombstone
 }, {
+	// The worst case of a delete already sent (docs/gc-protocol.md, "What
+	// cancellation cannot do"): a writer passes the lost fence, its Stat
+	// still finds the data, it links the blob; then the delete lands. The
+	// data cannot be brought back: the report must say it is gone.
+	name: "blob delete landed after a writer linked it", target: blobTarget, want: FenceLost, anyDeleteAfter: true,
+	onCancel: func(f *leaseFixture) func(context.Context, string) error {
+		return func(_ context.Context, p string) error { return f.mem.Delete(context.Background(), p) }
+	},
+	lose: func(f *leaseFixture, _ string, d digest.Digest, renewing bool) bool {
+		f.mr.Del(blobTarget.fenceKey("", d))
+		if err := f.env.Driver.PutContent(context.Background(), layout.LayerLinkPath("writer", d), []byte(d)); err != nil {
+			f.t.Errorf("writer: %v", err)
+		}
+		f.clk.Advance(testLease / 3)
+		return renewing
+	},
+	kept:   func(_ string, d digest.Digest) []string { return []string{layout.LayerLinkPath("writer", d)} },
+	gone:   func(_ string, d digest.Digest) []string { return []string{layout.BlobDataPath(d)} },
+	detail: "the data is gone all the same",
+}, {
 	name: "redis unreachable until the deadline", target: blobTarget, want: DeleteTimeout,
 	lose: func(f *leaseFixture, _ string, _ digest.Digest, renewing bool) bool {
 		f.mr.SetError("LOADING redis is loading the dataset in memory")
@@ -199,6 +222,9 @@ func TestDeleteThatLosesItsFenceIsCancelled(t *testing.T) {
 			}
 			if got := reasonOf(res.rep, tc.target.kind, d); got != tc.want {
 				t.Fatalf("%s: %v, want %v\n%v", tc.target.name, got, tc.want, res.rep.Decisions())
+			}
+			if tc.detail != "" && !strings.Contains(fmt.Sprint(res.rep.Decisions()), tc.detail) {
+				t.Errorf("the report does not say %q:\n%v", tc.detail, res.rep.Decisions())
 			}
 			if after := f.deletesSince(n); len(after) > 0 && !tc.anyDeleteAfter {
 				t.Fatalf("deleted after the fence was lost: %v", after)

@@ -31,10 +31,13 @@ return 0
 `)
 
 // KEYS[1]: lease key; ARGV: token, lease ms. Extends the lease if we hold it.
-var renewScript = redis.NewScript(`
+// renewEval is also run with EVAL on a pinned connection (replicated.go).
+const renewEval = `
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
-`)
+`
+
+var renewScript = redis.NewScript(renewEval)
 
 // Fence is a lease GC holds on an object while it deletes it.
 type Fence struct {
@@ -112,8 +115,20 @@ func (t *Tracker) Release(ctx context.Context, f *Fence) error {
 // guards. A fence that expired (a slow storage, a paused process) may have
 // let a writer through, so the delete must not happen: the error then wraps
 // ErrFenceLost.
+//
+// A blob's fence is confirmed only once a replica has it (replicated.go):
+// a blob delete, once sent, cannot be called back, and a failover that
+// lost the fence would let a writer link the data the delete removes.
 func (t *Tracker) Confirm(ctx context.Context, f *Fence, lease time.Duration) error {
+	if f.Object.Repo == "" && !t.opts.Embedded {
+		return t.confirmReplicated(ctx, f, lease)
+	}
 	n, err := renewScript.Run(ctx, t.c, []string{f.key}, f.Token, lease.Milliseconds()).Int64()
+	return confirmed(f, n, err)
+}
+
+// confirmed interprets the renew script's answer n.
+func confirmed(f *Fence, n int64, err error) error {
 	if err != nil {
 		return fmt.Errorf("%w: confirm fence on %s: %v", layout.ErrTrackerUnavailable, f.Object, err)
 	}
