@@ -4,7 +4,9 @@ import (
 	"context"
 
 	"github.com/distribution/distribution/v3"
+	"github.com/distribution/distribution/v3/manifest/schema2"
 	"github.com/opencontainers/go-digest"
+	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
@@ -59,11 +61,26 @@ func imageManifestTouches(repo string, md digest.Digest, m distribution.Manifest
 	out := []tracker.BlobTouch{{Blob: md, Links: []layout.Object{{Blob: md, Repo: repo, Kind: layout.LinkManifest}}}}
 	seen := map[digest.Digest]bool{md: true}
 	for _, ref := range m.References() {
-		if ref.Digest.Validate() != nil || seen[ref.Digest] || len(ref.URLs) > 0 {
+		if ref.Digest.Validate() != nil || seen[ref.Digest] || !verified(ref) {
 			continue
 		}
 		seen[ref.Digest] = true
 		out = append(out, tracker.BlobTouch{Blob: ref.Digest, Links: []layout.Object{{Blob: ref.Digest, Repo: repo, Kind: layout.LinkLayer}}})
 	}
 	return out
+}
+
+// verified reports whether Distribution's manifest verification stats ref
+// (registry/storage/schema2manifesthandler.go, ocimanifesthandler.go):
+// every reference but a schema2 foreign layer and an OCI non-distributable
+// layer that names URLs. A layer that names URLs with any other media type
+// is statted, so it is checked (and re-checked, recheck.go) like any other.
+func verified(ref distribution.Descriptor) bool {
+	switch ref.MediaType {
+	case schema2.MediaTypeForeignLayer:
+		return false
+	case v1.MediaTypeImageLayerNonDistributable, v1.MediaTypeImageLayerNonDistributableGzip, v1.MediaTypeImageLayerNonDistributableZstd: //nolint:staticcheck // deprecated, still verified this way by Distribution
+		return len(ref.URLs) == 0
+	}
+	return true
 }
