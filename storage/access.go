@@ -53,10 +53,13 @@ func (d *driver) before(ctx context.Context, path string, p layout.Path) (readAf
 			// link write that follows needs no round trip of its own.
 			links = append(links, layout.Object{Blob: p.Digest, Repo: info.repo, Kind: layout.LinkManifest})
 		}
+		// A tombstone needs no answer here: the storage call this guards
+		// asks the storage itself, and a stall after it is the link
+		// write's to catch (putLink, dataBehind).
 		_, err := d.guard(ctx, p.Digest, links)
 		return false, err
 	case intentCommit:
-		_, err := d.guard(ctx, p.Digest, append(links, extra(info, p.Digest)...))
+		_, err := d.guard(ctx, p.Digest, append(links, extra(info, p.Digest)...)) // tombstone: as above
 		return false, err
 	case intentMount:
 		_, fenced, err := d.mountCheck(ctx, p.Digest, append(links, extra(info, p.Digest)...))

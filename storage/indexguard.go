@@ -171,6 +171,9 @@ func (d *driver) checkChildren(ctx context.Context, w *indexWatch) error {
 			if err := gctx.Err(); err != nil {
 				return err // another child failed: the PUT fails anyway
 			}
+			// A tombstone needs no answer here: Distribution's
+			// verification stats each child right after, and the re-check
+			// before the revision link (recheck.go) covers a stall.
 			_, err := d.guard(gctx, c, childLinks(c))
 			return err
 		})

@@ -221,6 +221,7 @@ func (d *driver) checkTagTarget(ctx context.Context, repo string, content []byte
 	if err != nil || accessRecordsOff(ctx) || !layout.ValidRepo(repo) {
 		return nil // not a link Distribution writes, or GC's own bookkeeping
 	}
+	// A tombstone needs no answer: the Stat below asks the storage anyway.
 	if _, err := d.guard(ctx, m, []layout.Object{{Blob: m, Repo: repo, Kind: layout.LinkManifest}}); err != nil {
 		return err
 	}

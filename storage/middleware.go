@@ -150,6 +150,7 @@ func (d *driver) Move(ctx context.Context, src, dst string) error {
 // fence-checked, and the blob is reviewed later unless it gets linked
 // (committed).
 func (d *driver) writeBlobData(ctx context.Context, blob digest.Digest, write func() error) error {
+	// A tombstone needs no answer: this writes the data.
 	if _, err := d.guard(ctx, blob, extra(requestOf(ctx), blob)); err != nil {
 		return err
 	}
