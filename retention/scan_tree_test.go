@@ -1,0 +1,102 @@
+package retention
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// tree writes files (relative path -> body; a body "-> target" is a
+// symlink) under a new temporary directory and returns it.
+func tree(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if target, ok := strings.CutPrefix(body, "-> "); ok {
+			err = os.Symlink(target, p)
+		} else {
+			err = os.WriteFile(p, []byte(body), 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func pod(image string) string {
+	return "kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, image: " + image + "}]}\n"
+}
+
+// A walk follows a symlink with a YAML name to a regular file in the tree,
+// not one to a directory in the tree (the walk reaches it in place), and
+// fails on a symlink out of the tree or a dangling one; other symlinks are
+// ignored like other files. A symlink given as the path is followed.
+func TestScanWalkSymlinks(t *testing.T) {
+	out := tree(t, map[string]string{"pod.yaml": pod("outside")})
+	dir := tree(t, map[string]string{
+		"app/pod.yaml":  pod("app"),
+		"app/link.yaml": "-> pod.yaml",
+		"linkdir":       "-> app",
+		"notes.txt":     "-> " + filepath.Join(out, "pod.yaml"),
+		"dangling.txt":  "-> nowhere",
+	})
+	if err := os.Symlink(filepath.Join(dir, "app"), filepath.Join(out, "linkroot")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path string
+		want []string
+		err  string
+	}{
+		{dir, []string{"app", "app"}, ""},
+		{filepath.Join(out, "linkroot"), []string{"app", "app"}, ""}, // used to find nothing
+		{tree(t, map[string]string{"a.yaml": "-> " + filepath.Join(out, "pod.yaml")}), nil, "a.yaml: a symlink out of the scanned tree (to " + filepath.Join(out, "pod.yaml")},
+		{tree(t, map[string]string{"d": "-> " + out}), nil, "d: a symlink out of the scanned tree"},
+		{tree(t, map[string]string{"a.yaml": "-> nowhere.yaml"}), nil, "a.yaml: no such file"},
+		{tree(t, map[string]string{"a.yaml": "-> /dev/null"}), nil, "a.yaml: a symlink to /dev/null, a character device, not a regular file"},
+	} {
+		found, err := Scan(tc.path, Limits{})
+		switch {
+		case tc.err == "" && (err != nil || !slices.Equal(images(found), tc.want)):
+			t.Errorf("%s: %v %v, want %v", tc.path, images(found), err, tc.want)
+		case tc.err != "" && (!errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s: %v (found %v), want an error with %q", tc.path, err, found, tc.err)
+		}
+	}
+}
+
+// ScanReader reads one document at a time: the split and the line numbers
+// are those of the whole stream (a long line that crosses the read buffer
+// is not mistaken for a separator), and the limit counts every byte.
+func TestScanReaderStream(t *testing.T) {
+	long := "#" + strings.Repeat("x", 64<<10-1) + "---\n" // "---" right after the 64 KiB buffer
+	stream := pod("a") + "--- # two\n" + long + pod("b") + "---\n\n" + pod("c") + "---"
+	found, err := ScanReader("s", strings.NewReader(stream), Limits{MaxFileSize: int64(len(stream))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range found {
+		got = append(got, f.Image+"@"+f.Where)
+	}
+	if want := []string{"a@s:1", "b@s:5", "c@s:10"}; !slices.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	if _, err := ScanReader("s", strings.NewReader(stream), Limits{MaxFileSize: int64(len(stream) - 1)}); !errors.Is(err, ErrTooLarge) ||
+		!strings.Contains(err.Error(), "s: larger than the") {
+		t.Fatalf("one byte over: %v", err)
+	}
+	bad := pod("a") + "---\n" + long + "kind: Pod\nspec:\n\tcontainers: []\n"
+	if _, err := ScanReader("s", strings.NewReader(bad), Limits{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "s:8:") {
+		t.Fatalf("parse error line: %v", err)
+	}
+}
