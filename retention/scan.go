@@ -79,6 +79,21 @@ func (s *scanner) scanTree(root string) ([]Found, error) {
 			out = append(out, found...)
 		}
 	}
+	// A kustomization that only others list, and that scanning them did
+	// not reach, is listed from a cycle: scanned directly, the cycle fails
+	// the scan. (It used to be dropped, and its running images with it.)
+	for _, dir := range kdirs {
+		if real, _ := realPath(dir); !s.visited[real] {
+			if _, err := s.scanKustomization(dir, nil); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, dir := range kdirs {
+		if real, _ := realPath(dir); !s.visited[real] {
+			return nil, fmt.Errorf("%w: %s: kustomization listed but never scanned", ErrInvalid, dir) // fail closed
+		}
+	}
 	for _, f := range files {
 		found, err := s.scanFile(f)
 		if err != nil {

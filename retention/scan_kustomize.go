@@ -91,8 +91,8 @@ func (s *scanner) scanKustomization(dir string, stack []string) ([]Found, error)
 }
 
 // scanResource scans one entry of the kustomization file whose directory
-// is root (a real path): a directory with a kustomization, or a regular
-// file.
+// is root (a real path): a directory with another kustomization, not root
+// or above it (Kustomize refuses that too), or a regular file.
 func (s *scanner) scanResource(file, root, res string, stack []string) ([]Found, error) {
 	if strings.Contains(res, "://") || strings.HasPrefix(res, "github.com/") || strings.HasPrefix(res, "git@") {
 		return nil, fmt.Errorf("%w: %s: remote resource %q: render with `kustomize build` and scan its output", ErrInvalid, file, res)
@@ -109,6 +109,9 @@ func (s *scanner) scanResource(file, root, res string, stack []string) ([]Found,
 	if fi.IsDir() {
 		if kustomizationIn(p) == "" {
 			return nil, fmt.Errorf("%w: %s: resource %q is a directory without a kustomization", ErrInvalid, file, res)
+		}
+		if within(root, real) {
+			return nil, fmt.Errorf("%w: kustomization cycle: %s lists %q, its own directory or one above it", ErrInvalid, file, res)
 		}
 		return s.scanKustomization(p, stack)
 	}

@@ -36,6 +36,39 @@ func pod(image string) string {
 	return "kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, image: " + image + "}]}\n"
 }
 
+// A kustomization cycle fails the scan wherever it starts, naming the
+// cycle; so does a kustomization that only a cycle lists, and one that
+// lists its own directory or one above it (Kustomize refuses both).
+func TestScanCycles(t *testing.T) {
+	two := tree(t, map[string]string{
+		"good.yaml":                 pod("good"),
+		"apps/a/kustomization.yaml": "resources: [../b, pod.yaml]\n",
+		"apps/a/pod.yaml":           pod("a"),
+		"apps/b/kustomization.yaml": "resources: [../a]\n",
+		"apps/c/kustomization.yaml": "resources: [../b]\n", // a root that reaches the cycle
+	})
+	only := tree(t, map[string]string{
+		"a/kustomization.yaml":    "resources: [../b, ../base]\n",
+		"b/kustomization.yaml":    "resources: [../a]\n",
+		"base/kustomization.yaml": "resources: [pod.yaml]\n",
+		"base/pod.yaml":           pod("base"),
+	})
+	up := tree(t, map[string]string{"kustomization.yaml": "resources: [sub]\n", "sub/kustomization.yaml": "resources: [..]\n"})
+	for _, tc := range []struct{ path, want string }{
+		{two, "kustomization cycle: " + filepath.Join(two, "apps/b") + " -> " + filepath.Join(two, "apps/a") + " -> " + filepath.Join(two, "apps/b")},
+		{filepath.Join(two, "apps"), "kustomization cycle: "},
+		{filepath.Join(two, "apps/a"), "kustomization cycle: " + filepath.Join(two, "apps/a") + " -> " + filepath.Join(two, "apps/b") + " -> " + filepath.Join(two, "apps/a")},
+		{only, "kustomization cycle: "},
+		{up, `kustomization cycle: ` + filepath.Join(up, "sub/kustomization.yaml") + ` lists "..", its own directory or one above it`},
+		{tree(t, map[string]string{"k/kustomization.yaml": "resources: [.]\n"}), `lists ".", its own directory`},
+	} {
+		found, err := Scan(tc.path, Limits{})
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v (found %v), want an error with %q", tc.path, err, found, tc.want)
+		}
+	}
+}
+
 // A walk follows a symlink with a YAML name to a regular file in the tree,
 // not one to a directory in the tree (the walk reaches it in place), and
 // fails on a symlink out of the tree or a dangling one; other symlinks are

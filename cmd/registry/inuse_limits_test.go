@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/reclaim-registry/reclaim/registry/registrytest"
 )
 
 // writeTree writes files (relative path -> body) under a new temporary
@@ -28,6 +30,33 @@ func writeTree(t *testing.T, files map[string]string) string {
 
 func podYAML(image string) string {
 	return "kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, image: \"" + image + "\"}]}\n"
+}
+
+// Two kustomizations that list each other are a cycle, whichever directory
+// the scan starts from: walking their parent used to drop both ("listed by
+// another") and upload the rest, so retention saw their images as unused.
+func TestInUseScanCycle(t *testing.T) {
+	r := registrytest.Start(t, registrytest.WithStorageMiddleware("reclaim", map[string]any{
+		"window": "1s", "dedup": "10ms", "gc": map[string]any{"enabled": true}}))
+	registrytest.PushImage(t, r, "team/app:v1", 1)
+	dir := writeTree(t, map[string]string{
+		"good.yaml":                 podYAML(r.Host + "/team/app:v1"),
+		"apps/a/kustomization.yaml": "resources: [../b, pod.yaml]\n",
+		"apps/a/pod.yaml":           podYAML(r.Host + "/team/app:v1"),
+		"apps/b/kustomization.yaml": "resources: [../a]\n",
+		"other/kustomization.yaml":  "resources: [pod.yaml]\n",
+		"other/pod.yaml":            podYAML(r.Host + "/team/app:v1"),
+	})
+	for _, start := range []string{dir, filepath.Join(dir, "apps"), filepath.Join(dir, "apps", "a")} {
+		_, errOut, code := runInUse(t, "", "scan", start, "--url", r.URL, "--source", "prod")
+		if code != exitRejected || !strings.Contains(errOut, "kustomization cycle") ||
+			!strings.Contains(errOut, filepath.Join("apps", "a")) || !strings.Contains(errOut, filepath.Join("apps", "b")) {
+			t.Errorf("scan %s: exit %d, want %d and a message naming the cycle:\n%s", start, code, exitRejected, errOut)
+		}
+		if status, got := getSource(t, r, "prod"); status != 404 {
+			t.Fatalf("scan %s: a failed scan uploaded %v", start, got)
+		}
+	}
 }
 
 // noUploads is a registry URL that fails the test on any request: a scan
