@@ -91,11 +91,16 @@ func (s *scanner) scanKustomization(dir string, stack []string) ([]Found, error)
 }
 
 // scanResource scans one entry of the kustomization file whose directory
-// is root (a real path): a directory with another kustomization, not root
-// or above it (Kustomize refuses that too), or a regular file.
+// is root (a real path). As Kustomize's default load restrictor
+// (LoadRestrictionsRootOnly) demands, a file must be in or under root once
+// its symlinks are resolved; a directory is another kustomization and may
+// be anywhere but root or above it (`../../base`).
 func (s *scanner) scanResource(file, root, res string, stack []string) ([]Found, error) {
 	if strings.Contains(res, "://") || strings.HasPrefix(res, "github.com/") || strings.HasPrefix(res, "git@") {
 		return nil, fmt.Errorf("%w: %s: remote resource %q: render with `kustomize build` and scan its output", ErrInvalid, file, res)
+	}
+	if filepath.IsAbs(res) {
+		return nil, fmt.Errorf("%w: %s: resource %q is an absolute path: write it relative to the kustomization", ErrInvalid, file, res)
 	}
 	p := filepath.Join(filepath.Dir(file), res)
 	real, err := realPath(p)
@@ -117,6 +122,10 @@ func (s *scanner) scanResource(file, root, res string, stack []string) ([]Found,
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%w: %s: resource %q: %s, not a regular file", ErrInvalid, file, res, modeName(fi.Mode()))
+	}
+	if !within(real, root) {
+		return nil, fmt.Errorf("%w: %s: resource %q is outside %s: Kustomize's default load restrictor refuses a file out of the kustomization's directory (list a directory with its own kustomization instead)",
+			ErrInvalid, file, res, root)
 	}
 	return s.scanFile(p)
 }

@@ -2,6 +2,7 @@ package retention
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -66,6 +67,79 @@ func TestScanCycles(t *testing.T) {
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v (found %v), want an error with %q", tc.path, err, found, tc.want)
 		}
+	}
+}
+
+// As Kustomize's default load restrictor: a file resource must be in or
+// under the kustomization's directory once symlinks are resolved; a
+// directory resource (a base) may be anywhere; an absolute path is refused.
+func TestScanKustomizeRestrictions(t *testing.T) {
+	dir := tree(t, map[string]string{
+		"outside.yaml":                      pod("outside"),
+		"base/kustomization.yaml":           "resources: [pod.yaml]\n",
+		"base/pod.yaml":                     pod("base"),
+		"ok/kustomization.yaml":             "resources: [../base, link.yaml, sub/pod.yaml]\n",
+		"ok/link.yaml":                      "-> sub/pod.yaml",
+		"ok/sub/pod.yaml":                   pod("sub"),
+		"up/kustomization.yaml":             "resources: [../outside.yaml]\n",
+		"sibling/kustomization.yaml":        "resources: [../base/pod.yaml]\n",
+		"linkout/kustomization.yaml":        "resources: [pod.yaml]\n",
+		"linkout/pod.yaml":                  "-> ../outside.yaml",
+		"abs/kustomization.yaml":            "resources: [/etc/passwd]\n",
+		"nested/k/kustomization.yaml":       "resources: [../../outside.yaml]\n",
+		"dotdot/kustomization.yaml":         "resources: [sub/../../outside.yaml]\n",
+		"dotdot/sub/.keep":                  "",
+		"abs-inside/pod.yaml":               pod("abs"),
+		"device/kustomization.yaml":         "resources: [zero.yaml]\n",
+		"device/zero.yaml":                  "-> /dev/zero",
+		"big/kustomization.yaml":            "resources: [pod.yaml]\n" + strings.Repeat("#", 2048) + "\n",
+		"missing-dir/kustomization.yaml":    "resources: [../nowhere]\n",
+		"remote/kustomization.yaml":         "resources: [github.com/x/y]\n",
+		"dir-no-kust/kustomization.yaml":    "resources: [../dotdot/sub]\n",
+		"component/kustomization.yaml":      "components: [../outside.yaml]\n",
+		"bases-field/kustomization.yaml":    "bases: [../base/pod.yaml]\n",
+		"images-only/kustomization.yaml":    "resources: [../base]\nimages: [{name: base, newTag: '2'}]\n",
+		"images-only/not-a-resource.yaml":   pod("not-listed"),
+		"symlinked-base/kustomization.yaml": "resources: [base]\n",
+		"symlinked-base/base":               "-> ../base",
+	})
+	abs := filepath.Join(dir, "abs-inside/pod.yaml") // absolute, though inside
+	if err := os.WriteFile(filepath.Join(dir, "abs-inside/kustomization.yaml"), []byte("resources: ["+abs+"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path string
+		want []string // images on success
+		err  string
+	}{
+		{"ok", []string{"base", "sub", "sub"}, ""},
+		{"images-only", []string{"base:2"}, ""},
+		{"symlinked-base", []string{"base"}, ""},
+		{"up", nil, `resource "../outside.yaml" is outside ` + filepath.Join(dir, "up")},
+		{"sibling", nil, `resource "../base/pod.yaml" is outside`},
+		{"linkout", nil, `resource "pod.yaml" is outside`},
+		{"nested/k", nil, `resource "../../outside.yaml" is outside`},
+		{"dotdot", nil, `resource "sub/../../outside.yaml" is outside`},
+		{"component", nil, `resource "../outside.yaml" is outside`},
+		{"bases-field", nil, `resource "../base/pod.yaml" is outside`},
+		{"abs", nil, `resource "/etc/passwd" is an absolute path`},
+		{"abs-inside", nil, fmt.Sprintf("resource %q is an absolute path", abs)},
+		{"device", nil, `resource "zero.yaml": a character device, not a regular file`},
+		{"missing-dir", nil, `resource "../nowhere"`},
+		{"remote", nil, "remote resource"},
+		{"dir-no-kust", nil, "a directory without a kustomization"},
+	} {
+		found, err := Scan(filepath.Join(dir, tc.path), Limits{MaxFileSize: 1024})
+		switch {
+		case tc.err == "" && (err != nil || !slices.Equal(images(found), tc.want)):
+			t.Errorf("%s: %v %v, want %v", tc.path, images(found), err, tc.want)
+		case tc.err != "" && (!errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s: %v (found %v), want an error with %q", tc.path, err, found, tc.err)
+		}
+	}
+	// the kustomization file itself is read within the limit too
+	if _, err := Scan(filepath.Join(dir, "big"), Limits{MaxFileSize: 1024}); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("big kustomization: %v", err)
 	}
 }
 
