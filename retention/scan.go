@@ -1,6 +1,7 @@
 package retention
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -19,32 +20,82 @@ import (
 //     every .yaml, .yml or .json file outside all kustomizations is
 //     scanned as a stream. Hidden directories (.git) are skipped.
 //
-// Any file that does not parse fails the scan with its name and line.
-func Scan(path string) ([]Found, error) {
-	fi, err := os.Stat(path)
+// Any file that does not parse fails the scan with its name and line, and
+// so does a kustomization cycle wherever the scan starts: a kustomization
+// the walk found but never scanned fails it (ErrInvalid), never drops out.
+// Only regular files are read, each within l (symlinks: see walk).
+func Scan(path string, l Limits) ([]Found, error) {
+	root, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
+	fi, err := os.Stat(root)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	s := &scanner{Limits: l, visited: map[string]bool{}}
 	if !fi.IsDir() {
-		return scanFile(path)
+		return s.scanFile(path)
 	}
-	if kustomizationIn(path) != "" {
-		return scanKustomization(path, map[string]bool{})
+	if kustomizationIn(root) != "" {
+		return s.scanKustomization(root, nil)
 	}
-	roots, files, err := walk(path)
+	return s.scanTree(root)
+}
+
+// scanner is one scan: its limits, and the kustomizations it has scanned.
+type scanner struct {
+	Limits
+	// visited holds the real paths (realPath) of the kustomization
+	// directories scanned so far.
+	visited map[string]bool
+}
+
+// scanTree scans a directory without a kustomization (see Scan).
+func (s *scanner) scanTree(root string) ([]Found, error) {
+	kdirs, files, err := s.walk(root)
 	if err != nil {
 		return nil, err
 	}
-	var out []Found
-	for _, dir := range roots {
-		found, err := scanKustomization(dir, map[string]bool{})
+	listed := map[string]bool{}
+	for _, dir := range kdirs {
+		k, err := s.readKustomization(kustomizationIn(dir))
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, found...)
+		for _, res := range k.entries() {
+			if real, err := realPath(filepath.Join(dir, res)); err == nil {
+				listed[real] = true
+			}
+		}
+	}
+	var out []Found
+	for _, dir := range kdirs {
+		if real, _ := realPath(dir); !listed[real] {
+			found, err := s.scanKustomization(dir, nil)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, found...)
+		}
+	}
+	// A kustomization that only others list, and that scanning them did
+	// not reach, is listed from a cycle: scanned directly, the cycle fails
+	// the scan. (It used to be dropped, and its running images with it.)
+	for _, dir := range kdirs {
+		if real, _ := realPath(dir); !s.visited[real] {
+			if _, err := s.scanKustomization(dir, nil); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, dir := range kdirs {
+		if real, _ := realPath(dir); !s.visited[real] {
+			return nil, fmt.Errorf("%w: %s: kustomization listed but never scanned", ErrInvalid, dir) // fail closed
+		}
 	}
 	for _, f := range files {
-		found, err := scanFile(f)
+		found, err := s.scanFile(f)
 		if err != nil {
 			return nil, err
 		}
@@ -53,10 +104,18 @@ func Scan(path string) ([]Found, error) {
 	return out, nil
 }
 
-// walk finds the kustomizations under root that no other one lists, and
-// the YAML files outside every kustomization.
-func walk(root string) (roots, files []string, err error) {
-	var kdirs, all []string
+// walk finds the kustomization directories under root (a real path) and
+// the YAML files outside all of them. Symlinks: one to a directory in the
+// tree is not followed (the walk reaches its target where it is); one
+// with a YAML name is followed to a regular file in the tree; either kind
+// pointing out of the tree, or a dangling YAML one, fails the walk. Other
+// symlinks are ignored, like other files.
+func (s *scanner) walk(root string) (kdirs, files []string, err error) {
+	realRoot, err := realPath(root)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	var all []string
 	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -70,8 +129,14 @@ func walk(root string) (roots, files []string, err error) {
 			}
 			return nil
 		}
-		switch strings.ToLower(filepath.Ext(p)) {
-		case ".yaml", ".yml", ".json":
+		yamlName := isYAMLName(p)
+		if d.Type()&fs.ModeSymlink != 0 {
+			follow, err := followLink(p, realRoot, yamlName)
+			if err != nil || !follow {
+				return err
+			}
+		}
+		if yamlName {
 			all = append(all, p)
 		}
 		return nil
@@ -79,31 +144,72 @@ func walk(root string) (roots, files []string, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	listed := map[string]bool{}
-	for _, dir := range kdirs {
-		k, err := readKustomization(kustomizationIn(dir))
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, res := range append(append(k.Resources, k.Bases...), k.Components...) {
-			listed[filepath.Clean(filepath.Join(dir, res))] = true
-		}
-	}
-	for _, dir := range kdirs {
-		if !listed[filepath.Clean(dir)] {
-			roots = append(roots, dir)
-		}
-	}
 	for _, f := range all {
 		if !slices.ContainsFunc(kdirs, func(dir string) bool { return within(f, dir) }) {
 			files = append(files, f)
 		}
 	}
-	return roots, files, nil
+	return kdirs, files, nil
 }
 
-// within reports whether p is under dir.
+// followLink says whether the walk reads the symlink p (see walk).
+func followLink(p, realRoot string, yamlName bool) (bool, error) {
+	real, err := realPath(p)
+	if err != nil {
+		if yamlName {
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err // the link's name, not its target's
+			}
+			return false, fmt.Errorf("%w: %s: %v", ErrInvalid, p, err)
+		}
+		return false, nil
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if !fi.IsDir() && !yamlName {
+		return false, nil
+	}
+	if !fi.IsDir() && !fi.Mode().IsRegular() {
+		return false, fmt.Errorf("%w: %s: a symlink to %s, %s, not a regular file", ErrInvalid, p, real, modeName(fi.Mode()))
+	}
+	if !within(real, realRoot) {
+		return false, fmt.Errorf("%w: %s: a symlink out of the scanned tree (to %s): scan its target itself", ErrInvalid, p, real)
+	}
+	return !fi.IsDir(), nil
+}
+
+func isYAMLName(p string) bool {
+	switch strings.ToLower(filepath.Ext(p)) {
+	case ".yaml", ".yml", ".json":
+		return true
+	}
+	return false
+}
+
+// realPath is p absolute, with its symlinks resolved.
+func realPath(p string) (string, error) {
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Abs(real)
+}
+
+// within reports whether p is dir or under it.
 func within(p, dir string) bool {
 	rel, err := filepath.Rel(dir, p)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// scanFile scans the regular file at p as one YAML stream.
+func (s *scanner) scanFile(p string) ([]Found, error) {
+	f, err := s.openRegular(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ScanReader(p, f, s.Limits)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -20,6 +21,11 @@ type kustomization struct {
 	Images     []Override `json:"images"`
 }
 
+// entries are the resources, bases and components, in that order.
+func (k kustomization) entries() []string {
+	return slices.Concat(k.Resources, k.Bases, k.Components)
+}
+
 // kustomizationIn returns the kustomization file of dir, "" when none.
 func kustomizationIn(dir string) string {
 	for _, n := range kustomizationFiles {
@@ -30,11 +36,11 @@ func kustomizationIn(dir string) string {
 	return ""
 }
 
-func readKustomization(file string) (kustomization, error) {
+func (s *scanner) readKustomization(file string) (kustomization, error) {
 	var k kustomization
-	b, err := os.ReadFile(file)
+	b, err := s.readFile(file)
 	if err != nil {
-		return k, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return k, err
 	}
 	if err := yaml.Unmarshal(b, &k); err != nil {
 		return k, parseError(file, document{line: 1}, err)
@@ -47,25 +53,27 @@ func readKustomization(file string) (kustomization, error) {
 // recursively), bases and components, rewritten by its `images:`
 // overrides. Only resources and images are applied: a patch that changes
 // an image is not (render with `kustomize build` and scan the output).
-// seen guards against cycles.
-func scanKustomization(dir string, seen map[string]bool) ([]Found, error) {
-	abs, err := filepath.Abs(dir)
+// stack holds the kustomizations that led here, to name a cycle.
+func (s *scanner) scanKustomization(dir string, stack []string) ([]Found, error) {
+	real, err := realPath(dir)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if seen[abs] {
-		return nil, fmt.Errorf("%w: %s: kustomization cycle", ErrInvalid, dir)
+	for i, d := range stack {
+		if r, _ := realPath(d); r == real {
+			return nil, fmt.Errorf("%w: kustomization cycle: %s", ErrInvalid, strings.Join(slices.Concat(stack[i:], []string{dir}), " -> "))
+		}
 	}
-	seen[abs] = true
-	defer delete(seen, abs)
+	s.visited[real] = true
+	stack = append(slices.Clip(stack), dir)
 	file := kustomizationIn(dir)
-	k, err := readKustomization(file)
+	k, err := s.readKustomization(file)
 	if err != nil {
 		return nil, err
 	}
 	var out []Found
-	for _, res := range append(append(k.Resources, k.Bases...), k.Components...) {
-		found, err := scanResource(file, dir, res, seen)
+	for _, res := range k.entries() {
+		found, err := s.scanResource(file, real, res, stack)
 		if err != nil {
 			return nil, err
 		}
@@ -82,13 +90,24 @@ func scanKustomization(dir string, seen map[string]bool) ([]Found, error) {
 	return out, nil
 }
 
-// scanResource scans one entry of a kustomization's resources.
-func scanResource(file, dir, res string, seen map[string]bool) ([]Found, error) {
+// scanResource scans one entry of the kustomization file whose directory
+// is root (a real path). As Kustomize's default load restrictor
+// (LoadRestrictionsRootOnly) demands, a file must be in or under root once
+// its symlinks are resolved; a directory is another kustomization and may
+// be anywhere but root or above it (`../../base`).
+func (s *scanner) scanResource(file, root, res string, stack []string) ([]Found, error) {
 	if strings.Contains(res, "://") || strings.HasPrefix(res, "github.com/") || strings.HasPrefix(res, "git@") {
 		return nil, fmt.Errorf("%w: %s: remote resource %q: render with `kustomize build` and scan its output", ErrInvalid, file, res)
 	}
-	p := filepath.Join(dir, res)
-	fi, err := os.Stat(p)
+	if filepath.IsAbs(res) {
+		return nil, fmt.Errorf("%w: %s: resource %q is an absolute path: write it relative to the kustomization", ErrInvalid, file, res)
+	}
+	p := filepath.Join(filepath.Dir(file), res)
+	real, err := realPath(p)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: resource %q: %v", ErrInvalid, file, res, err)
+	}
+	fi, err := os.Stat(real)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: resource %q: %v", ErrInvalid, file, res, err)
 	}
@@ -96,15 +115,17 @@ func scanResource(file, dir, res string, seen map[string]bool) ([]Found, error) 
 		if kustomizationIn(p) == "" {
 			return nil, fmt.Errorf("%w: %s: resource %q is a directory without a kustomization", ErrInvalid, file, res)
 		}
-		return scanKustomization(p, seen)
+		if within(root, real) {
+			return nil, fmt.Errorf("%w: kustomization cycle: %s lists %q, its own directory or one above it", ErrInvalid, file, res)
+		}
+		return s.scanKustomization(p, stack)
 	}
-	return scanFile(p)
-}
-
-func scanFile(p string) ([]Found, error) {
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s: resource %q: %s, not a regular file", ErrInvalid, file, res, modeName(fi.Mode()))
 	}
-	return ScanYAML(p, b)
+	if !within(real, root) {
+		return nil, fmt.Errorf("%w: %s: resource %q is outside %s: Kustomize's default load restrictor refuses a file out of the kustomization's directory (list a directory with its own kustomization instead)",
+			ErrInvalid, file, res, root)
+	}
+	return s.scanFile(p)
 }

@@ -49,7 +49,7 @@ func TestScan(t *testing.T) {
 			"registry.example.com:5000/tools/debug:1"}},
 	} {
 		t.Run(tc.path, func(t *testing.T) {
-			found, err := Scan(tc.path)
+			found, err := Scan(tc.path, Limits{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,7 +66,7 @@ func TestScan(t *testing.T) {
 }
 
 func TestScanNamesWhere(t *testing.T) {
-	found, err := Scan("testdata/helm/rendered.yaml")
+	found, err := Scan("testdata/helm/rendered.yaml", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestScanFailures(t *testing.T) {
 		{filepath.Dir(write("k2/kustomization.yaml", "resources: [https://github.com/x/y//base]\n")), "remote resource"},
 		{filepath.Dir(write("k3/kustomization.yaml", "resources: [\n")), "k3/kustomization.yaml:"},
 	} {
-		found, err := Scan(tc.path)
+		found, err := Scan(tc.path, Limits{})
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v (found %v), want an error with %q", tc.path, err, found, tc.want)
 		}

@@ -3,7 +3,9 @@ package retention
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strconv"
 	"strings"
@@ -27,23 +29,6 @@ type Found struct {
 type document struct {
 	body []byte
 	line int
-}
-
-// splitDocuments splits a YAML stream at its "---" lines, the document
-// separators (as Kubernetes' own YAML reader does); the documents
-// themselves are parsed by sigs.k8s.io/yaml.
-func splitDocuments(b []byte) []document {
-	var docs []document
-	start, cur := 1, &bytes.Buffer{}
-	for i, ln := range bytes.SplitAfter(b, []byte("\n")) {
-		if isSeparator(ln) {
-			docs = append(docs, document{body: cur.Bytes(), line: start})
-			start, cur = i+2, &bytes.Buffer{}
-			continue
-		}
-		cur.Write(ln)
-	}
-	return append(docs, document{body: cur.Bytes(), line: start})
 }
 
 func isSeparator(ln []byte) bool {
@@ -89,29 +74,50 @@ type container struct {
 	Image string `json:"image"`
 }
 
-// ScanYAML returns every image the workloads of a YAML stream name:
-// Pods, Deployments, StatefulSets, DaemonSets, ReplicaSets,
+// ScanReader returns every image the workloads of the YAML stream r
+// names: Pods, Deployments, StatefulSets, DaemonSets, ReplicaSets,
 // ReplicationControllers, Jobs and CronJobs, their containers, init and
 // ephemeral containers, in multi-document streams and List kinds. Other
 // kinds are skipped. A document that does not parse fails the whole
-// stream with file:line: an unreadable file never means "no images".
-func ScanYAML(file string, b []byte) ([]Found, error) {
+// stream with name:line: an unreadable stream never means "no images".
+// It reads one document at a time, and fails (ErrTooLarge) past the
+// limit.
+func ScanReader(name string, r io.Reader, l Limits) ([]Found, error) {
+	docs := newDocuments(l.reader(name, r))
 	var out []Found
-	for _, doc := range splitDocuments(b) {
-		j, err := yaml.YAMLToJSON(doc.body)
+	for {
+		doc, ok, err := docs.next()
 		if err != nil {
-			return nil, parseError(file, doc, err)
+			if errors.Is(err, ErrInvalid) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, name, err)
 		}
-		if bytes.Equal(bytes.TrimSpace(j), []byte("null")) {
-			continue // empty, or only comments
+		if !ok {
+			return out, nil
 		}
-		found, err := scanObject(j, fmt.Sprintf("%s:%d", file, doc.line))
+		found, err := scanDocument(name, doc)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s:%d: %v", ErrInvalid, file, doc.line, err)
+			return nil, err
 		}
 		out = append(out, found...)
 	}
-	return out, nil
+}
+
+// scanDocument returns the images of one document of file.
+func scanDocument(file string, doc document) ([]Found, error) {
+	j, err := yaml.YAMLToJSON(doc.body)
+	if err != nil {
+		return nil, parseError(file, doc, err)
+	}
+	if bytes.Equal(bytes.TrimSpace(j), []byte("null")) {
+		return nil, nil // empty, or only comments
+	}
+	found, err := scanObject(j, fmt.Sprintf("%s:%d", file, doc.line))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s:%d: %v", ErrInvalid, file, doc.line, err)
+	}
+	return found, nil
 }
 
 // scanObject extracts the images of one object (recursing into a List).

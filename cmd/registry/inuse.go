@@ -4,10 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 
 	distregistry "github.com/distribution/distribution/v3/registry"
@@ -27,6 +28,7 @@ type inuseScan struct {
 	registries   []string
 	source       string
 	allowMissing bool
+	maxFileSize  byteSize
 }
 
 func newInUseCommand() *cobra.Command {
@@ -44,7 +46,8 @@ func newInUseScanCommand() *cobra.Command {
 			"List kinds, multi-document files, Helm output, Kustomize directories with images: overrides),\n" +
 			"keeps the references to this registry (--registry), resolves tags to digests against --url,\n" +
 			"and prints the images, or with --source uploads them as that source's whole set.\n" +
-			"A file that does not parse fails the scan (file:line) and uploads nothing.",
+			"A file that does not parse, a kustomization cycle, a file that is not a regular file or is larger\n" +
+			"than --max-file-size (so is standard input) fails the scan (exit 2) and uploads nothing.",
 		Example: "  helm template web ./chart | registry inuse scan - --registry registry.example.com\n" +
 			"  registry inuse scan deploy/overlays/prod --registry registry.example.com --source prod-eu --url https://registry.example.com",
 		Args: cobra.MinimumNArgs(1),
@@ -54,13 +57,18 @@ func newInUseScanCommand() *cobra.Command {
 	cmd.Flags().StringArrayVar(&s.registries, "registry", nil, "host[:port] under which clusters pull from this registry (repeatable; default: the host of --url)")
 	cmd.Flags().StringVar(&s.source, "source", "", "upload the images as this in-use source (replacing what it declared)")
 	cmd.Flags().BoolVar(&s.allowMissing, "allow-missing", false, "skip (and report) tags the registry does not have, instead of failing")
+	s.maxFileSize = retention.DefaultMaxFileSize
+	cmd.Flags().Var(&s.maxFileSize, "max-file-size", "the most bytes read from one file or from standard input (bytes, or with KiB, MiB, GiB)")
 	return cmd
 }
 
 func (s *inuseScan) run(cmd *cobra.Command, args []string) error {
 	var found []retention.Found
 	for _, a := range args {
-		f, err := scanArg(cmd, a)
+		f, err := scanArg(cmd, a, retention.Limits{MaxFileSize: int64(s.maxFileSize)})
+		if errors.Is(err, retention.ErrTooLarge) {
+			err = fmt.Errorf("%w (raise it with --max-file-size)", err)
+		}
 		if err != nil {
 			return &exitError{exitRejected, err}
 		}
@@ -98,15 +106,11 @@ func (s *inuseScan) run(cmd *cobra.Command, args []string) error {
 }
 
 // scanArg scans one argument; "-" is standard input, one YAML stream.
-func scanArg(cmd *cobra.Command, a string) ([]retention.Found, error) {
+func scanArg(cmd *cobra.Command, a string, l retention.Limits) ([]retention.Found, error) {
 	if a != "-" {
-		return retention.Scan(a)
+		return retention.Scan(a, l)
 	}
-	b, err := io.ReadAll(cmd.InOrStdin())
-	if err != nil {
-		return nil, err
-	}
-	return retention.ScanYAML("<stdin>", b)
+	return retention.ScanReader("<stdin>", cmd.InOrStdin(), l)
 }
 
 // resolve keeps the references to this registry and resolves their tags;
@@ -193,6 +197,38 @@ func (s *inuseScan) print(cmd *cobra.Command, images []retention.Image) error {
 	for _, im := range images {
 		fmt.Fprintln(out, im.String())
 	}
+	return nil
+}
+
+// byteSize is a flag in bytes, or with a KiB, MiB or GiB suffix.
+type byteSize int64
+
+func (b *byteSize) Type() string { return "size" }
+
+func (b *byteSize) String() string {
+	for _, u := range []struct {
+		suffix string
+		shift  int
+	}{{"GiB", 30}, {"MiB", 20}, {"KiB", 10}} {
+		if n := int64(*b); n > 0 && n%(1<<u.shift) == 0 {
+			return strconv.FormatInt(n>>u.shift, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(int64(*b), 10)
+}
+
+func (b *byteSize) Set(v string) error {
+	num, shift := v, 0
+	for suffix, sh := range map[string]int{"KiB": 10, "MiB": 20, "GiB": 30} {
+		if n, ok := strings.CutSuffix(v, suffix); ok {
+			num, shift = n, sh
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if err != nil || n <= 0 || n > math.MaxInt64>>shift {
+		return fmt.Errorf("%q: want a positive size such as 16MiB", v)
+	}
+	*b = byteSize(n << shift)
 	return nil
 }
 
