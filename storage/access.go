@@ -10,6 +10,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/internal/rlog"
 	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // ErrRetryable marks errors a client should retry (Handler answers 503).
@@ -84,19 +85,20 @@ func (d *driver) after(ctx context.Context, path string, p layout.Path) error {
 // FenceWait; then the operation fails with a retryable error and never
 // proceeds.
 //
-// gone reports a deletion tombstone on one of the objects (descriptors.go).
-func (d *driver) guard(ctx context.Context, blob digest.Digest, links []layout.Object) (gone bool, err error) {
+// gone holds the deletion tombstones found on the objects, if any
+// (descriptors.go).
+func (d *driver) guard(ctx context.Context, blob digest.Digest, links []layout.Object) (gone []tracker.Tombstone, err error) {
 	return d.guardWait(ctx, blob, links, d.env.opts.FenceWait)
 }
 
 // mountCheck is the fence check of a mount. It does not wait: a fence
 // makes the source unknown (fenced), the client uploads instead, and that
 // is no refusal of the request.
-func (d *driver) mountCheck(ctx context.Context, blob digest.Digest, links []layout.Object) (gone, fenced bool, err error) {
+func (d *driver) mountCheck(ctx context.Context, blob digest.Digest, links []layout.Object) (gone []tracker.Tombstone, fenced bool, err error) {
 	gone, err = d.guardWait(ctx, blob, links, 0)
 	if errors.Is(err, layout.ErrFenced) {
 		scopeOf(ctx).unrefuse()
-		return false, true, nil
+		return nil, true, nil
 	}
 	return gone, false, err
 }
@@ -109,19 +111,19 @@ func (d *driver) mountCheck(ctx context.Context, blob digest.Digest, links []lay
 // Within a request, a check that found no fence and no tombstone set the
 // access time, and GC refuses to fence anything accessed within its window,
 // so the request's later steps need no second round trip.
-func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []layout.Object, wait time.Duration) (gone bool, err error) {
+func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []layout.Object, wait time.Duration) (gone []tracker.Tombstone, err error) {
 	if accessRecordsOff(ctx) {
-		return false, nil
+		return nil, nil
 	}
 	if err := d.indexChildren(ctx); err != nil { // a manifest PUT checks its index children first
-		return false, err
+		return nil, err
 	}
 	objs := append([]layout.Object{{Blob: blob}}, links...)
 	s := scopeOf(ctx)
 	s.noteLinks(links)
 	s.waitEarlyCheck(blob) // the same check may be in flight (early.go)
 	if s.covered(objs, d.env.opts.Dedup) {
-		return false, nil
+		return nil, nil
 	}
 	deadline := time.Now().Add(wait)
 	waited := false
@@ -132,7 +134,7 @@ func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []layo
 			if waited {
 				metricFenceWaits.WithLabelValues("cleared").Inc()
 			}
-			if !gone {
+			if len(gone) == 0 {
 				// a tombstone must be seen by the next check too: only a
 				// clean answer is remembered
 				s.record(objs, start)
@@ -140,12 +142,12 @@ func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []layo
 			return gone, nil
 		}
 		if !errors.Is(err, layout.ErrFenced) || !time.Now().Before(deadline) {
-			return false, refuse(ctx, blob, err)
+			return nil, refuse(ctx, blob, err)
 		}
 		waited = true
 		select {
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(d.env.opts.FencePoll):
 		}
 	}
@@ -167,26 +169,26 @@ func refuse(ctx context.Context, blob digest.Digest, err error) error {
 // read records a pull's access, best effort and deduplicated per process.
 // It reports whether the blob or link is fenced (being deleted): the caller
 // then answers "not found" instead of serving something half-deleted.
-// gone reports a deletion tombstone (see descriptors.go).
-func (d *driver) read(ctx context.Context, blob digest.Digest, links []layout.Object) (fenced, gone bool) {
+// gone holds the deletion tombstones found, if any (see descriptors.go).
+func (d *driver) read(ctx context.Context, blob digest.Digest, links []layout.Object) (fenced bool, gone []tracker.Tombstone) {
 	if accessRecordsOff(ctx) {
-		return false, false
+		return false, nil
 	}
 	objs := append([]layout.Object{{Blob: blob}}, links...)
 	if d.env.dedup.recent(objs) {
 		metricTouchesDeduped.Inc()
-		return false, false
+		return false, nil
 	}
 	start := time.Now()
 	gone, err := d.env.Tracker.TouchBlob(ctx, blob, links)
 	switch {
 	case errors.Is(err, layout.ErrFenced):
-		return true, false
+		return true, nil
 	case err != nil:
 		// serving comes first: the tracker has noted the gap
-		return false, false
+		return false, nil
 	}
-	if !gone {
+	if len(gone) == 0 {
 		// never remember a tombstone as "recent": a concurrent read of
 		// the same blob must see it too and check the storage
 		d.env.dedup.record(objs, start)

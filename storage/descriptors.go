@@ -15,6 +15,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // DescriptorServiceFactory wraps every per-repository blob statter
@@ -92,7 +93,7 @@ func (s *descriptors) Stat(ctx context.Context, dgst digest.Digest) (v1.Descript
 		repo = info.from
 	}
 	links := s.links(info, repo, dgst)
-	var gone bool
+	var gone []tracker.Tombstone
 	switch info.intent {
 	case intentReference:
 		var err error
@@ -120,10 +121,10 @@ func (s *descriptors) Stat(ctx context.Context, dgst digest.Digest) (v1.Descript
 			return v1.Descriptor{}, distribution.ErrBlobUnknown
 		}
 	}
-	if !gone || !layout.ValidRepo(repo) {
+	if len(gone) == 0 || !layout.ValidRepo(repo) {
 		return desc, nil
 	}
-	return s.verify(ctx, e, repo, dgst, desc)
+	return s.verify(ctx, e, repo, dgst, desc, gone)
 }
 
 // links are the link objects a Stat of dgst in repo records (or checks):
@@ -151,8 +152,8 @@ func (s *descriptors) links(info requestInfo, repo string, dgst digest.Digest) [
 // verify checks the storage behind a possibly stale cache answer: the blob
 // data and at least one of repo's links to it must exist. It fails closed:
 // when the storage cannot tell, the answer is a retryable error, never the
-// cached "exists".
-func (s *descriptors) verify(ctx context.Context, e *Env, repo string, dgst digest.Digest, desc v1.Descriptor) (v1.Descriptor, error) {
+// cached "exists". gone are the tombstones the Stat's touch found.
+func (s *descriptors) verify(ctx context.Context, e *Env, repo string, dgst digest.Digest, desc v1.Descriptor, gone []tracker.Tombstone) (v1.Descriptor, error) {
 	raw := e.Raw
 	exists := func(p string) (bool, error) {
 		_, err := raw.Stat(ctx, p)
@@ -174,8 +175,10 @@ func (s *descriptors) verify(ctx context.Context, e *Env, repo string, dgst dige
 		return v1.Descriptor{}, fmt.Errorf("%w: check %s in %s behind the blob descriptor cache: %w", ErrRetryable, dgst, repo, err)
 	}
 	if data && (layer || rev) {
-		// The object is back (re-pushed): its tombstones have done their job.
-		e.clearGone(ctx, layout.Object{Blob: dgst}, layout.Object{Blob: dgst, Repo: repo})
+		// The object is back (re-pushed): the tombstones the touch saw
+		// have done their job. Only those: a delete since the Stats above
+		// wrote a fresh one, which must stay (ClearGone compares values).
+		e.clearGone(ctx, gone)
 		return desc, nil
 	}
 	metricStaleCache.Inc()

@@ -175,8 +175,8 @@ func (e *Env) Evict(ctx context.Context, o layout.Object) error {
 	return err
 }
 
-func (e *Env) clearGone(ctx context.Context, objs ...layout.Object) {
-	if err := e.Tracker.ClearGone(ctx, objs...); err != nil {
+func (e *Env) clearGone(ctx context.Context, gone []tracker.Tombstone) {
+	if err := e.Tracker.ClearGone(ctx, gone); err != nil {
 		rlog.From(ctx).WithError(err).Debug("reclaim: could not clear a tombstone")
 	}
 }

@@ -44,7 +44,7 @@ func (d *driver) putLink(ctx context.Context, path string, p layout.Path, conten
 			return err // invariant: no forward link without its reverse link
 		}
 	}
-	if err := d.dataBehind(ctx, checked, gone, p.Digest, []layout.Object{l}, layout.BlobDataPath(p.Digest)); err != nil {
+	if err := d.dataBehind(ctx, checked, len(gone) > 0, p.Digest, []layout.Object{l}, layout.BlobDataPath(p.Digest)); err != nil {
 		if created {
 			d.env.takeBack(context.WithoutCancel(ctx), earlyKey{blob: p.Digest, link: rl})
 		}
@@ -90,10 +90,11 @@ func (d *driver) dataBehind(ctx context.Context, checked time.Time, gone bool, b
 		return nil
 	}
 	if d.env.now().Sub(checked) >= d.env.fresh() {
-		var err error
-		if gone, err = d.guard(ctx, blob, links); err != nil {
+		g, err := d.guard(ctx, blob, links)
+		if err != nil {
 			return err
 		}
+		gone = len(g) > 0
 	}
 	if !gone {
 		return nil

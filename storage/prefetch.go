@@ -36,13 +36,13 @@ func (d *driver) prefetch(ctx context.Context, touches []tracker.BlobTouch) {
 	start := d.env.now()
 	if len(todo) == 1 { // a plain script call, no pipeline
 		gone, err := d.env.Tracker.TouchBlob(ctx, todo[0].Blob, todo[0].Links)
-		if err == nil && !gone {
+		if err == nil && len(gone) == 0 {
 			s.record(touchObjects(todo[0]), start)
 		}
 		return
 	}
 	for i, r := range d.env.Tracker.TouchBlobs(ctx, todo) {
-		if r.Err == nil && !r.Gone {
+		if r.Err == nil && len(r.Gone) == 0 {
 			s.record(touchObjects(todo[i]), start)
 		}
 	}

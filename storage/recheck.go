@@ -61,7 +61,7 @@ func (d *driver) refsBeforeRevision(ctx context.Context, p layout.Path) error {
 		}
 		g.Go(func() error {
 			gone, err := d.guard(gctx, bt.Blob, bt.Links)
-			if err != nil || !gone {
+			if err != nil || len(gone) == 0 {
 				return err
 			}
 			return d.stillThere(gctx, referencePath(bt), p.Digest)

@@ -12,6 +12,7 @@ import (
 	rediscache "github.com/distribution/distribution/v3/registry/storage/cache/redis"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
 	v1spec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -224,6 +225,113 @@ func TestRaceStaleCacheCheckVsReupload(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Race 4. A check behind a tombstone (verify) found the blob data and the
+// repository's link; before it cleared the tombstone it had seen, a DELETE
+// of the link (here on the same instance, on any in production) wrote a
+// fresh one. The check cleared that one too, and with it the only thing
+// that tells another instance's blob descriptor cache its entry is stale:
+// that instance's HEAD answered 200 and its manifest PUT verified against
+// the deleted link (issue 24). The check may clear only the tombstones it
+// saw, by value.
+func TestRaceStaleCacheCheckVsDelete(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		do   func(b *testApp, img v1.Image, x digest.Digest) int
+		want int // the other instance's answer: the link is gone
+	}{
+		{"head", func(b *testApp, _ v1.Image, x digest.Digest) int { return b.headBlob("r", x) }, http.StatusNotFound},
+		{"manifest put", func(b *testApp, img v1.Image, _ digest.Digest) int { return b.putManifest("r", "v2", img) }, http.StatusBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			storagetest.ForEachBackend(t, func(t *testing.T, be storagetest.Backend) {
+				for _, cache := range []string{"inmemory", "redis"} {
+					if skipCache(be, cache) {
+						continue
+					}
+					t.Run("cache="+cache, func(t *testing.T) {
+						o := appOptions{cache: cache, redisAddr: be.Addr, prefix: be.Prefix}
+						a := newTestApp(t, o)
+						o.root = a.root
+						b := newTestApp(t, o) // a second instance on the same storage and Redis
+						raceCheckVsDelete(t, a, b, tc.do, tc.want)
+					})
+				}
+			})
+		})
+	}
+}
+
+func raceCheckVsDelete(t *testing.T, a, b *testApp, do func(b *testApp, img v1.Image, x digest.Digest) int, want int) {
+	img := a.pushRandom("r:v1", 2)
+	_, blobs := imageDigests(t, img)
+	x := blobs[1]
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := b.headBlob("r", x); code != http.StatusOK { // b's cache now holds r's entry for x
+		t.Fatalf("HEAD on b = %d", code)
+	}
+	// A tombstone whose object is back: the link was deleted and the
+	// layer uploaded again (an upload does not clear it).
+	if code := a.do(http.MethodDelete, fmt.Sprintf("/v2/r/blobs/%s", x)).StatusCode; code != http.StatusAccepted {
+		t.Fatalf("DELETE blob = %d", code)
+	}
+	if err := remote.WriteLayer(a.ref("r:v1").Context(), layers[0]); err != nil {
+		t.Fatal(err)
+	}
+	link := layout.Object{Blob: x, Repo: "r", Kind: layout.LinkLayer}
+	if a.tombstone(t, link) == "" {
+		t.Fatal("no tombstone after the delete and re-upload (the setup is wrong)")
+	}
+	// a's HEAD meets the tombstone and checks the storage; its last look
+	// is r's revision-link path of x. It pauses right after that Stat.
+	g := storagetest.NewGate("Stat", layout.RevisionLinkPath("r", x))
+	g.Match = inRequest(http.MethodHead, "/blobs/")
+	// Its answer does not matter: 200 (it saw the link), or Distribution's
+	// 500 when its second Stat of the request finds the link gone.
+	var fresh string
+	pausedAfter(t, g, func() int { return a.headBlob("r", x) }, func() {
+		if code := a.do(http.MethodDelete, fmt.Sprintf("/v2/r/blobs/%s", x)).StatusCode; code != http.StatusAccepted {
+			t.Fatalf("DELETE blob while a HEAD checks = %d", code)
+		}
+		if fresh = a.tombstone(t, link); fresh == "" {
+			t.Fatal("the DELETE left no tombstone")
+		}
+		// a HEAD on b that read the storage before the DELETE and wrote
+		// the redis cache after it (the inmemory cache keeps its entry)
+		b.staleCacheEntry(t, "r", x)
+	})
+	if got := a.tombstone(t, link); got != fresh {
+		t.Errorf("the DELETE's tombstone %q was cleared by a check that had seen an older one (now %q)", fresh, got)
+	}
+	b.forgetDedup() // b's first HEAD is in its read dedup (1 s)
+	if code := do(b, img, x); code != want {
+		t.Errorf("b, whose blob descriptor cache holds r's deleted link to x, answered %d, want %d", code, want)
+	}
+}
+
+// tombstone is the value of o's deletion tombstone, "" when there is none.
+func (a *testApp) tombstone(t *testing.T, o layout.Object) string {
+	t.Helper()
+	prefix := a.opts.prefix
+	if prefix == "" {
+		prefix = "reclaim:"
+	}
+	key := prefix + "{" + o.Blob.String() + "}:gone"
+	if o.Repo != "" {
+		key += ":" + o.Repo
+	}
+	v, err := a.env.Tracker.Client().Get(context.Background(), key).Result()
+	if errors.Is(err, redis.Nil) {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // A mount that falls back to an upload (the source does not link the blob)

@@ -21,7 +21,7 @@ type BlobTouch struct {
 // it: Err wraps layout.ErrFenced when the blob or a link is fenced (nothing
 // recorded for that blob), layout.ErrTrackerUnavailable when Redis failed.
 type TouchResult struct {
-	Gone bool
+	Gone []Tombstone
 	Err  error
 }
 
@@ -52,13 +52,16 @@ func (t *Tracker) TouchBlobs(ctx context.Context, touches []BlobTouch) []TouchRe
 	metricRedisLatency.WithLabelValues("touch_batch").Observe(time.Since(start).Seconds())
 	failed := false
 	for i, bt := range touches {
-		res, err := cmds[i].Int64Slice()
+		res, err := cmds[i].Slice()
 		if redis.HasErrorPrefix(err, "NOSCRIPT") {
 			// the script is not loaded yet (a fresh or flushed Redis):
 			// Run loads it; rare, so one round trip per blob is fine
-			res, err = touchScript.Run(ctx, t.c, keys[i], t.opts.AccessTTL.Milliseconds()).Int64Slice()
+			res, err = touchScript.Run(ctx, t.c, keys[i], t.opts.AccessTTL.Milliseconds()).Slice()
 		}
-		out[i] = t.touchResult(ctx, bt.Blob, res, err)
+		if err != nil {
+			t.failed(ctx, "touch", err)
+		}
+		out[i] = touchResult(bt.Blob, bt.Links, res, err)
 		failed = failed || (err != nil)
 	}
 	if !failed {
@@ -78,19 +81,35 @@ func (t *Tracker) touchKeys(blob digest.Digest, links []layout.Object) []string 
 	return keys
 }
 
-// touchResult reads one touch script reply as TouchBlob does.
-func (t *Tracker) touchResult(ctx context.Context, blob digest.Digest, res []int64, err error) TouchResult {
+// touchResult reads one touch script reply: err is the call's error, and
+// links are the touch's links, in the order of its KEYS.
+func touchResult(blob digest.Digest, links []layout.Object, res []any, err error) TouchResult {
 	if err != nil {
-		t.failed(ctx, "touch", err)
 		return TouchResult{Err: fmt.Errorf("%w: touch %s: %v", layout.ErrTrackerUnavailable, blob, err)}
 	}
-	if len(res) != 2 {
+	bad := func() TouchResult {
 		return TouchResult{Err: fmt.Errorf("%w: touch %s: unexpected reply %v", layout.ErrTrackerUnavailable, blob, res)}
 	}
-	if res[0] == 1 {
+	if len(res) < 2 || len(res)%2 != 0 {
+		return bad()
+	}
+	if fenced, _ := res[0].(int64); fenced == 1 {
 		metricTouches.WithLabelValues("fenced").Inc()
 		return TouchResult{Err: fmt.Errorf("%w: %s", layout.ErrFenced, blob)}
 	}
+	var gone []Tombstone
+	for i := 2; i < len(res); i += 2 {
+		n, ok1 := res[i].(int64)
+		v, ok2 := res[i+1].(string)
+		if !ok1 || !ok2 || n < 0 || int(n) > len(links) {
+			return bad()
+		}
+		o := layout.Object{Blob: blob}
+		if n > 0 {
+			o = links[n-1]
+		}
+		gone = append(gone, Tombstone{Object: o, Value: v})
+	}
 	metricTouches.WithLabelValues("recorded").Inc()
-	return TouchResult{Gone: res[1] == 1}
+	return TouchResult{Gone: gone}
 }

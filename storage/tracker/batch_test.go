@@ -40,7 +40,7 @@ func TestTouchBlobs(t *testing.T) {
 			return []layout.Object{{Blob: d, Repo: "r", Kind: layout.LinkLayer}}
 		}
 		res := tr.TouchBlobs(ctx, []BlobTouch{{Blob: fenced, Links: link(fenced)}, {Blob: gone, Links: link(gone)}, {Blob: fine, Links: link(fine)}})
-		if len(res) != 3 || !errors.Is(res[0].Err, layout.ErrFenced) || res[1].Err != nil || !res[1].Gone || res[2].Err != nil || res[2].Gone {
+		if len(res) != 3 || !errors.Is(res[0].Err, layout.ErrFenced) || res[1].Err != nil || len(res[1].Gone) != 1 || res[2].Err != nil || res[2].Gone != nil {
 			t.Fatalf("TouchBlobs = %+v", res)
 		}
 		if _, ok, _ := tr.LastAccess(ctx, link(fenced)[0]); ok {

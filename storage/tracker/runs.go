@@ -64,6 +64,15 @@ redis.call('PEXPIRE', KEYS[3], ARGV[5])
 return 1
 `)
 
+// KEYS: lock, record, index. ARGV: token, id. Undoes beginRunScript for a
+// run that could not be made findable by id: nobody was told about it.
+var abandonRunScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+if redis.call('HGET', KEYS[2], 'token') == ARGV[1] then redis.call('DEL', KEYS[2]) end
+redis.call('ZREM', KEYS[3], ARGV[2])
+return 1
+`)
+
 // KEYS: record, unlinked. ARGV: token, step, kind, object, deleting, unlinks, ttl ms.
 // Only the owner of a running record writes ahead.
 var progressScript = redis.NewScript(`
@@ -140,17 +149,27 @@ func (t *Tracker) BeginRun(ctx context.Context, repo, id string, started time.Ti
 	if n == 0 {
 		return nil, fmt.Errorf("%w: %s", layout.ErrRepositoryBusy, repo)
 	}
-	// Found by id from any instance; without it the run is still listed
-	// under its repository.
-	// Listed registry-wide too, so that a run whose process died shows up
-	// where people look (the console's recent runs) from any instance.
+	// Found by id from any instance (GET /gc/v1/runs/<id>), which the
+	// caller promises once BeginRun returns: without this key the id would
+	// answer "unknown" for ever, so it must be written (a different slot:
+	// not in the script). Listed registry-wide too, best effort, so that a
+	// run whose process died shows up where people look (the console's
+	// recent runs) from any instance.
+	var byID *redis.StatusCmd
 	_, _ = t.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, t.runIDKey(id), repo, RunTTL)
+		byID = p.Set(ctx, t.runIDKey(id), repo, RunTTL)
 		p.ZAdd(ctx, t.recentRunsKey(), redis.Z{Score: float64(started.UnixMilli()), Member: id})
 		p.ZRemRangeByRank(ctx, t.recentRunsKey(), 0, -(recentRunsKept + 1))
 		p.PExpire(ctx, t.recentRunsKey(), RunTTL)
 		return nil
 	})
+	if err := byID.Err(); err != nil {
+		// Give the lock back and leave no record. If Redis cannot take
+		// that either, the lock runs out within the lease (it is never
+		// renewed) and the record reads interrupted, having deleted nothing.
+		_ = abandonRunScript.Run(context.WithoutCancel(ctx), t.c, keys, tok, id).Err()
+		return nil, fmt.Errorf("%w: record run %s: %v", layout.ErrTrackerUnavailable, id, err)
+	}
 	held, unlock := t.holdLock(ctx, repo, keys[0], tok, lease)
 	return &RunLock{t: t, repo: repo, id: id, tok: tok, held: held, unlockFunc: unlock}, nil
 }

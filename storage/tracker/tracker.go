@@ -24,7 +24,7 @@ import (
 //	reclaim:{sha256:<hex>}:a:m:<r>   unix ms of the last access of r's manifest revision link
 //	reclaim:{sha256:<hex>}:f         fence on the blob (value: token, PX lease)
 //	reclaim:{sha256:<hex>}:f:l:<r>   fence on r's layer link   (":f:m:<r>": on r's revision link)
-//	reclaim:{sha256:<hex>}:gone      tombstone: the blob's data was deleted     (PX GoneTTL)
+//	reclaim:{sha256:<hex>}:gone      tombstone: the blob's data was deleted (value: token, PX GoneTTL)
 //	reclaim:{sha256:<hex>}:gone:<r>  tombstone: a link of r to the blob was deleted
 //	reclaim:run:<r>                  one GC run per repository (value: token, PX lease)
 //	reclaim:{reclaim:run:<r>}:...    the repository's GC run records, in the lock's slot (runs.go)
@@ -129,21 +129,28 @@ func (t *Tracker) goneKey(o layout.Object) string {
 func (t *Tracker) sinceKey() string { return t.opts.Prefix + "since" }
 
 // KEYS: groups of (access, fence, gone), the blob's first, then its links.
-// ARGV[1]: access TTL ms. Returns {0, gone} when recorded, {1, 0} when any
-// fence exists. A touch never clears a tombstone, not even a writer's: the
-// write may still fail (a mount that falls back to an upload, a failed
-// Move), and a tombstone cleared too early lets a stale cache entry answer
-// "exists". The descriptor check clears them once the storage shows the
-// object back (descriptors.verify).
+// ARGV[1]: access TTL ms. Returns {1, 0} when any fence exists, else {0, 0}
+// when recorded and no tombstone exists, or {0, 1, i, value, ...}: the
+// group index i (0 the blob, then its links) and value of each tombstone
+// found. A touch never clears a tombstone, not even a writer's: the write
+// may still fail (a mount that falls back to an upload, a failed Move), and
+// a tombstone cleared too early lets a stale cache entry answer "exists".
+// The descriptor check clears the ones it saw once the storage shows the
+// object back (descriptors.verify, ClearGone).
 var touchScript = redis.NewScript(`
 for i = 2, #KEYS, 3 do
   if redis.call('EXISTS', KEYS[i]) == 1 then return {1, 0} end
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local gone = 0
+local out = {0, 0}
 for i = 1, #KEYS, 3 do
-  if redis.call('EXISTS', KEYS[i+2]) == 1 then gone = 1 end
+  local g = redis.call('GET', KEYS[i+2])
+  if g then
+    out[2] = 1
+    out[#out+1] = (i - 1) / 3
+    out[#out+1] = g
+  end
   local prev = tonumber(redis.call('GET', KEYS[i]) or '0') or 0
   if now > prev then
     redis.call('SET', KEYS[i], now, 'PX', ARGV[1])
@@ -151,39 +158,37 @@ for i = 1, #KEYS, 3 do
     redis.call('PEXPIRE', KEYS[i], ARGV[1])
   end
 end
-return {0, gone}
+return out
 `)
 
+// Tombstone is a deletion tombstone a touch found: the object it marks
+// deleted and the value it held. Every MarkGone writes a value of its own,
+// so ClearGone removes exactly the tombstones a check saw, never one a
+// delete wrote since.
+type Tombstone struct {
+	Object layout.Object
+	Value  string
+}
+
 // TouchBlob records access on objs, all of one blob, unless any of them or the
-// blob is fenced. gone reports a deletion tombstone on any of them.
-func (t *Tracker) TouchBlob(ctx context.Context, blob digest.Digest, links []layout.Object) (gone bool, err error) {
-	keys := make([]string, 0, 3*(1+len(links)))
-	b := layout.Object{Blob: blob}
-	keys = append(keys, t.accessKey(b), t.fenceKey(b), t.goneKey(b))
-	for _, o := range links {
-		keys = append(keys, t.accessKey(o), t.fenceKey(o), t.goneKey(o))
-	}
+// blob is fenced. gone holds the deletion tombstones found on any of them
+// (empty when none).
+func (t *Tracker) TouchBlob(ctx context.Context, blob digest.Digest, links []layout.Object) (gone []Tombstone, err error) {
+	keys := t.touchKeys(blob, links)
 	// A client that hangs up must not look like a Redis failure (which
 	// would move the epoch): only our own timeout bounds the call.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opts.Timeout)
 	defer cancel()
 	start := time.Now()
-	res, err := touchScript.Run(ctx, t.c, keys, t.opts.AccessTTL.Milliseconds()).Int64Slice()
+	res, err := touchScript.Run(ctx, t.c, keys, t.opts.AccessTTL.Milliseconds()).Slice()
 	metricRedisLatency.WithLabelValues("touch").Observe(time.Since(start).Seconds())
 	if err != nil {
 		t.failed(ctx, "touch", err)
-		return false, fmt.Errorf("%w: touch %s: %v", layout.ErrTrackerUnavailable, blob, err)
+		return nil, fmt.Errorf("%w: touch %s: %v", layout.ErrTrackerUnavailable, blob, err)
 	}
 	t.succeeded(ctx)
-	if len(res) != 2 {
-		return false, fmt.Errorf("%w: touch %s: unexpected reply %v", layout.ErrTrackerUnavailable, blob, res)
-	}
-	if res[0] == 1 {
-		metricTouches.WithLabelValues("fenced").Inc()
-		return false, fmt.Errorf("%w: %s", layout.ErrFenced, blob)
-	}
-	metricTouches.WithLabelValues("recorded").Inc()
-	return res[1] == 1, nil
+	r := touchResult(blob, links, res, nil)
+	return r.Gone, r.Err
 }
 
 // Touch records access on objs unless any of them (or its blob) is fenced:
@@ -211,23 +216,57 @@ func (t *Tracker) Touch(ctx context.Context, objs ...layout.Object) error {
 
 // MarkGone leaves a tombstone saying o was deleted, so that stale entries of
 // Distribution's blob descriptor cache stop answering (see descriptors.go).
+// Its value is new each time: a check that saw an older one cannot clear it.
 func (t *Tracker) MarkGone(ctx context.Context, o layout.Object) error {
-	if err := t.c.Set(ctx, t.goneKey(o), 1, t.opts.GoneTTL).Err(); err != nil {
+	tok, err := token()
+	if err != nil {
+		return err
+	}
+	if err := t.c.Set(ctx, t.goneKey(o), tok, t.opts.GoneTTL).Err(); err != nil {
 		return fmt.Errorf("%w: mark %s gone: %v", layout.ErrTrackerUnavailable, o, err)
 	}
 	return nil
 }
 
-// ClearGone removes the deletion tombstones of objs (they exist again).
-func (t *Tracker) ClearGone(ctx context.Context, objs ...layout.Object) error {
-	keys := make([]string, len(objs))
-	for i, o := range objs {
-		keys[i] = t.goneKey(o)
+// KEYS: tombstones, ARGV: the value each must still hold to be deleted.
+var clearGoneScript = redis.NewScript(`
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[i] then redis.call('DEL', KEYS[i]) end
+end
+return 0
+`)
+
+// ClearGone removes the tombstones a touch found (their objects exist
+// again), each only while it still holds the value the touch saw: a delete
+// that wrote a tombstone since (after the caller's look at the storage)
+// keeps it. One round trip per blob: a blob's tombstones share its hash
+// slot, different blobs' do not.
+func (t *Tracker) ClearGone(ctx context.Context, gone []Tombstone) error {
+	type batch struct{ keys, values []string }
+	byBlob := map[digest.Digest]*batch{}
+	var order []digest.Digest
+	seen := map[string]bool{}
+	for _, g := range gone {
+		k := t.goneKey(g.Object)
+		if seen[k] { // a layer and a revision link of one repository share one
+			continue
+		}
+		seen[k] = true
+		b := byBlob[g.Object.Blob]
+		if b == nil {
+			b = &batch{}
+			byBlob[g.Object.Blob] = b
+			order = append(order, g.Object.Blob)
+		}
+		b.keys, b.values = append(b.keys, k), append(b.values, g.Value)
 	}
-	for _, k := range keys {
-		// one key per call: tombstones of different blobs live in
-		// different hash slots
-		if err := t.c.Del(ctx, k).Err(); err != nil {
+	for _, d := range order {
+		b := byBlob[d]
+		args := make([]any, len(b.values))
+		for i, v := range b.values {
+			args[i] = v
+		}
+		if err := clearGoneScript.Run(ctx, t.c, b.keys, args...).Err(); err != nil && !errors.Is(err, redis.Nil) {
 			return fmt.Errorf("%w: clear tombstone: %v", layout.ErrTrackerUnavailable, err)
 		}
 	}

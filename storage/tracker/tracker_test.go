@@ -163,20 +163,58 @@ func TestTombstones(t *testing.T) {
 			t.Fatal(err)
 		}
 		gone, err := tr.TouchBlob(ctx, dA, []layout.Object{l})
-		if err != nil || !gone {
-			t.Fatalf("touch = %v %v, want gone", gone, err)
+		if err != nil || len(gone) != 1 || gone[0].Object != l || gone[0].Value == "" {
+			t.Fatalf("touch = %v %v, want l's tombstone", gone, err)
 		}
-		if gone, _ := tr.TouchBlob(ctx, dA, []layout.Object{{Blob: dA, Repo: "s", Kind: layout.LinkLayer}}); gone {
+		if gone, _ := tr.TouchBlob(ctx, dA, []layout.Object{{Blob: dA, Repo: "s", Kind: layout.LinkLayer}}); gone != nil {
 			t.Fatal("tombstone of r seen by s")
 		}
-		if gone, _ := tr.TouchBlob(ctx, dA, []layout.Object{l}); !gone {
+		again, _ := tr.TouchBlob(ctx, dA, []layout.Object{l})
+		if len(again) != 1 {
 			t.Fatal("a touch cleared the tombstone")
 		}
-		if err := tr.ClearGone(ctx, l); err != nil {
+		if err := tr.ClearGone(ctx, again); err != nil {
 			t.Fatal(err)
 		}
-		if gone, _ := tr.TouchBlob(ctx, dA, []layout.Object{l}); gone {
+		if gone, _ := tr.TouchBlob(ctx, dA, []layout.Object{l}); gone != nil {
 			t.Fatal("ClearGone left the tombstone")
+		}
+	})
+}
+
+// ClearGone deletes a tombstone only while it holds the value the touch
+// saw: a delete that wrote one since (between the touch and the clear)
+// keeps its own. The blob's and the links' tombstones are told apart.
+func TestClearGoneKeepsFresherTombstone(t *testing.T) {
+	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
+		ctx := context.Background()
+		tr := newTestTracker(t, b)
+		blob := layout.Object{Blob: dA}
+		layer := layout.Object{Blob: dA, Repo: "r", Kind: layout.LinkLayer}
+		rev := layout.Object{Blob: dA, Repo: "r", Kind: layout.LinkManifest} // the same tombstone as layer's
+		for _, o := range []layout.Object{blob, layer} {
+			if err := tr.MarkGone(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		seen, err := tr.TouchBlob(ctx, dA, []layout.Object{layer, rev})
+		if err != nil || len(seen) != 3 {
+			t.Fatalf("touch = %v %v, want the blob's tombstone and r's (twice)", seen, err)
+		}
+		if err := tr.MarkGone(ctx, layer); err != nil { // a delete, after the touch
+			t.Fatal(err)
+		}
+		if err := tr.ClearGone(ctx, seen); err != nil {
+			t.Fatal(err)
+		}
+		gone, err := tr.TouchBlob(ctx, dA, []layout.Object{layer})
+		if err != nil || len(gone) != 1 || gone[0].Object != layer {
+			t.Fatalf("after the clear: %v %v, want only r's fresh tombstone", gone, err)
+		}
+		for _, g := range seen {
+			if g.Object.Repo != "" && g.Value == gone[0].Value {
+				t.Fatal("MarkGone wrote the value it had written before")
+			}
 		}
 	})
 }
