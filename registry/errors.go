@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/internal/crosssite"
 	"github.com/reclaim-registry/reclaim/retention"
 )
 
@@ -92,6 +93,10 @@ func statusOf(err error) (int, apiError) {
 		return http.StatusRequestEntityTooLarge, apiError{"SIZE_INVALID", err.Error(), nil}
 	case errors.Is(err, errMethod), errors.Is(err, gc.ErrDisabled):
 		return http.StatusMethodNotAllowed, apiError{"UNSUPPORTED", err.Error(), nil}
+	case errors.Is(err, crosssite.ErrRefused):
+		// 403, not 401: the credentials may be fine; the page that sent
+		// them is not the registry's (gcapi_crosssite.go).
+		return http.StatusForbidden, apiError{"CROSS_SITE_REQUEST", err.Error(), nil}
 	case errors.Is(err, errUnauthenticated), errors.Is(err, auth.ErrInvalidCredential), errors.Is(err, auth.ErrAuthenticationFailure):
 		return http.StatusUnauthorized, apiError{"UNAUTHORIZED", "authentication required", nil}
 	}

@@ -38,6 +38,8 @@ import (
 // or plan of a repository the caller may not see answers exactly as an
 // unknown id does, so ids cannot be probed. A collect (or apply) that does
 // not say dry_run=false is a dry run; gcapi_request.go parses the options.
+// A write a browser sent for another site's page never gets here
+// (gcapi_crosssite.go).
 // docs/api.md is the reference.
 const gcPrefix = "/gc/v1/"
 
