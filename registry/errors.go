@@ -32,6 +32,7 @@ var (
 	errRunNotFound     = errors.New("run not found or expired")
 	errUsageUnknown    = errors.New("no usage estimate yet: ask with ?refresh=true, or wait for the reclaimer's refresh")
 	errUnauthenticated = errors.New("authentication required")
+	errPolicyOverride  = errors.New("the request would loosen the registry's configured policy")
 )
 
 // statusOf is the one place errors become HTTP statuses and codes.
@@ -57,6 +58,8 @@ func statusOf(err error) (int, apiError) {
 		return http.StatusBadRequest, apiError{"NAME_INVALID", err.Error(), nil}
 	case errors.Is(err, errBadRequest):
 		return http.StatusBadRequest, apiError{"PARAM_INVALID", err.Error(), nil}
+	case errors.Is(err, errPolicyOverride):
+		return http.StatusBadRequest, apiError{"POLICY_OVERRIDE_DENIED", err.Error(), nil}
 	case errors.Is(err, errDigestAlgorithm):
 		return http.StatusBadRequest, apiError{"DIGEST_INVALID", err.Error(), nil}
 	case errors.Is(err, gc.ErrRepositoryNotFound):
