@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/internal/crosssite"
 	"github.com/reclaim-registry/reclaim/retention"
 )
 
@@ -31,6 +32,7 @@ var (
 	errRunNotFound     = errors.New("run not found or expired")
 	errUsageUnknown    = errors.New("no usage estimate yet: ask with ?refresh=true, or wait for the reclaimer's refresh")
 	errUnauthenticated = errors.New("authentication required")
+	errPolicyOverride  = errors.New("the request would loosen the registry's configured policy")
 )
 
 // statusOf is the one place errors become HTTP statuses and codes.
@@ -56,6 +58,8 @@ func statusOf(err error) (int, apiError) {
 		return http.StatusBadRequest, apiError{"NAME_INVALID", err.Error(), nil}
 	case errors.Is(err, errBadRequest):
 		return http.StatusBadRequest, apiError{"PARAM_INVALID", err.Error(), nil}
+	case errors.Is(err, errPolicyOverride):
+		return http.StatusBadRequest, apiError{"POLICY_OVERRIDE_DENIED", err.Error(), nil}
 	case errors.Is(err, errDigestAlgorithm):
 		return http.StatusBadRequest, apiError{"DIGEST_INVALID", err.Error(), nil}
 	case errors.Is(err, gc.ErrRepositoryNotFound):
@@ -92,6 +96,10 @@ func statusOf(err error) (int, apiError) {
 		return http.StatusRequestEntityTooLarge, apiError{"SIZE_INVALID", err.Error(), nil}
 	case errors.Is(err, errMethod), errors.Is(err, gc.ErrDisabled):
 		return http.StatusMethodNotAllowed, apiError{"UNSUPPORTED", err.Error(), nil}
+	case errors.Is(err, crosssite.ErrRefused):
+		// 403, not 401: the credentials may be fine; the page that sent
+		// them is not the registry's (gcapi_crosssite.go).
+		return http.StatusForbidden, apiError{"CROSS_SITE_REQUEST", err.Error(), nil}
 	case errors.Is(err, errUnauthenticated), errors.Is(err, auth.ErrInvalidCredential), errors.Is(err, auth.ErrAuthenticationFailure):
 		return http.StatusUnauthorized, apiError{"UNAUTHORIZED", "authentication required", nil}
 	}

@@ -37,7 +37,10 @@ import (
 // authenticated caller ("pull" on the repository for runs and plans). A run
 // or plan of a repository the caller may not see answers exactly as an
 // unknown id does, so ids cannot be probed. A collect (or apply) that does
-// not say dry_run=false is a dry run; gcapi_request.go parses the options.
+// not say dry_run=false is a dry run; gcapi_request.go parses the options,
+// and no option may loosen the configured untagged: keep (checkOverride).
+// A write a browser sent for another site's page never gets here
+// (gcapi_crosssite.go).
 // docs/api.md is the reference.
 const gcPrefix = "/gc/v1/"
 
@@ -182,6 +185,9 @@ func (h *gcAPI) repoRequest(r *http.Request, repo string) (collectRequest, *gcBa
 	if err != nil {
 		return collectRequest{}, nil, err
 	}
+	if err := h.checkOverride(req); err != nil {
+		return collectRequest{}, nil, err
+	}
 	b := h.backend
 	if b.Exists != nil {
 		// An error is not "absent": the run reads storage again and aborts
@@ -191,6 +197,18 @@ func (h *gcAPI) repoRequest(r *http.Request, repo string) (collectRequest, *gcBa
 		}
 	}
 	return req, b, nil
+}
+
+// checkOverride refuses an option that loosens a safety setting of the
+// config: untagged=delete where the config says `untagged: keep`, unless
+// gc.allowuntaggedoverride says callers may. The same or a stricter
+// setting is always fine. (cap can only lower the configured cap: gc.)
+func (h *gcAPI) checkOverride(req collectRequest) error {
+	if req.Untagged == "delete" && h.opts.GC.KeepUntagged && !h.opts.GC.AllowUntaggedOverride {
+		return fmt.Errorf("%w: untagged=delete is not allowed: the registry's config sets untagged: keep "+
+			"(gc.allowuntaggedoverride: true lets callers override it)", errPolicyOverride)
+	}
+	return nil
 }
 
 // planUnknown is the one answer for a plan id the caller cannot use: not

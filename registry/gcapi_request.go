@@ -3,12 +3,12 @@ package registry
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,9 +23,10 @@ import (
 //   - The query is parsed from RawQuery with url.ParseQuery, and any error
 //     (a bad %-escape, a ';') is a 400. r.URL.Query() would silently drop
 //     the pair, and "dry_run=tru%e" would become "no dry_run".
-//   - The body is walked token by token: keys must match exactly (encoding/json
-//     alone matches "DRY_RUN" to dry_run), each at most once (it alone lets
-//     the last of two win), and nothing may follow the object.
+//   - The body is read as every JSON body of the API is (gcapi_body.go):
+//     keys must match exactly (encoding/json alone matches "DRY_RUN" to
+//     dry_run), each at most once (it alone lets the last of two win), and
+//     nothing may follow the object.
 //   - Values are exactly what the API documents: "true" or "false" (not
 //     strconv.ParseBool's "1", "T", "TRUE"), a positive decimal integer,
 //     "keep" or "delete", a plan id. In a body: a JSON boolean, a JSON
@@ -201,60 +202,32 @@ func knownOption(name string, field func(requestOption) string) bool {
 }
 
 // bodyValues returns the fields of a JSON object body as text, checked
-// against their JSON types. An empty (or all-space) body has none.
+// against their JSON types, read strictly (gcapi_body.go). An empty (or
+// all-space) body has none.
 func bodyValues(body []byte) (map[string]string, error) {
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: body: %s", errBadRequest, fmt.Sprintf(format, a...))
-	}
 	out := map[string]string{}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	tok, err := dec.Token()
-	if errors.Is(err, io.EOF) {
-		return out, nil
-	}
-	if err != nil {
-		return nil, bad("%v", err)
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, bad("want a JSON object")
-	}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, bad("%v", err)
-		}
-		key, ok := tok.(string)
-		if !ok {
-			return nil, bad("want a field name, got %v", tok)
-		}
-		// Exact match: encoding/json would also take "DRY_RUN" or "Dry_Run".
-		var opt *requestOption
-		for i := range requestOptions {
-			if requestOptions[i].body == key {
-				opt = &requestOptions[i]
+	err := strictBody(body, func(dec *json.Decoder) error {
+		return strictFields(dec, "", func(key string) (func() error, bool) {
+			i := slices.IndexFunc(requestOptions, func(o requestOption) bool { return o.body == key })
+			if i < 0 {
+				return nil, false
 			}
-		}
-		if opt == nil {
-			return nil, bad("unknown field %q", key)
-		}
-		if _, dup := out[key]; dup {
-			return nil, bad("field %q given twice", key)
-		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, bad("field %q: %v", key, err)
-		}
-		v, err := jsonText(opt.kind, bytes.TrimSpace(raw))
-		if err != nil {
-			return nil, bad("field %q: %v", key, err)
-		}
-		out[key] = v
-	}
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
-		return nil, bad("unterminated object (%v)", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, bad("data after the JSON object")
+			return func() error {
+				var raw json.RawMessage
+				if err := dec.Decode(&raw); err != nil {
+					return badBody("field %q: %v", key, err)
+				}
+				v, err := jsonText(requestOptions[i].kind, bytes.TrimSpace(raw))
+				if err != nil {
+					return badBody("field %q: %v", key, err)
+				}
+				out[key] = v
+				return nil
+			}, true
+		})
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -34,7 +34,8 @@ func TestPinsAndInUseScopes(t *testing.T) {
 	b := &gcBackend{Collector: col, Pins: redisdb.NewPins(c, "t:", nil), InUse: redisdb.NewInUse(c, "t:"),
 		Exists:     func(context.Context, string) (bool, error) { return true, nil },
 		HasVersion: func(context.Context, string, retention.Ref) (bool, error) { return true, nil },
-		Fenced:     func(context.Context, string, digest.Digest) (bool, error) { return false, nil }}
+		Fenced:     func(context.Context, string, digest.Digest) (bool, error) { return false, nil },
+		TagFenced:  func(context.Context, string, string) (bool, error) { return false, nil }}
 	srv := httptest.NewServer(newGCAPI(newAccessControl(conf), config.Options{GC: config.GC{Enabled: true}}, b, http.NotFoundHandler()))
 	defer srv.Close()
 

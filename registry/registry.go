@@ -114,6 +114,7 @@ func (s *Server) open(ctx context.Context) error {
 // request meets them in this order:
 //
 //	console      /gc/console/: the operator console's pages (console.go)
+//	cross-site   refuses a /gc/v1/ write a browser sent for another site's page (gcapi_crosssite.go)
 //	status       GET /gc/v1/status: the GC API's fields, the reclaimer's, Redis health
 //	referrers    GET /v2/<name>/referrers/<digest>; index upkeep on manifest PUT and DELETE
 //	scope        the request scope the middleware records into; a refused write answers 503
@@ -133,7 +134,8 @@ func (s *Server) Handler(app http.Handler) http.Handler {
 		h = s.env.Handler(h)
 	}
 	h = newReferrersHandler(s.conf, s.referrers, s.access, h)
-	return s.newConsole(api, &statusHandler{next: h, access: s.access, api: api, env: s.env, reclaimer: s.reclaimer})
+	h = &statusHandler{next: h, access: s.access, api: api, env: s.env, reclaimer: s.reclaimer}
+	return s.newConsole(api, crossSiteGuard{next: h})
 }
 
 // Env is the storage Env, nil without the reclaim middleware.

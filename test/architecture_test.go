@@ -57,6 +57,10 @@ func TestDependencies(t *testing.T) {
 		{"storage/linkdb", []string{mw, module + "/gc", module + "/registry", handlers}},
 		{"storage", []string{module + "/gc", module + "/registry"}},
 		{"internal/config", []string{mw, module + "/storage/linkdb", module + "/gc", module + "/registry", handlers}},
+		// the cross-site check the GC API and the console share knows
+		// only HTTP (and how Distribution names its own URL)
+		{"internal/crosssite", []string{mw, module + "/storage/tracker", module + "/storage/linkdb", module + "/gc",
+			module + "/registry", module + "/retention", module + "/internal/config", redis, handlers}},
 	} {
 		got := deps(t, tc.pkg)
 		for _, f := range tc.forbidden {

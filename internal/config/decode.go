@@ -40,6 +40,8 @@ func decode(m map[string]any) (Options, error) {
 			"enabled":  boolean(&o.GC.Enabled),
 			"cap":      capValue(&o.GC.Cap),
 			"untagged": untagged(&o.GC.KeepUntagged),
+			// a request may loosen untagged: keep only when this says so
+			"allowuntaggedoverride": boolean(&o.GC.AllowUntaggedOverride),
 		}),
 		"retention": block(fields{
 			"keepnewest":    nonNegativeInt(&o.Retention.KeepNewest),

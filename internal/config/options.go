@@ -21,6 +21,7 @@
 //	          enabled: false      # serve the GC API
 //	          cap: 10000          # max link deletions per run
 //	          untagged: delete    # delete | keep
+//	          allowuntaggedoverride: false  # with keep: may a request ask untagged=delete?
 //	        reclaimer:
 //	          enabled: false      # the background reclaimer's kill switch
 //	          interval: 1m
@@ -117,6 +118,10 @@ type GC struct {
 	Enabled      bool
 	Cap          int // max link deletions per run (default 10000)
 	KeepUntagged bool
+	// AllowUntaggedOverride lets a request's untagged=delete override
+	// `untagged: keep` (default false: such a request is refused). A
+	// request may always ask for the stricter keep.
+	AllowUntaggedOverride bool
 }
 
 // Reclaimer is the `reclaimer:` block: the background reclaimer.

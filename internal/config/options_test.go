@@ -83,6 +83,8 @@ func TestDecodeBlocks(t *testing.T) {
 	}{
 		{"gc block, yaml v2 map", map[string]any{"gc": map[any]any{"enabled": true, "cap": 5, "untagged": "keep"}},
 			GC{Enabled: true, Cap: 5, KeepUntagged: true}, Reclaimer{}},
+		{"gc block, override allowed", map[string]any{"gc": map[string]any{"untagged": "keep", "AllowUntaggedOverride": true}},
+			GC{Cap: defaultCap, KeepUntagged: true, AllowUntaggedOverride: true}, Reclaimer{}},
 		{"gc block, string map", map[string]any{"gc": map[string]any{"enabled": true, "untagged": "delete", "cap": 0}},
 			GC{Enabled: true, Cap: defaultCap}, Reclaimer{}},
 		{"empty blocks", map[string]any{"gc": nil, "reclaimer": nil}, GC{Cap: defaultCap}, Reclaimer{}},
@@ -141,6 +143,7 @@ func TestDecodeNamesTheOption(t *testing.T) {
 		{map[string]any{"redis": map[any]any{"tls": map[any]any{"enabled": "yes"}}}, "redis.tls.enabled", "true or false"},
 		{map[string]any{"gc": map[string]any{"untagged": "kepp"}}, "gc.untagged", "delete or keep"},
 		{map[string]any{"gc": map[string]any{"enabled": "yes"}}, "gc.enabled", "true or false"},
+		{map[string]any{"gc": map[string]any{"allowuntaggedoverride": "yes"}}, "gc.allowuntaggedoverride", "true or false"},
 		{map[string]any{"gc": map[string]any{"cap": -1}}, "gc.cap", "non-negative integer"},
 		{map[string]any{"gc": map[string]any{"enable": true}}, "gc.enable", "unknown option"},
 		{map[string]any{"gc": true}, "gc", "must be a map"},

@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/reclaim-registry/reclaim/gc"
@@ -165,20 +164,4 @@ func (h *Handler) allowed(w http.ResponseWriter, r *http.Request, repo string, a
 		return false
 	}
 	return true
-}
-
-// sameOrigin refuses a POST another site's page sent: the browser sends the
-// registry's credentials with it, so a preview could be triggered from
-// elsewhere. Browsers set Sec-Fetch-Site, or at least Origin, on every
-// POST; a request with neither is not from a browser.
-func sameOrigin(r *http.Request) bool {
-	if s := r.Header.Get("Sec-Fetch-Site"); s != "" {
-		return s == "same-origin" || s == "none"
-	}
-	o := r.Header.Get("Origin")
-	if o == "" {
-		return true
-	}
-	u, err := url.Parse(o)
-	return err == nil && u.Host == r.Host
 }

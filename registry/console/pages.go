@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/internal/crosssite"
 )
 
 // page is one page's template set: the layout and the page's content.
@@ -193,8 +194,10 @@ func (h *Handler) repositories(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) preview(w http.ResponseWriter, r *http.Request) {
-	if !sameOrigin(r) {
-		h.fail(w, r, http.StatusForbidden, errors.New("a preview must be asked for from the console's own pages"))
+	// The browser sends the registry's credentials with a POST another
+	// site's page makes, so a preview could be triggered from elsewhere.
+	if err := crosssite.Origin(r); err != nil {
+		h.fail(w, r, http.StatusForbidden, fmt.Errorf("a preview must be asked for from the console's own pages (%v)", err))
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4096)
