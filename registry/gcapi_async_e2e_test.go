@@ -230,35 +230,48 @@ func TestE2EAsyncCollectAnswersAfterItsRecord(t *testing.T) {
 		}
 
 		<-walking // the run is certainly in progress, holding the lock
-		for _, q := range []string{"dry_run=false", "dry_run=false&async=true"} {
-			for name, r := range map[string]*registrytest.Registry{"this instance": g.Registry, "another instance": other} {
-				start := time.Now()
-				resp := r.Do(t, http.MethodPost, "/gc/v1/repositories/r/collect?"+q, nil)
-				var e apiErrors
-				_ = json.NewDecoder(resp.Body).Decode(&e)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusConflict || len(e.Errors) != 1 || e.Errors[0].Code != "GC_BUSY" {
-					t.Errorf("collect?%s on %s while an async run holds the lock: %d %+v, want 409 GC_BUSY", q, name, resp.StatusCode, e)
-				}
-				if d := time.Since(start); d > 5*time.Second {
-					t.Errorf("collect?%s on %s took %v to answer 409", q, name, d)
-				}
-			}
-		}
-
+		expectBusy(t, map[string]*registrytest.Registry{"this instance": g.Registry, "another instance": other})
 		letWalk()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			code, status, body := runStatus(t, other, acc.StatusURL)
-			if code == http.StatusOK && status == "done" {
-				break
-			}
-			if code != http.StatusOK || status != "running" || time.Now().After(deadline) {
-				t.Fatalf("GET %s on another instance: %d %s, want running, then done", acc.StatusURL, code, body)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitRunDone(t, other, acc.StatusURL)
 	})
+}
+
+// expectBusy checks that every collect of r, sync or async, on each of
+// regs answers 409 GC_BUSY at once while a run holds r's lock.
+func expectBusy(t *testing.T, regs map[string]*registrytest.Registry) {
+	t.Helper()
+	for _, q := range []string{"dry_run=false", "dry_run=false&async=true"} {
+		for name, r := range regs {
+			start := time.Now()
+			resp := r.Do(t, http.MethodPost, "/gc/v1/repositories/r/collect?"+q, nil)
+			var e apiErrors
+			_ = json.NewDecoder(resp.Body).Decode(&e)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusConflict || len(e.Errors) != 1 || e.Errors[0].Code != "GC_BUSY" {
+				t.Errorf("collect?%s on %s while an async run holds the lock: %d %+v, want 409 GC_BUSY", q, name, resp.StatusCode, e)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("collect?%s on %s took %v to answer 409", q, name, d)
+			}
+		}
+	}
+}
+
+// waitRunDone polls statusURL on r until the run is done; it must say
+// running until then.
+func waitRunDone(t *testing.T, r *registrytest.Registry, statusURL string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, status, body := runStatus(t, r, statusURL)
+		if code == http.StatusOK && status == "done" {
+			return
+		}
+		if code != http.StatusOK || status != "running" || time.Now().After(deadline) {
+			t.Fatalf("GET %s on another instance: %d %s, want running, then done", statusURL, code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // When Redis cannot take the run's record (the lock-and-record script) or
