@@ -54,16 +54,40 @@ func (d *driver) putLink(ctx context.Context, path string, p layout.Path, conten
 		return err
 	}
 	s.usedEarly(p.Digest, rl)
-	if ok, err := d.links.Has(ctx, p.Digest, rl); ok && err == nil {
+	restored := false
+	if ok, err := d.links.Has(ctx, p.Digest, rl); !ok || err != nil {
+		// deleted under us, or cannot tell: write it again (idempotent)
+		metricReverseLinks.WithLabelValues("restore", "ok").Inc()
+		if err := d.links.Put(ctx, p.Digest, rl); err != nil {
+			metricReverseLinks.WithLabelValues("put", "error").Inc()
+			return fmt.Errorf("restore reverse link of %s: %w", path, err)
+		}
+		restored = true
+	}
+	if !restored && d.env.now().Sub(checked) < d.env.fresh() {
 		return nil
 	}
-	// deleted under us, or cannot tell: write it again (idempotent)
-	metricReverseLinks.WithLabelValues("restore", "ok").Inc()
-	if err := d.links.Put(ctx, p.Digest, rl); err != nil {
-		metricReverseLinks.WithLabelValues("put", "error").Inc()
-		return fmt.Errorf("restore reverse link of %s: %w", path, err)
+	return d.dataAfter(ctx, path, p, l)
+}
+
+// dataAfter runs after a forward link was written when its protection may
+// have lapsed: its reverse link was missing for a while (a concurrent
+// delete of the same link, or a take-back, removed it and this request put
+// it back), or the write landed more than half a window after the check.
+// In both cases a GC fence may have found no reverse link and deleted the
+// data. So, with the reverse link now in place, touch again (dataBehind):
+// clean, nothing was deleted and nothing can be; a tombstone makes the
+// storage decide, and data that is gone withdraws the dangling forward
+// link (the client is answered 503 and pushes again) instead of a 201
+// for an image that 404s.
+func (d *driver) dataAfter(ctx context.Context, path string, p layout.Path, l layout.Object) error {
+	err := d.dataBehind(ctx, time.Time{}, false, p.Digest, []layout.Object{l}, layout.BlobDataPath(p.Digest))
+	if errors.Is(err, errCollected) {
+		if derr := d.Delete(context.WithoutCancel(ctx), path); derr != nil && !errors.As(derr, new(storagedriver.PathNotFoundError)) {
+			rlog.From(ctx).WithError(derr).Error("reclaim: a link to collected data could not be withdrawn (linkdb verify lists it as broken_forward)")
+		}
 	}
-	return nil
+	return err
 }
 
 // dataBehind runs once the reverse link of a link to blob is in place and

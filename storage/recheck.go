@@ -79,6 +79,11 @@ func referencePath(bt tracker.BlobTouch) string {
 
 // stillThere fails the write that depends on path unless the storage shows
 // it: its check found a tombstone, so a delete of it began at some point.
+// errCollected marks a stillThere failure where the storage showed the
+// object gone (not a storage error): a link already written to it is
+// dangling and may be withdrawn. Its text is empty: it only marks.
+var errCollected = errors.New("")
+
 func (d *driver) stillThere(ctx context.Context, path string, writing digest.Digest) error {
 	_, err := d.StorageDriver.Stat(ctx, path)
 	if err == nil {
@@ -88,7 +93,7 @@ func (d *driver) stillThere(ctx context.Context, path string, writing digest.Dig
 	if errors.As(err, new(storagedriver.PathNotFoundError)) {
 		metricRefusals.WithLabelValues("collected").Inc()
 		rlog.From(ctx).WithField("path", path).Info("reclaim: link write refused, what it depends on was garbage-collected meanwhile")
-		return fmt.Errorf("%w: %s was garbage-collected before the link to %s was written", ErrRetryable, path, writing)
+		return fmt.Errorf("%w: %s was garbage-collected before the link to %s was written%w", ErrRetryable, path, writing, errCollected)
 	}
 	return fmt.Errorf("%w: check %s before the link to %s: %w", ErrRetryable, path, writing, err)
 }
