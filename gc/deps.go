@@ -80,6 +80,14 @@ type LinkIndexFor interface {
 	ListFor(ctx context.Context, blob digest.Digest, repo string) ([]RepoLink, error)
 }
 
+// LinkRepairer writes a reverse link (storage/linkdb's ReverseLinks.Put,
+// the same write the middleware and rebuild make). Writing one is always
+// safe: an extra reverse link only makes GC keep more, and one whose
+// forward link is gone is a leak that `linkdb rebuild` removes.
+type LinkRepairer interface {
+	Put(ctx context.Context, blob digest.Digest, l RepoLink) error
+}
+
 // Pinner says whether an untagged manifest must be kept anyway (a deploy
 // record, a legal hold). This is where deploy-state pins plug in.
 type Pinner interface {
