@@ -76,6 +76,8 @@ func TestCollectWritesBackItsMissingReverseLink(t *testing.T) {
 
 type failingPut struct{}
 
+func (failingPut) Has(context.Context, digest.Digest, RepoLink) (bool, error) { return false, nil }
+
 func (failingPut) Put(context.Context, digest.Digest, RepoLink) error {
 	return errors.New("storage says no")
 }

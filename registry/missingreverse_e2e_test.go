@@ -36,6 +36,37 @@ func missingReverse(t *testing.T, g *gcRegistry) ggcrv1.Hash {
 	return digestOf(t, shared)
 }
 
+// TestE2EMissingReverseLinkScrubbedByReclaimerTick: a reclaimer tick,
+// with the default settings, scrubs cor/b (the catalog holds two
+// repositories, the default scrubs two a tick) and writes the reverse link
+// back; the collect of cor/c then keeps the layer as linked elsewhere.
+// Before the scrub (issue 25), the collect deleted it and cor/b:v1 no
+// longer pulled.
+func TestE2EMissingReverseLinkScrubbedByReclaimerTick(t *testing.T) {
+	g := startGC(t)
+	shared := missingReverse(t, g)
+	rc, err := g.Server.NewReclaimer(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := rc.Tick(t.Context())
+	if tick.Scrub.Repositories != 2 || tick.Scrub.Repaired != 1 || tick.Scrub.Failed != 0 {
+		t.Errorf("tick's scrub: %+v, want 2 repositories, 1 reverse link written back", tick.Scrub)
+	}
+	if st := rc.Status(t.Context()); st.ScrubRepaired != 1 || st.ScrubRepos != gc.DefaultScrubRepos {
+		t.Errorf("status: scrub_repaired %d, scrub_repos %d", st.ScrubRepaired, st.ScrubRepos)
+	}
+	rep := g.collect(t, "cor/c")
+	if contains(rep.BlobsDeleted, shared) {
+		t.Fatalf("the collect of cor/c deleted the layer cor/b:v1 uses; kept: %+v", rep.Kept)
+	}
+	if r := reasonOf(rep, gc.KindBlob, shared); r != gc.LinkedElsewhere.String() {
+		t.Errorf("shared layer kept as %q, want linked_elsewhere", r)
+	}
+	registrytest.AssertPullable(t, g.Registry, "cor/b:v1")
+	registrytest.AssertPullable(t, g.Registry, "cor/c:v1")
+}
+
 // TestE2EMissingReverseLinkFoundByVerify: the finding's own sequence. A
 // plain `linkdb verify` reports missing_reverse; from then on no collect
 // may delete a blob on the strength of the incomplete database: the dry
