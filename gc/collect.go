@@ -93,7 +93,7 @@ func (c *Collector) begin(ctx context.Context, repo string, o RunOptions) (*run,
 	if err := ValidateName(repo); err != nil {
 		return nil, err
 	}
-	pol := policy{repo: repo, window: c.cfg.Window, cap: c.cfg.Cap, keepUntag: c.cfg.KeepUntagged}
+	pol := policy{repo: repo, window: c.cfg.Window, cap: c.cfg.Cap, keepUntag: c.cfg.KeepUntagged, dryRun: o.DryRun}
 	if o.KeepUntagged != nil {
 		pol.keepUntag = *o.KeepUntagged
 	}
@@ -204,7 +204,9 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 	}
 	t1 := r.c.cfg.Now()
 	r.log.step(ctx, StepPlan)
-	p := decide(s, r.c.gather(ctx, s, r.pol), r.pol)
+	f := r.c.gather(ctx, s, r.pol)
+	r.repaired(f)
+	p := decide(s, f, r.pol)
 	t2 := r.c.cfg.Now()
 	if r.rep.DryRun {
 		for _, d := range p.decisions {

@@ -36,6 +36,13 @@ type Config struct {
 	// LinkDBComplete reports whether the reverse-link database is
 	// complete. Nil means "not known to be complete": no blob is deleted.
 	LinkDBComplete CompletenessFunc
+	// Repair is optional: where a run writes back a reverse link it finds
+	// missing for one of its repository's forward links (gc/repair.go).
+	// Without it such a link is only reported.
+	Repair LinkRepairer
+	// MarkLinkDBIncomplete is optional: it removes the completeness
+	// marker, when a missing reverse link could not be written back.
+	MarkLinkDBIncomplete func(ctx context.Context) error
 	// Pinner is optional. A run asks it about several manifests at once,
 	// so it must be safe for concurrent use.
 	Pinner  Pinner

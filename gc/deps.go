@@ -80,6 +80,17 @@ type LinkIndexFor interface {
 	ListFor(ctx context.Context, blob digest.Digest, repo string) ([]RepoLink, error)
 }
 
+// LinkRepairer writes a reverse link (storage/linkdb's ReverseLinks.Put,
+// the same write the middleware and rebuild make). Writing one is always
+// safe: an extra reverse link only makes GC keep more, and one whose
+// forward link is gone is a leak that `linkdb rebuild` removes.
+// Has is false only when nothing is at the link path; a malformed link
+// or a failed read is an error, never "absent".
+type LinkRepairer interface {
+	Has(ctx context.Context, blob digest.Digest, l RepoLink) (bool, error)
+	Put(ctx context.Context, blob digest.Digest, l RepoLink) error
+}
+
 // Pinner says whether an untagged manifest must be kept anyway (a deploy
 // record, a legal hold). This is where deploy-state pins plug in.
 type Pinner interface {

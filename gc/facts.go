@@ -19,6 +19,11 @@ type facts struct {
 	access map[Object]result[time.Time] // zero time: no record
 	links  map[digest.Digest]result[[]RepoLink]
 	sizes  map[digest.Digest]result[int64] // of the blob's data; err may be "not found"
+	// repairs are the repository's forward links found without their
+	// reverse link (repair.go); unmarked is set when one could not be
+	// written back and the link database was marked incomplete.
+	repairs  []LinkRepair
+	unmarked bool
 }
 
 type result[T any] struct {
@@ -76,6 +81,7 @@ func wanted(s *snapshot, pol policy) (manifests, layers, blobs []digest.Digest) 
 type gatherer struct {
 	c   *Collector
 	pol policy
+	s   *snapshot // nil outside a run's plan: no repair
 	f   *facts
 	mu  sync.Mutex
 	g   errgroup.Group
@@ -84,7 +90,7 @@ type gatherer struct {
 // gather reads every fact wanted lists. It never fails: each read's error
 // is recorded with it.
 func (c *Collector) gather(ctx context.Context, s *snapshot, pol policy) *facts {
-	gt := &gatherer{c: c, pol: pol, f: newFacts()}
+	gt := &gatherer{c: c, pol: pol, s: s, f: newFacts()}
 	gt.g.SetLimit(readConcurrency)
 	manifests, layers, blobs := wanted(s, pol)
 	for _, d := range manifests {
@@ -139,6 +145,10 @@ func (gt *gatherer) blob(ctx context.Context, d digest.Digest) {
 		return
 	}
 	links, err := linksFor(ctx, gt.c.links, d, gt.pol.repo)
+	if err == nil && !linkedByOthers(links, gt.pol.repo) {
+		// every link is listed: this repository's own are all there
+		links, err = gt.repairOwn(ctx, d, links)
+	}
 	gt.mu.Lock()
 	gt.f.links[d] = result[[]RepoLink]{links, err}
 	gt.mu.Unlock()

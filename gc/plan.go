@@ -52,6 +52,7 @@ type policy struct {
 	restrict   *Plan // applying a plan: nothing it does not list is deleted
 	linkdbOK   bool
 	linkdbNote string
+	dryRun     bool // a reverse link found missing is reported, not written
 }
 
 // recent reports whether t is within the window.

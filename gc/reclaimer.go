@@ -79,6 +79,12 @@ type ReclaimerConfig struct {
 	// store (reclaimer_usage.go).
 	UsageRefresh int
 	UsageMaxAge  time.Duration
+	// ScrubRepos is how many repositories a tick scrubs for missing
+	// reverse links (default 2; < 0: none), walking the catalog from
+	// ScrubCursor. Without a cursor, or without the collector's Repair,
+	// there is no scrub (reclaimer_scrub.go).
+	ScrubRepos  int
+	ScrubCursor ScrubCursor
 	// Logf logs tick failures; nil discards them.
 	Logf func(format string, args ...any)
 	// Observe, when set, sees every decision and every tick (metrics).
@@ -114,6 +120,9 @@ func NewReclaimer(c *Collector, q Queue, cfg ReclaimerConfig) (*Reclaimer, error
 	if cfg.UsageRefresh == 0 {
 		cfg.UsageRefresh = DefaultUsageRefresh
 	}
+	if cfg.ScrubRepos == 0 {
+		cfg.ScrubRepos = DefaultScrubRepos
+	}
 	if cfg.UsageMaxAge <= 0 {
 		cfg.UsageMaxAge = DefaultUsageMaxAge
 	}
@@ -131,7 +140,7 @@ func NewReclaimer(c *Collector, q Queue, cfg ReclaimerConfig) (*Reclaimer, error
 	}
 	r := &Reclaimer{c: c, q: q, cfg: cfg}
 	r.st = ReclaimerStatus{Enabled: cfg.Enabled, IntervalSecs: cfg.Interval.Seconds(), Batch: cfg.Batch,
-		WindowSecs: int64(c.cfg.Window / time.Second), DeletedBy: map[string]int64{}, KeptBy: map[string]int64{}}
+		WindowSecs: int64(c.cfg.Window / time.Second), ScrubRepos: scrubBudget(cfg, c), DeletedBy: map[string]int64{}, KeptBy: map[string]int64{}}
 	return r, nil
 }
 
@@ -195,6 +204,7 @@ func (r *Reclaimer) Tick(ctx context.Context) TickReport {
 		}()
 		r.tick(ctx, &rep)
 		r.refreshUsage(ctx, &rep)
+		r.scrub(ctx, &rep)
 	}()
 	rep.Duration = time.Since(rep.Started)
 	var freed int64
@@ -344,4 +354,13 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// scrubBudget is the repositories a tick scrubs: none without a cursor or
+// a way to write reverse links.
+func scrubBudget(cfg ReclaimerConfig, c *Collector) int {
+	if cfg.ScrubCursor == nil || c.cfg.Repair == nil {
+		return 0
+	}
+	return max(cfg.ScrubRepos, 0)
 }

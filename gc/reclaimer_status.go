@@ -18,6 +18,8 @@ type TickReport struct {
 	// UsageRefreshed and UsageFailed count the usage estimates the tick
 	// refreshed and failed to (reclaimer_usage.go).
 	UsageRefreshed, UsageFailed int
+	// Scrub is what the tick's scrub did (reclaimer_scrub.go).
+	Scrub ScrubReport
 }
 
 // Deleted counts the deletions of the tick.
@@ -56,6 +58,15 @@ type ReclaimerStatus struct {
 	ReviewedPerSec float64          `json:"reviewed_per_second"`
 	UsageRefreshed int64            `json:"usage_refreshed"`
 	UsageFailed    int64            `json:"usage_failed"`
+	// The scrub, summed over this process's ticks: repositories and
+	// forward links checked, missing reverse links written back, reads
+	// and writes that failed; ScrubRepos is the per-tick budget.
+	ScrubRepos        int   `json:"scrub_repos"`
+	ScrubRepositories int64 `json:"scrub_repositories"`
+	ScrubLinks        int64 `json:"scrub_links"`
+	ScrubRepaired     int64 `json:"scrub_repaired"`
+	ScrubFailed       int64 `json:"scrub_failed"`
+	ScrubMarkedLinkDB bool  `json:"scrub_marked_linkdb_incomplete,omitempty"`
 }
 
 func (r *Reclaimer) record(rep TickReport) {
@@ -80,6 +91,11 @@ func (r *Reclaimer) record(rep TickReport) {
 	}
 	st.UsageRefreshed += int64(rep.UsageRefreshed)
 	st.UsageFailed += int64(rep.UsageFailed)
+	st.ScrubRepositories += int64(rep.Scrub.Repositories)
+	st.ScrubLinks += int64(rep.Scrub.Links)
+	st.ScrubRepaired += int64(rep.Scrub.Repaired)
+	st.ScrubFailed += int64(rep.Scrub.Failed)
+	st.ScrubMarkedLinkDB = st.ScrubMarkedLinkDB || rep.Scrub.Unmarked
 	for _, d := range rep.Decisions {
 		st.Reviewed++
 		if d.Deleted() {

@@ -145,6 +145,9 @@ type Report struct {
 	Changed []Decision `json:"changed,omitempty"`
 	// Errors lists deletes and checks that failed; the run went on.
 	Errors []Decision `json:"errors"`
+	// ReverseLinksRepaired lists the repository's forward links the run
+	// found without their reverse link, and what it did (gc/repair.go).
+	ReverseLinksRepaired []LinkRepair `json:"reverse_links_repaired,omitempty"`
 
 	Timings Timings `json:"timings"`
 

@@ -18,6 +18,7 @@ var (
 	metricBytesFreed = metrics.Counter("gc", "bytes_freed_total", "Bytes of blob data deleted by real runs.")
 	metricKept       = metrics.CounterVec("gc", "kept_total", "Objects kept by real runs, by kind and reason.", "kind", "reason")
 	metricAborts     = metrics.CounterVec("gc", "aborts_total", "Runs refused or aborted before deleting anything, by reason.", "reason")
+	metricRepaired   = metrics.CounterVec("gc", "reverse_links_repaired_total", "Forward links of the collected repository found without their reverse link, by outcome (written, would_write in a dry run, failed: the link database was marked incomplete, reported).", "outcome")
 	metricDuration   = metrics.Histogram("gc", "run_duration_seconds", "Wall time of finished runs.", prometheus.ExponentialBuckets(0.01, 4, 10))
 )
 
@@ -32,6 +33,9 @@ func observe(rep *gc.Report, err error) {
 	metricRuns.WithLabelValues(string(rep.Status), boolLabel(rep.DryRun)).Inc()
 	if !rep.FinishedAt.IsZero() {
 		metricDuration.Observe(rep.FinishedAt.Sub(rep.StartedAt).Seconds())
+	}
+	for _, rp := range rep.ReverseLinksRepaired {
+		metricRepaired.WithLabelValues(rp.Outcome).Inc()
 	}
 	if rep.DryRun || rep.Status != "done" {
 		return

@@ -35,6 +35,12 @@ func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
 			_, ok, err := linkdb.LinkDBComplete(ctx, env.Raw)
 			return ok, err
 		},
+		// A missing reverse link a run finds is written back through the
+		// same store the middleware writes with (gc/repair.go).
+		Repair: env.Links,
+		MarkLinkDBIncomplete: func(ctx context.Context) error {
+			return linkdb.MarkLinkDBIncomplete(ctx, env.Raw)
+		},
 		Pinner:       pins,
 		Usage:        usage,
 		Review:       env.Queue(),
@@ -135,6 +141,7 @@ var (
 	_ gc.RunRecorder  = gcTracker{}
 	_ gc.LinkIndex    = (*linkdb.ReverseLinks)(nil)
 	_ gc.LinkIndexFor = (*linkdb.ReverseLinks)(nil)
+	_ gc.LinkRepairer = (*linkdb.ReverseLinks)(nil)
 	_ gc.UsageStore   = (*tracker.UsageStore)(nil)
 )
 

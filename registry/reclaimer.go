@@ -31,13 +31,17 @@ func (s *Server) NewReclaimer(enabled bool) (*gc.Reclaimer, error) {
 		return nil, config.ErrProxyGC
 	}
 	rc := s.opts.Reclaimer
-	refresh := rc.UsageRefresh
+	refresh, scrub := rc.UsageRefresh, rc.ScrubRepos
 	if refresh == 0 {
 		refresh = -1 // configured off; gc's 0 is its default
+	}
+	if scrub == 0 {
+		scrub = -1 // likewise
 	}
 	return gc.NewReclaimer(s.gc.Collector, s.env.Queue(), gc.ReclaimerConfig{
 		Enabled: enabled, Interval: rc.Interval, Batch: rc.Batch, Workers: rc.Workers, Lease: rc.Lease,
 		UsageRefresh: refresh, UsageMaxAge: rc.UsageMaxAge,
+		ScrubRepos: scrub, ScrubCursor: tracker.NewScrubCursor(s.env.Tracker.Client(), s.opts.Prefix),
 		Logf:    logrus.WithField("component", "reclaimer").Warnf,
 		Observe: observeTick,
 	})
@@ -96,6 +100,10 @@ var (
 	metricReclaimerLastTick    = metrics.Gauge("reclaimer", "last_tick_timestamp_seconds", "Unix time of the last reclaimer tick.")
 	metricQueueLength          = metrics.Gauge("reclaimer", "queue_length", "Blobs in the review queue.")
 	metricQueueDue             = metrics.Gauge("reclaimer", "queue_due", "Blobs in the review queue that are due now.")
+	metricScrubRepositories    = metrics.Counter("reclaimer", "scrub_repositories_total", "Repositories the reclaimer's scrub checked for missing reverse links.")
+	metricScrubLinks           = metrics.Counter("reclaimer", "scrub_links_total", "Forward links the reclaimer's scrub checked for their reverse link.")
+	metricScrubRepaired        = metrics.Counter("reclaimer", "scrub_repaired_total", "Missing reverse links the reclaimer's scrub wrote back.")
+	metricScrubFailed          = metrics.Counter("reclaimer", "scrub_failed_total", "Reads and writes the reclaimer's scrub could not do (a failed write also marks the link database incomplete).")
 	metricUsageRefreshes       = metrics.CounterVec("reclaimer", "usage_refreshes_total", "Repository usage estimates the reclaimer refreshed, by result (ok, failed).", "result")
 )
 
@@ -117,4 +125,8 @@ func observeTick(t gc.TickReport) {
 	metricReclaimerBytes.Add(float64(bytes))
 	metricUsageRefreshes.WithLabelValues("ok").Add(float64(t.UsageRefreshed))
 	metricUsageRefreshes.WithLabelValues("failed").Add(float64(t.UsageFailed))
+	metricScrubRepositories.Add(float64(t.Scrub.Repositories))
+	metricScrubLinks.Add(float64(t.Scrub.Links))
+	metricScrubRepaired.Add(float64(t.Scrub.Repaired))
+	metricScrubFailed.Add(float64(t.Scrub.Failed))
 }

@@ -195,8 +195,16 @@ func newVerifyCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "verify <config>",
-		Short: "Check the reverse-link database against the forward links (read-only)",
-		Long: `Exit codes (the most urgent that applies):
+		Short: "Check the reverse-link database against the forward links; --repair writes missing reverse links",
+		Long: `Reads every forward and reverse link. A forward link without its reverse
+link (missing_reverse) is the one finding that lets GC delete a blob in use,
+so verify does not leave it at a report: without --repair it removes the
+completeness marker at once (GC then deletes no blob until the database is
+whole again); with --repair it writes the missing reverse links (as rebuild
+does) and, when the repositories had nothing else wrong, marks the database
+complete. Apart from that, verify writes nothing.
+
+Exit codes (the most urgent that applies):
   0  clean (blobs no repository links are listed as reclaimable, which is normal)
   1  leaks only: stale reverse links or stale referrers entries
   2  data-loss risk or damage: forward links without reverse links, missing
@@ -213,6 +221,7 @@ func newVerifyCmd() *cobra.Command {
 	f.IntVar(&opts.Workers, "workers", 4, "repositories (then blob shards) checked in parallel")
 	f.IntVar(&opts.MaxFindings, "max-findings", 100, "findings listed per kind (counts are always exact)")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.BoolVar(&opts.Repair, "repair", false, "write missing reverse links, and mark the link database complete when nothing else is wrong")
 	return cmd
 }
 

@@ -22,6 +22,7 @@ func decode(m map[string]any) (Options, error) {
 	var o Options
 	o.Retention.KeepNewest, o.Retention.RollbackSlack = 10, 3
 	o.Reclaimer.UsageRefresh = defaultUsageRefresh // absent: the default; 0 can be configured
+	o.Reclaimer.ScrubRepos = defaultScrubRepos     // likewise
 	var writeGrace time.Duration
 	err := decodeBlock(m, fields{
 		"redis":         func(v any) error { return decodeRedis(v, &o.Redis) },
@@ -64,6 +65,7 @@ func decode(m map[string]any) (Options, error) {
 			"workers":      positiveInt(&o.Reclaimer.Workers),
 			"usagerefresh": nonNegativeInt(&o.Reclaimer.UsageRefresh),
 			"usagemaxage":  positiveDuration(&o.Reclaimer.UsageMaxAge),
+			"scrubrepos":   nonNegativeInt(&o.Reclaimer.ScrubRepos),
 		}),
 	})
 	if err != nil {

@@ -30,6 +30,7 @@
 //	          lease: 1m           # default: gc's, max(10 intervals, 1m)
 //	          usagerefresh: 4     # usage estimates refreshed per tick; 0: none
 //	          usagemaxage: 1h     # an estimate older than this is refreshed
+//	          scrubrepos: 2       # repositories whose reverse links a tick scrubs; 0: none
 //
 // Keys match case-insensitively (Distribution's environment overrides write
 // them in lower case); an unknown key, a key given twice, a value of the
@@ -57,6 +58,7 @@ const (
 	defaultReclaimerBatch    = 100
 	defaultUsageRefresh      = 4
 	defaultUsageMaxAge       = time.Hour
+	defaultScrubRepos        = 2
 )
 
 // Options are the decoded options of the reclaim middleware entry.
@@ -136,6 +138,10 @@ type Reclaimer struct {
 	// which one is refreshed (default 1h).
 	UsageRefresh int
 	UsageMaxAge  time.Duration
+	// ScrubRepos is how many repositories a tick scrubs: every forward
+	// link checked for its reverse link, missing ones written back
+	// (decode's default 2; 0: none).
+	ScrubRepos int
 }
 
 // ErrBadOptions matches every invalid option (errors.Is).

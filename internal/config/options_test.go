@@ -41,7 +41,7 @@ func TestDecodeDefaults(t *testing.T) {
 		Prefix: "reclaim:", Window: 24 * time.Hour, AccessTTL: 7 * 24 * time.Hour, Dedup: time.Second,
 		FenceWait: 2 * time.Second, FencePoll: 100 * time.Millisecond, Timeout: time.Second, EpochInterval: 5 * time.Second,
 		GC:        GC{Cap: defaultCap},
-		Reclaimer: Reclaimer{Interval: defaultReclaimerInterval, Batch: defaultReclaimerBatch, UsageRefresh: 4, UsageMaxAge: time.Hour},
+		Reclaimer: Reclaimer{Interval: defaultReclaimerInterval, Batch: defaultReclaimerBatch, UsageRefresh: 4, UsageMaxAge: time.Hour, ScrubRepos: 2},
 		Retention: Retention{KeepNewest: 10, RollbackSlack: 3, MinAge: 365 * 24 * time.Hour, Cap: 1000, InUseMaxAge: 24 * time.Hour,
 			PlanMaxAge: 7 * 24 * time.Hour, PlanKeep: 30 * 24 * time.Hour, Recheck: time.Second},
 	}
@@ -93,6 +93,8 @@ func TestDecodeBlocks(t *testing.T) {
 		{"kill switch", map[string]any{"reclaimer": map[string]any{"enabled": false, "interval": "1s"}},
 			GC{Cap: defaultCap}, Reclaimer{Interval: time.Second, Batch: defaultReclaimerBatch}},
 		{"any case", map[string]any{"GC": map[string]any{"Enabled": true}}, GC{Enabled: true, Cap: defaultCap}, Reclaimer{}},
+		{"scrub", map[string]any{"reclaimer": map[string]any{"scrubrepos": 5}}, GC{Cap: defaultCap}, Reclaimer{UsageRefresh: defaultUsageRefresh, ScrubRepos: 5}},
+		{"scrub off", map[string]any{"reclaimer": map[string]any{"scrubrepos": 0}}, GC{Cap: defaultCap}, Reclaimer{UsageRefresh: defaultUsageRefresh}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := decode(tc.opts)
@@ -107,6 +109,9 @@ func TestDecodeBlocks(t *testing.T) {
 			}
 			if tc.rc.UsageMaxAge == 0 {
 				tc.rc.UsageMaxAge = defaultUsageMaxAge
+			}
+			if !strings.HasPrefix(tc.name, "scrub") {
+				tc.rc.ScrubRepos = defaultScrubRepos
 			}
 			if tc.name != "usage refresh" && tc.name != "usage refresh off" {
 				tc.rc.UsageRefresh = defaultUsageRefresh
@@ -156,6 +161,8 @@ func TestDecodeNamesTheOption(t *testing.T) {
 		{map[string]any{"reclaimer": map[string]any{"usagerefresh": -1}}, "reclaimer.usagerefresh", "non-negative integer"},
 		{map[string]any{"reclaimer": map[string]any{"usagerefresh": "4"}}, "reclaimer.usagerefresh", "non-negative integer"},
 		{map[string]any{"reclaimer": map[string]any{"usagemaxage": "0s"}}, "reclaimer.usagemaxage", "positive duration"},
+		{map[string]any{"reclaimer": map[string]any{"scrubrepos": -1}}, "reclaimer.scrubrepos", "non-negative integer"},
+		{map[string]any{"reclaimer": map[string]any{"scrubrepos": "2"}}, "reclaimer.scrubrepos", "non-negative integer"},
 	} {
 		_, err := decode(c.opts)
 		var oe *OptionError

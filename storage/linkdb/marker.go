@@ -72,3 +72,15 @@ func MarkCompleteIfEmpty(ctx context.Context, d storagedriver.StorageDriver) (ma
 	}
 	return true, nil
 }
+
+// MarkLinkDBIncomplete removes the marker: the reverse-link database is
+// known to miss a link that could not be written back, so no blob may be
+// deleted on the strength of it until a rebuild (or `linkdb verify
+// --repair`) has covered every forward link again. A marker already gone
+// counts as removed.
+func MarkLinkDBIncomplete(ctx context.Context, d storagedriver.StorageDriver) error {
+	if err := d.Delete(ctx, markerPath); err != nil && !layout.IsNotFound(err) {
+		return fmt.Errorf("remove %s: %w", markerPath, err)
+	}
+	return nil
+}

@@ -39,8 +39,18 @@ type Report struct {
 	ReclaimableBytes    int64          `json:"reclaimable_bytes"`
 	ReclaimableComputed bool           `json:"reclaimable_computed"`
 	ReclaimableNote     string         `json:"reclaimable_note,omitempty"`
-	Findings            []Problem      `json:"findings"`
-	ExitCode            int            `json:"exit_code"`
+	Repair              bool           `json:"repair"`           // --repair
+	ReverseRepaired     int64          `json:"reverse_repaired"` // missing reverse links written by --repair
+	// MarkerRemoved: verify found a forward link without its reverse
+	// link that it did not write back, and removed the marker, so GC
+	// deletes no blob on the strength of the database until it is whole.
+	MarkerRemoved bool `json:"marker_removed"`
+	// MarkerWritten: --repair left every forward link with its reverse
+	// link and found nothing else wrong in the repositories, so it marked
+	// the database complete (since Started), as a rebuild would have.
+	MarkerWritten bool      `json:"marker_written"`
+	Findings      []Problem `json:"findings"`
+	ExitCode      int       `json:"exit_code"`
 }
 
 func (r *Report) exitCode() int {
@@ -61,10 +71,18 @@ func (r *Report) WriteText(w io.Writer) error {
 	bw := &errWriter{w: w}
 	fmt.Fprintf(bw, "link database verify: %d repositories, %d forward links, %d reverse links, %d blobs, %d referrers entries, %d tag links (%s)\n",
 		r.Repositories, r.ForwardLinks, r.ReverseLinks, r.Blobs, r.ReferrerEntries, r.TagLinks, r.Duration.Round(time.Millisecond))
-	if r.CompleteSince != nil {
+	switch {
+	case r.MarkerRemoved:
+		fmt.Fprintf(bw, "marker: REMOVED by this verify: a forward link has no reverse link; GC deletes no blob until the database is whole again\n")
+	case r.MarkerWritten:
+		fmt.Fprintf(bw, "marker: written by this verify --repair: complete since %s\n", r.CompleteSince.Format(time.RFC3339))
+	case r.CompleteSince != nil:
 		fmt.Fprintf(bw, "marker: complete since %s\n", r.CompleteSince.Format(time.RFC3339))
-	} else {
-		fmt.Fprintf(bw, "marker: absent (no rebuild has finished; GC will not delete shared blobs)\n")
+	default:
+		fmt.Fprintf(bw, "marker: absent (the link database is not known to be complete; GC deletes no blob)\n")
+	}
+	if r.Repair {
+		fmt.Fprintf(bw, "repair: %d missing reverse links written\n", r.ReverseRepaired)
 	}
 	fmt.Fprintln(bw)
 	tw := tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)
@@ -102,6 +120,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintln(bw, line)
 	}
 	fmt.Fprintf(bw, "\nverdict: %s (exit %d)\n", verdict(r.ExitCode), r.ExitCode)
+	for _, a := range r.actions() {
+		fmt.Fprintf(bw, "  - %s\n", a)
+	}
 	return bw.err
 }
 
@@ -110,12 +131,45 @@ func verdict(code int) string {
 	case ExitClean:
 		return "clean"
 	case ExitLeaks:
-		return "leaks only: run `registry linkdb rebuild` to remove them"
+		return "leaks only"
 	case ExitDataLoss:
-		return "DATA-LOSS RISK: do not run GC; run `registry linkdb rebuild`, then verify again"
+		return "DATA-LOSS RISK or damage"
 	default:
-		return "incomplete: some parts could not be read (see unreadable)"
+		return "incomplete: some parts could not be read"
 	}
+}
+
+// actions says, for each kind found, what fixes it: one step per kind, and
+// never "run X, then verify again" for what X cannot repair.
+func (r *Report) actions() []string {
+	c := r.Counts
+	var out []string
+	if r.Repair && r.ReverseRepaired > 0 {
+		out = append(out, fmt.Sprintf("missing_reverse: %d written; nothing more to do for them", r.ReverseRepaired))
+	}
+	if c[MissingReverse] > 0 {
+		what := "run `registry linkdb verify --repair`: it writes them and, with nothing else wrong, marks the database complete again"
+		if r.Repair {
+			what = "some could not be written (see their detail); fix the cause and run `registry linkdb verify --repair` again"
+		}
+		if r.MarkerRemoved {
+			what = "the marker is removed, so GC deletes no blob meanwhile; " + what
+		}
+		out = append(out, "missing_reverse: "+what+"; find the writer that bypassed the middleware")
+	}
+	if c[MissingReferrer] > 0 {
+		out = append(out, "missing_referrer: `registry linkdb rebuild` adds them")
+	}
+	if c[Corrupt]+c[BrokenForward] > 0 {
+		out = append(out, "corrupt, broken_forward: no command repairs these; look at each path listed (docs/operations.md, the findings table), fix or delete it, re-push broken images")
+	}
+	if c[Unreadable] > 0 {
+		out = append(out, "unreadable: fix access to what is listed and run verify again; what is below it was not checked")
+	}
+	if c[StaleReverse]+c[StaleReferrer] > 0 {
+		out = append(out, "stale_reverse, stale_referrer: leaks, safe to leave; `registry linkdb rebuild` removes them")
+	}
+	return out
 }
 
 type errWriter struct {

@@ -22,6 +22,12 @@ type VerifyOptions struct {
 	// verify remembers so it never calls them reclaimable. Past it,
 	// reclaimable blobs are not reported at all. Default 1<<20.
 	MaxTracked int
+	// Repair writes each missing reverse link verify finds (the rule
+	// rebuild follows: an extra reverse link only makes GC keep more)
+	// and, when the repositories phase found nothing else wrong, marks
+	// the link database complete (verify_repair.go). Without it, a
+	// missing reverse link removes the marker instead.
+	Repair bool
 }
 
 func (o *VerifyOptions) defaults() {
@@ -47,6 +53,10 @@ type verifier struct {
 	mu       sync.Mutex
 	linked   map[digest.Digest]struct{} // blobs with a forward link but no (readable) reverse link
 	overflow bool
+
+	links    *ReverseLinks // Repair writes through it
+	repaired atomic.Int64  // missing reverse links written
+	marker   markerState   // verify_repair.go
 }
 
 // Verify checks the link database against the forward links, read-only.
@@ -55,8 +65,8 @@ type verifier struct {
 // when verify could not run at all or ctx ended.
 func Verify(ctx context.Context, d storagedriver.StorageDriver, opts VerifyOptions) (*Report, error) {
 	opts.defaults()
-	v := &verifier{d: d, opts: opts, f: newFindings(opts.MaxFindings), linked: map[digest.Digest]struct{}{}}
-	rep := &Report{Started: time.Now().UTC()}
+	v := &verifier{d: d, opts: opts, f: newFindings(opts.MaxFindings), linked: map[digest.Digest]struct{}{}, links: NewReverseLinks(d)}
+	rep := &Report{Started: time.Now().UTC(), Repair: opts.Repair}
 	began := time.Now()
 
 	since, ok, err := LinkDBComplete(ctx, d)
@@ -65,10 +75,12 @@ func Verify(ctx context.Context, d storagedriver.StorageDriver, opts VerifyOptio
 		v.f.add(Problem{Kind: Unreadable, Path: "reclaim/linkdb-complete", Detail: err.Error()})
 	case ok:
 		rep.CompleteSince = &since
+		v.marker.present = true
 	}
 	if rep.Repositories, err = v.repositories(ctx); err != nil {
 		return nil, err
 	}
+	v.markIfRepaired(ctx, rep)
 	computable := v.reclaimableComputable()
 	if err := v.blobStore(ctx, computable); err != nil {
 		return nil, err
@@ -78,6 +90,8 @@ func Verify(ctx context.Context, d storagedriver.StorageDriver, opts VerifyOptio
 	rep.ForwardLinks, rep.ReverseLinks = v.forward.Load(), v.reverse.Load()
 	rep.Blobs, rep.ReferrerEntries, rep.TagLinks = v.blobs.Load(), v.refs.Load(), v.tagLinks.Load()
 	rep.ReclaimableComputed = computable
+	rep.ReverseRepaired = v.repaired.Load()
+	rep.MarkerRemoved, rep.MarkerWritten = v.marker.removed, v.marker.written
 	if !computable {
 		rep.ReclaimableNote = "not computed: some forward links could not be read, or too many lack reverse links; blobs are not called reclaimable on partial knowledge"
 	}

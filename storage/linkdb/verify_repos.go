@@ -129,8 +129,7 @@ func (v *verifier) reverseOf(ctx context.Context, l forwardLink) {
 			v.keep(l.Blob) // the blob walk reports it as corrupt
 		}
 	case layout.IsNotFound(err):
-		v.keep(l.Blob)
-		v.f.add(Problem{Kind: MissingReverse, Path: l.Path, Repo: l.Repo, Digest: l.Blob})
+		v.missingReverse(ctx, l)
 	default:
 		v.keep(l.Blob)
 		v.f.add(Problem{Kind: Unreadable, Path: rp, Repo: l.Repo, Digest: l.Blob, Detail: err.Error()})

@@ -1,0 +1,52 @@
+package tracker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/reclaim-registry/reclaim/storage/layout"
+)
+
+// ScrubCursor is where the reclaimer's scrub stands in the catalog
+// (gc/reclaimer_scrub.go), shared by every instance so that together
+// they walk the registry once, not once each:
+//
+//	reclaim:scrub:cursor   the last repository name a scrub looked at ("" or absent: the start)
+//
+// It is the usage refresh's cursor (reclaim:usage:cursor) for another
+// walk: one key, one GET and one SET per tick.
+type ScrubCursor struct {
+	c   redis.UniversalClient
+	key string
+}
+
+// NewScrubCursor returns the scrub cursor under prefix (default "reclaim:").
+func NewScrubCursor(c redis.UniversalClient, prefix string) *ScrubCursor {
+	if prefix == "" {
+		prefix = "reclaim:"
+	}
+	return &ScrubCursor{c: c, key: prefix + "scrub:cursor"}
+}
+
+// ScrubCursor is where the walk stands ("" at its start).
+func (s *ScrubCursor) ScrubCursor(ctx context.Context) (string, error) {
+	c, err := s.c.Get(ctx, s.key).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: scrub cursor: %v", layout.ErrTrackerUnavailable, err)
+	}
+	return c, nil
+}
+
+// SetScrubCursor moves the walk.
+func (s *ScrubCursor) SetScrubCursor(ctx context.Context, cursor string) error {
+	if err := s.c.Set(ctx, s.key, cursor, 0).Err(); err != nil {
+		return fmt.Errorf("%w: set scrub cursor: %v", layout.ErrTrackerUnavailable, err)
+	}
+	return nil
+}
