@@ -217,3 +217,46 @@ func TestStalledMountMeetsReclaimer(t *testing.T) {
 		requireReverseLinks(t, a)
 	})
 }
+
+// A manifest PUT of M (untagged, still linked) whose revision link write
+// lands late: while the write is held, a collect deletes r's revision link
+// of M (its forward link, then its reverse link; the look after finds no
+// forward link yet) and the reclaimer, finding no reverse link, deletes
+// M's data. The write then lands, finds its reverse link gone and puts it
+// back: that alone answered 201 for a manifest whose data was gone. It
+// must touch again, see the tombstone, find the data gone and withdraw
+// the link: 503, and the retry stores M again.
+func TestLateLinkWriteMeetsReclaimer(t *testing.T) {
+	forEachWindowCache(t, func(t *testing.T, a *testApp) {
+		img := a.pushRandom("r:v1", 1)
+		m, _ := imageDigests(t, img)
+		a.pushRandom("r:v1", 1) // the tag moves: M is untagged
+
+		g := storagetest.NewGate("PutContent", "/_manifests/revisions/sha256/"+m.Encoded()+"/link")
+		g.Match = inRequest(http.MethodPut, "/manifests/")
+		reclaimed := false
+		code := paused(t, g, func() int { return a.putManifest("r", "v2", img) }, func() {
+			a.age(t) // the write lands more than a window after the PUT's checks
+			a.unlinkAll(t, "r", layout.LinkManifest, m)
+			reclaimed = a.reclaim(t, m)
+		})
+		if !reclaimed {
+			t.Fatal("the reclaimer found a reverse link on M (the interleaving did not happen)")
+		}
+		if code == http.StatusCreated {
+			t.Fatalf("manifest PUT answered 201 although its data was reclaimed while its revision link was written (GET r:v2: %d)",
+				a.do(http.MethodGet, "/v2/r/manifests/v2").StatusCode)
+		}
+		if code != http.StatusServiceUnavailable {
+			t.Fatalf("manifest PUT = %d, want 503", code)
+		}
+		if _, err := a.env.Raw.Stat(context.Background(), layout.RevisionLinkPath("r", m)); err == nil {
+			t.Error("the revision link to the collected data was left behind (linkdb verify: broken_forward)")
+		}
+		if code := a.putManifest("r", "v2", img); code != http.StatusCreated {
+			t.Fatalf("retry = %d, want 201", code)
+		}
+		a.pullAll("r:v2")
+		requireReverseLinks(t, a)
+	})
+}
