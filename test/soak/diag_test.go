@@ -1,10 +1,16 @@
 package soak
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
+	"testing"
 	"time"
+
+	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
 
 // diag is a log of collects and acknowledged PUTs, printed next to a LOST
@@ -52,4 +58,50 @@ func lostDigest(err error) string {
 		return ""
 	}
 	return s[i : i+71]
+}
+
+// explainLeaks logs, for each blob rep calls reclaimable (no repository
+// links it, older than W), what kept it from the reclaimer: whether it is
+// queued and when it is due, its access record, fence and tombstone, when
+// its data was written, what the soak saw happen to it, and how many
+// enqueues each instance failed (a failed enqueue is a leak only the
+// slow-path sweep finds).
+func (c *cluster) explainLeaks(ctx context.Context, t *testing.T, rep *linkdb.Report) {
+	t.Helper()
+	rc := c.tracker.Client()
+	for _, f := range rep.Findings {
+		if f.Kind != linkdb.Reclaimable {
+			continue
+		}
+		d := f.Digest.String()
+		key := c.prefix + "{" + d + "}"
+		queued := "not queued"
+		if s, err := rc.ZScore(ctx, c.prefix+"review", d).Result(); err == nil {
+			queued = "queued, due " + time.UnixMilli(int64(s)).UTC().Format(time.RFC3339Nano)
+		}
+		written := "?"
+		if fi, err := c.raw.Stat(ctx, f.Path+"/data"); err == nil {
+			written = fi.ModTime().UTC().Format(time.RFC3339Nano)
+		}
+		t.Logf("LEAK %s (%d bytes): %s; data written %s; access %q (ttl %v); fence ttl %v; tombstone %q%s",
+			d, f.Size, queued, written, rc.Get(ctx, key+":a").Val(), rc.PTTL(ctx, key+":a").Val(),
+			rc.PTTL(ctx, key+":f").Val(), rc.Get(ctx, key+":gone").Val(), diagAbout(d))
+	}
+	for _, p := range c.procs {
+		if p == nil || p.DebugURL == "" {
+			continue
+		}
+		resp, err := http.Get(p.DebugURL + "/metrics")
+		if err != nil {
+			t.Logf("metrics of %s: %v", p.URL, err)
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.Contains(line, "review_enqueued_total") && !strings.HasPrefix(line, "#") {
+				t.Logf("%s: %s", p.URL, line)
+			}
+		}
+	}
 }

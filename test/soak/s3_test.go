@@ -125,6 +125,7 @@ func soakS3(t *testing.T, s3 *storagetest.S3, redisAddrs []string, prefix string
 	judgeLinkDB(t, "after the final pass", run.after)
 	if n := run.after.Counts[linkdb.Reclaimable]; n > 0 {
 		t.Errorf("%d unreferenced blobs older than W survived the final collect and reclaimer pass", n)
+		c.explainLeaks(ctx, t, run.after)
 	}
 	verifyAll(ctx, t, c.regs[len(c.regs)-1], soakRepos, w)
 	rebuildAndVerify(t, c.procs[0].ConfigPath)
