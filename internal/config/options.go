@@ -7,7 +7,7 @@
 //	  storage:
 //	    - name: reclaim
 //	      options:
-//	        window: 24h           # protection window W, for everything below
+//	        window: 24h           # protection window W, for everything below (> 0; absent: 24h)
 //	        redis: {addrs: [host:port], username, password, db, mastername, clientname,
 //	                sentinelusername, sentinelpassword, tls: {...}}
 //	        prefix: "reclaim:"

@@ -135,6 +135,8 @@ func TestDecodeNamesTheOption(t *testing.T) {
 		{map[string]any{"window": 3600}, "window", "must be a duration"},
 		{map[string]any{"window": "soon"}, "window", `got "soon"`},
 		{map[string]any{"window": "-1h"}, "window", "must be a positive duration, got -1h0m0s"},
+		{map[string]any{"window": "0s"}, "window", "must be a positive duration, got 0s"},
+		{map[string]any{"window": 0}, "window", "must be a duration"},
 		{map[string]any{"dedup": "-1s"}, "dedup", "must not be negative"},
 		{map[string]any{"fencepoll": "-1s"}, "fencepoll", "positive"},
 		{map[string]any{"window": "5s", "dedup": "1s"}, "dedup", "a tenth of the window"},
