@@ -57,6 +57,11 @@ func decode(m map[string]any) (Options, error) {
 			"plankeep":      positiveDuration(&o.Retention.PlanKeep),
 			"recheck":       positiveDuration(&o.Retention.Recheck),
 		}),
+		"http": block(fields{
+			"readheadertimeout": positiveDuration(&o.HTTP.ReadHeaderTimeout),
+			"bodyidletimeout":   positiveDuration(&o.HTTP.BodyIdleTimeout),
+			"idletimeout":       positiveDuration(&o.HTTP.IdleTimeout),
+		}),
 		"reclaimer": block(fields{
 			"enabled":      boolean(&o.Reclaimer.Enabled),
 			"interval":     positiveDuration(&o.Reclaimer.Interval),
