@@ -48,14 +48,31 @@ func (a *accessControl) authorize(r *http.Request, repo, action string) error {
 }
 
 // authorizeCatalog asks for the registry-wide scope Distribution's catalog
-// uses (registry:catalog:*): the in-use index spans repositories.
+// uses (registry:catalog:*): reads that span repositories (the in-use
+// index, every repository's plans and usage, the console's lists).
 func (a *accessControl) authorizeCatalog(r *http.Request) error {
+	return a.authorizeRegistry(r, "catalog", "*")
+}
+
+// The in-use index decides which versions retention must never delete, so
+// writing it is a scope of its own, in Distribution's resource-scope style
+// (type "registry", as the catalog's): a token that may only browse the
+// catalog cannot rewrite or forget a source. htpasswd grants it to every
+// valid user, as it grants everything.
+const (
+	inUseResource    = "inuse"
+	inUseWriteAction = "write"
+)
+
+// authorizeRegistry asks for action on the registry-wide resource
+// registry:<name>.
+func (a *accessControl) authorizeRegistry(r *http.Request, name, action string) error {
 	if a.err != nil {
 		return fmt.Errorf("access controller: %w", a.err)
 	}
 	if a.ac == nil {
 		return nil
 	}
-	_, err := a.ac.Authorized(r, auth.Access{Resource: auth.Resource{Type: "registry", Name: "catalog"}, Action: "*"})
+	_, err := a.ac.Authorized(r, auth.Access{Resource: auth.Resource{Type: "registry", Name: name}, Action: action})
 	return err
 }

@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/distribution/distribution/v3/registry/auth"
-
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/registry/console"
@@ -21,8 +19,11 @@ import (
 // The operator console (registry/console) at /gc/console/, on the
 // registry's own listener and access controller: listing pages need what
 // Distribution's catalog needs ("registry:catalog:*"; any authenticated
-// caller with htpasswd), a run's page "pull" on its repository, and a
-// preview "delete" on it, as a dry-run collect through the GC API does.
+// caller with htpasswd) and show a run's id only to a caller who may pull
+// its repository; a run's page needs "pull" on its repository (an unknown
+// id and a run the caller may not pull are the same 404), and a preview
+// "delete" on it, as a dry-run collect through the GC API does. Both ask
+// for an authenticated caller first.
 
 // newConsole serves the console in front of next, on the data the status
 // endpoint and the GC API read.
@@ -54,18 +55,13 @@ type consoleData struct {
 var consoleAction = map[console.Access]string{console.Pull: "pull", console.Delete: "delete"}
 
 func (c *consoleData) authorize(r *http.Request, repo string, a console.Access) error {
-	if a != console.List {
-		return c.s.access.authorize(r, repo, consoleAction[a])
+	switch a {
+	case console.List:
+		return c.s.access.authorizeCatalog(r)
+	case console.Authenticated:
+		return c.s.access.authorize(r, "", "")
 	}
-	ac := c.s.access
-	switch {
-	case ac.err != nil:
-		return fmt.Errorf("access controller: %w", ac.err)
-	case ac.ac == nil:
-		return nil
-	}
-	_, err := ac.ac.Authorized(r, auth.Access{Resource: auth.Resource{Type: "registry", Name: "catalog"}, Action: "*"})
-	return err
+	return c.s.access.authorize(r, repo, consoleAction[a])
 }
 
 // collector is the GC API's collector, nil while the API is off.

@@ -70,6 +70,10 @@ func statusOf(err error) (int, apiError) {
 		return http.StatusNotFound, apiError{"PLAN_UNKNOWN", gc.ErrPlanNotFound.Error(), nil}
 	case errors.Is(err, gc.ErrPlanNotFound):
 		return http.StatusNotFound, apiError{"PLAN_UNKNOWN", err.Error(), nil}
+	case errors.Is(err, retention.ErrPinExpired):
+		return http.StatusBadRequest, apiError{"PIN_EXPIRED", err.Error(), nil}
+	case errors.Is(err, retention.ErrInvalidDigest):
+		return http.StatusBadRequest, apiError{"DIGEST_INVALID", err.Error(), nil}
 	case errors.Is(err, retention.ErrInvalid):
 		return http.StatusBadRequest, apiError{"PARAM_INVALID", err.Error(), nil}
 	case errors.Is(err, retention.ErrPinNotFound):

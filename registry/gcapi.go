@@ -133,8 +133,13 @@ func (h *gcAPI) serve(w http.ResponseWriter, r *http.Request) error {
 		if m := retentionRe.FindStringSubmatch(rest); m != nil {
 			return h.retention(w, r, m)
 		}
-		if m := pinsRe.FindStringSubmatch(rest); m != nil && r.Method != http.MethodPost {
-			return h.pins(w, r, m[1], m[2])
+		if r.Method != http.MethodPost {
+			if m := pinsRe.FindStringSubmatch(rest); m != nil {
+				return h.pins(w, r, m[1], m[2])
+			}
+			if m := pinDigestRe.FindStringSubmatch(rest); m != nil {
+				return h.pins(w, r, m[1], m[2])
+			}
 		}
 		if r.Method != http.MethodPost {
 			return fmt.Errorf("%w: %s; use POST", errMethod, r.Method)

@@ -16,9 +16,11 @@ import (
 //	PUT    /gc/v1/inuse/sources/<source>  replace what it declares: {"images":[{"repository","digest"}]}
 //	DELETE /gc/v1/inuse/sources/<source>  forget it
 //
-// The index spans repositories, so it asks for the registry-wide scope
-// Distribution's catalog uses (registry:catalog:*), for reads too: it says
-// what runs where.
+// The index spans repositories. Reads ask for the registry-wide scope
+// Distribution's catalog uses (registry:catalog:*): it says what runs
+// where. Writes (PUT, DELETE) ask for registry:inuse:write, which the
+// catalog scope does not grant: what the index declares is what retention
+// never deletes (access.go).
 
 // maxInUseBody bounds a source's upload: some 150,000 images.
 const maxInUseBody = 32 << 20
@@ -38,7 +40,7 @@ func (h *gcAPI) inuse(w http.ResponseWriter, r *http.Request, rest string) error
 	if !one && rest != "sources" {
 		return fmt.Errorf("%w: %s", errNotFound, r.URL.Path)
 	}
-	if err := h.access.authorizeCatalog(r); err != nil {
+	if err := h.authorizeInUse(r); err != nil {
 		return err
 	}
 	s := h.backend.InUse
@@ -99,4 +101,13 @@ func (h *gcAPI) inuse(w http.ResponseWriter, r *http.Request, rest string) error
 		return nil
 	}
 	return fmt.Errorf("%w: %s; use GET, PUT or DELETE", errMethod, r.Method)
+}
+
+// authorizeInUse asks for the catalog scope to read the index and for
+// registry:inuse:write to change it.
+func (h *gcAPI) authorizeInUse(r *http.Request) error {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return h.access.authorizeCatalog(r)
+	}
+	return h.access.authorizeRegistry(r, inUseResource, inUseWriteAction)
 }

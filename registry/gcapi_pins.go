@@ -23,10 +23,17 @@ import (
 // two apart. The name is everything before the last "/pins" or
 // "/pins/<ref>" (a ref holds no '/'): "x/pins/pins" is the pin "pins" of
 // x, and the pins of a repository named "x/pins" are listed at
-// "x/pins/pins/". A GET of "<name>/pins/usage" is the usage of the
+// "x/pins/pins/"; a ref with a ':' and a '/' is a malformed digest
+// (pinDigestRe). A GET of "<name>/pins/usage" is the usage of the
 // repository "<name>/pins" (gcapi_usage.go), routed first.
 
 var pinsRe = regexp.MustCompile(`^(.+?)/pins(?:/([^/]*))?$`)
+
+// pinDigestRe is a pin whose ref holds a '/' after a ':' ("sha256:../x"):
+// no repository name holds a ':' (validateRepository), so this can only be
+// a malformed digest, answered 400 DIGEST_INVALID rather than as a
+// repository path without an action.
+var pinDigestRe = regexp.MustCompile(`^(.+)/pins/([^/]*:.*)$`)
 
 // errManifestUnknown: the pinned tag or manifest is not in the repository.
 var errManifestUnknown = errors.New("manifest unknown")
@@ -139,6 +146,11 @@ func (h *gcAPI) putPin(w http.ResponseWriter, r *http.Request, repo string, ref 
 		if fenced {
 			return errPinRace
 		}
+	}
+	// A 200 promises protection: a pin whose expiry passed while it was
+	// stored and checked (expires_in: 1ms, a slow Redis) protects nothing.
+	if err := pin.Live(time.Now()); err != nil {
+		return fmt.Errorf("%w; the pin was stored but protects nothing", err)
 	}
 	status := http.StatusOK
 	if created {

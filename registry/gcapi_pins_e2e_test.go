@@ -189,7 +189,12 @@ func TestE2EPinRequests(t *testing.T) {
 	}{
 		{http.MethodPut, "/gc/v1/repositories/req/app/pins/-bad", "", 400, "PARAM_INVALID"},
 		{http.MethodPut, "/gc/v1/repositories/Req/pins/v1", "", 400, "NAME_INVALID"},
-		{http.MethodPut, pinPath("req/app", d), `{"expires_in":"-1h"}`, 400, "PARAM_INVALID"},
+		{http.MethodPut, "/gc/v1/repositories/req/app/pins/sha256:../../x", "", 400, "DIGEST_INVALID"},
+		{http.MethodDelete, "/gc/v1/repositories/req/app/pins/sha256:a/b", "", 400, "DIGEST_INVALID"},
+		{http.MethodPut, "/gc/v1/repositories/req/app/pins/sha256:abc", "", 400, "DIGEST_INVALID"},
+		{http.MethodPut, pinPath("req/app", d), `{"expires_in":"-1h"}`, 400, "PIN_EXPIRED"},
+		// valid on arrival, expired before the answer: no 201 that protects nothing
+		{http.MethodPut, pinPath("req/app", d), `{"expires_in":"1ns"}`, 400, "PIN_EXPIRED"},
 		{http.MethodPut, pinPath("req/app", d), `{"ttl":"1h"}`, 400, "PARAM_INVALID"},
 		{http.MethodPut, pinPath("req/app", d), `{"note":"a"} {}`, 400, "PARAM_INVALID"},
 		{http.MethodPut, pinPath("no/such", d), "", 404, "NAME_UNKNOWN"},

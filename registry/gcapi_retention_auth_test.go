@@ -21,7 +21,9 @@ import (
 )
 
 // Pins ask for what a collection asks for (delete on the repository; pull
-// to read), the in-use index for the registry-wide catalog scope.
+// to read); the in-use index for the registry-wide catalog scope to read
+// and registry:inuse:write to change it. The catalog scope, what a
+// read-only catalog browser gets, changes neither.
 func TestPinsAndInUseScopes(t *testing.T) {
 	conf := &configuration.Configuration{Auth: configuration.Auth{"gcscopetest": configuration.Parameters{}}}
 	col, err := gc.New(gc.Config{Driver: inmemory.New(), Tracker: notRecording{}, Links: noLinks{}})
@@ -64,11 +66,17 @@ func TestPinsAndInUseScopes(t *testing.T) {
 		{"GET", "/gc/v1/repositories/team/app/pins", "", "repository:team/app:pull", 200, ""},
 		{"DELETE", pin, "", "repository:team/app:pull", 401, "repository:team/app:delete"},
 		{"DELETE", pin, "", "repository:team/app:delete", 204, ""},
-		{"PUT", "/gc/v1/inuse/sources/prod", `{"images":[]}`, "repository:team/app:delete", 401, "registry:catalog:*"},
-		{"PUT", "/gc/v1/inuse/sources/prod", `{"images":[]}`, "registry:catalog:*", 200, ""},
+		{"PUT", pin, "", "registry:catalog:*", 401, "repository:team/app:delete"},
+		{"DELETE", pin, "", "registry:catalog:*", 401, "repository:team/app:delete"},
+		{"PUT", "/gc/v1/inuse/sources/prod", `{"images":[]}`, "repository:team/app:delete", 401, "registry:inuse:write"},
+		{"PUT", "/gc/v1/inuse/sources/prod", `{"images":[]}`, "registry:catalog:*", 401, "registry:inuse:write"},
+		{"PUT", "/gc/v1/inuse/sources/prod", `{"images":[]}`, "registry:inuse:write", 200, ""},
 		{"GET", "/gc/v1/inuse/sources", "", "repository:team/app:pull", 401, "registry:catalog:*"},
+		{"GET", "/gc/v1/inuse/sources", "", "registry:inuse:write", 401, "registry:catalog:*"},
 		{"GET", "/gc/v1/inuse/sources", "", "registry:catalog:*", 200, ""},
-		{"DELETE", "/gc/v1/inuse/sources/prod", "", "registry:catalog:*", 204, ""},
+		{"GET", "/gc/v1/inuse/sources/prod", "", "registry:catalog:*", 200, ""},
+		{"DELETE", "/gc/v1/inuse/sources/prod", "", "registry:catalog:*", 401, "registry:inuse:write"},
+		{"DELETE", "/gc/v1/inuse/sources/prod", "", "registry:inuse:write", 204, ""},
 	} {
 		r := do(tc.method, tc.path, tc.body, tc.grant)
 		if r.StatusCode != tc.want || !strings.Contains(r.Header.Get("WWW-Authenticate"), tc.asks) {

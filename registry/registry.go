@@ -113,6 +113,7 @@ func (s *Server) open(ctx context.Context) error {
 // Handler composes Reclaim's HTTP features around Distribution's app. A
 // request meets them in this order:
 //
+//	body idle    a request body that sends nothing for bodyidletimeout ends the request (httptimeouts.go)
 //	console      /gc/console/: the operator console's pages (console.go)
 //	cross-site   refuses a /gc/v1/ write a browser sent for another site's page (gcapi_crosssite.go)
 //	status       GET /gc/v1/status: the GC API's fields, the reclaimer's, Redis health
@@ -135,7 +136,7 @@ func (s *Server) Handler(app http.Handler) http.Handler {
 	}
 	h = newReferrersHandler(s.conf, s.referrers, s.access, h)
 	h = &statusHandler{next: h, access: s.access, api: api, env: s.env, reclaimer: s.reclaimer}
-	return s.newConsole(api, crossSiteGuard{next: h})
+	return bodyIdle(s.HTTP().BodyIdleTimeout, s.newConsole(api, crossSiteGuard{next: h}))
 }
 
 // Env is the storage Env, nil without the reclaim middleware.

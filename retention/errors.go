@@ -11,6 +11,13 @@ var (
 	ErrInvalid = errors.New("retention: invalid request")
 	// ErrTooLarge: a scanned file or stream passed its limit (an ErrInvalid).
 	ErrTooLarge = fmt.Errorf("%w: too large", ErrInvalid)
+	// ErrPinExpired: a pin's expiry is not in the future, or passed
+	// before the pin was stored and checked: it protects nothing (an
+	// ErrInvalid).
+	ErrPinExpired = fmt.Errorf("%w: the pin's expiry has passed", ErrInvalid)
+	// ErrInvalidDigest: a reference that can only be meant as a digest (it
+	// holds a ':', which no tag does) is not one (an ErrInvalid).
+	ErrInvalidDigest = fmt.Errorf("%w: invalid digest", ErrInvalid)
 	// ErrPinNotFound: the repository has no such pin (or it expired).
 	ErrPinNotFound = errors.New("retention: pin not found")
 	// ErrSourceNotFound: no such in-use source.

@@ -52,8 +52,18 @@ func NewPin(repo string, ref Ref, req PinRequest, now time.Time) (Pin, error) {
 		t := now.Add(d).UTC()
 		p.ExpiresAt = &t
 	}
-	if p.ExpiresAt != nil && !p.ExpiresAt.After(now) {
-		return Pin{}, fmt.Errorf("%w: the expiry %s is not in the future", ErrInvalid, p.ExpiresAt.Format(time.RFC3339))
+	if err := p.Live(now); err != nil {
+		return Pin{}, err
 	}
 	return p, nil
+}
+
+// Live returns ErrPinExpired when p's expiry is not after now: such a pin
+// protects nothing.
+func (p Pin) Live(now time.Time) error {
+	if p.ExpiresAt != nil && !p.ExpiresAt.After(now) {
+		return fmt.Errorf("%w: the expiry %s is not in the future (at %s): give a later expires_at or a longer expires_in",
+			ErrPinExpired, p.ExpiresAt.Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package retention
 import (
 	"fmt"
 	"regexp"
+	"strings"
 
 	"github.com/opencontainers/go-digest"
 )
@@ -23,6 +24,10 @@ func ParseRef(s string) (Ref, error) {
 		return Ref{Tag: s}, nil
 	}
 	d, err := digest.Parse(s)
+	if err != nil && strings.Contains(s, ":") {
+		// no tag holds a ':': this was meant as a digest
+		return Ref{}, fmt.Errorf("%w: %q: %v", ErrInvalidDigest, s, err)
+	}
 	if err != nil {
 		return Ref{}, fmt.Errorf("%w: %q is neither a tag nor a digest", ErrInvalid, s)
 	}

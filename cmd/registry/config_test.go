@@ -27,6 +27,7 @@ var badReclaimOptions = []struct {
 	{"unknown key", "windw: 1h", `option "windw": unknown option`},
 	{"bad duration", "window: soon", `option "window": must be a duration`},
 	{"negative window", "window: -1h", `option "window": must be a positive duration`},
+	{"zero window", "window: 0s", `option "window": must be a positive duration`},
 	{"wrong type", "window: 3600", `option "window": must be a duration`},
 	{"nested wrong type", "redis:\n          db: zero", `option "redis.db": must be an integer`},
 	{"dedup too close to window", "window: 5s\n        dedup: 1s", `option "dedup"`},

@@ -23,8 +23,9 @@ import (
 // (registry.New: options, storage Env, collector, reclaimer, referrers),
 // hands Distribution the server's handler, builds Distribution's registry
 // from the same configuration (whose reclaim storage middleware finds the
-// server's Env by that configuration), starts the background reclaimer,
-// serves until SIGINT or SIGTERM, and closes the server.
+// server's Env by that configuration), sets the HTTP server's timeouts
+// (httpserver.go), starts the background reclaimer, serves until SIGINT or
+// SIGTERM, and closes the server.
 //
 // A bad reclaim option stops it before Distribution builds anything, with
 // exit status 1 and one line naming the option; Distribution would panic
@@ -66,6 +67,12 @@ func runServe(cmd *cobra.Command, args []string) int {
 		logrus.StandardLogger().Logln(logrus.FatalLevel, err)
 		return 1
 	}
+	hs, err := httpServer(reg)
+	if err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "registry: %v\n", err)
+		return 1
+	}
+	srv.ConfigureHTTPServer(hs)
 	srv.Start()
 	configureDebugServer(conf)
 	if err := reg.ListenAndServe(); err != nil {

@@ -27,7 +27,7 @@ func decode(m map[string]any) (Options, error) {
 	err := decodeBlock(m, fields{
 		"redis":         func(v any) error { return decodeRedis(v, &o.Redis) },
 		"prefix":        str(&o.Prefix),
-		"window":        duration(&o.Window),
+		"window":        window(&o.Window),
 		"accessttl":     duration(&o.AccessTTL),
 		"dedup":         duration(&o.Dedup),
 		"fencewait":     duration(&o.FenceWait),
@@ -56,6 +56,11 @@ func decode(m map[string]any) (Options, error) {
 			"planmaxage":    positiveDuration(&o.Retention.PlanMaxAge),
 			"plankeep":      positiveDuration(&o.Retention.PlanKeep),
 			"recheck":       positiveDuration(&o.Retention.Recheck),
+		}),
+		"http": block(fields{
+			"readheadertimeout": positiveDuration(&o.HTTP.ReadHeaderTimeout),
+			"bodyidletimeout":   positiveDuration(&o.HTTP.BodyIdleTimeout),
+			"idletimeout":       positiveDuration(&o.HTTP.IdleTimeout),
 		}),
 		"reclaimer": block(fields{
 			"enabled":      boolean(&o.Reclaimer.Enabled),
@@ -182,6 +187,22 @@ func duration(dst *time.Duration) func(any) error {
 	return func(v any) (err error) {
 		*dst, err = asDuration(v)
 		return err
+	}
+}
+
+// window: 0 is refused, not taken as the default. A window of 0 would
+// protect nothing; the default (24h) is for leaving the key out.
+func window(dst *time.Duration) func(any) error {
+	return func(v any) error {
+		d, err := asDuration(v)
+		if err != nil {
+			return err
+		}
+		if d <= 0 {
+			return fmt.Errorf("must be a positive duration, got %v (leave window out for the default %v)", d, defaultWindow)
+		}
+		*dst = d
+		return nil
 	}
 }
 

@@ -7,7 +7,7 @@
 //	  storage:
 //	    - name: reclaim
 //	      options:
-//	        window: 24h           # protection window W, for everything below
+//	        window: 24h           # protection window W, for everything below (> 0; absent: 24h)
 //	        redis: {addrs: [host:port], username, password, db, mastername, clientname,
 //	                sentinelusername, sentinelpassword, tls: {...}}
 //	        prefix: "reclaim:"
@@ -31,6 +31,10 @@
 //	          usagerefresh: 4     # usage estimates refreshed per tick; 0: none
 //	          usagemaxage: 1h     # an estimate older than this is refreshed
 //	          scrubrepos: 2       # repositories whose reverse links a tick scrubs; 0: none
+//	        http:                 # the registry's HTTP server (the same defaults without this entry)
+//	          readheadertimeout: 30s  # a request's headers must arrive within this
+//	          bodyidletimeout: 1m     # a request body may send nothing for at most this
+//	          idletimeout: 2m         # a kept-alive connection may wait this long for its next request
 //
 // Keys match case-insensitively (Distribution's environment overrides write
 // them in lower case); an unknown key, a key given twice, a value of the
@@ -95,6 +99,30 @@ type Options struct {
 	GC            GC
 	Reclaimer     Reclaimer
 	Retention     Retention
+	HTTP          HTTP
+}
+
+// HTTP is the `http:` block: the timeouts of the registry's HTTP server,
+// which upstream's configuration does not have (upstream serves with none,
+// so a client that sends a byte now and then holds a connection forever).
+// There is no whole-request read timeout: a slow upload that keeps sending
+// is never cut off, only one that stops.
+type HTTP struct {
+	// ReadHeaderTimeout bounds the reading of a request's headers (and a
+	// TLS handshake) from its first byte (default 30 s).
+	ReadHeaderTimeout time.Duration
+	// BodyIdleTimeout is how long a request body may send nothing: each
+	// read of the body must make progress within it (default 1 m).
+	BodyIdleTimeout time.Duration
+	// IdleTimeout is how long a kept-alive connection may wait for its
+	// next request (default 2 m).
+	IdleTimeout time.Duration
+}
+
+// DefaultHTTP is the `http:` block's defaults, also used without the
+// reclaim middleware.
+func DefaultHTTP() HTTP {
+	return HTTP{ReadHeaderTimeout: 30 * time.Second, BodyIdleTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 }
 
 // Retention is the `retention:` block: the default retention policy and
@@ -203,6 +231,10 @@ func (o Options) WithDefaults() (Options, error) {
 	if r.Cap == 0 {
 		r.Cap = 1000
 	}
+	h, dh := &o.HTTP, DefaultHTTP()
+	def(&h.ReadHeaderTimeout, dh.ReadHeaderTimeout)
+	def(&h.BodyIdleTimeout, dh.BodyIdleTimeout)
+	def(&h.IdleTimeout, dh.IdleTimeout)
 	if o.Reclaimer.Batch == 0 {
 		o.Reclaimer.Batch = defaultReclaimerBatch
 	}

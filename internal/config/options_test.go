@@ -44,6 +44,7 @@ func TestDecodeDefaults(t *testing.T) {
 		Reclaimer: Reclaimer{Interval: defaultReclaimerInterval, Batch: defaultReclaimerBatch, UsageRefresh: 4, UsageMaxAge: time.Hour, ScrubRepos: 2},
 		Retention: Retention{KeepNewest: 10, RollbackSlack: 3, MinAge: 365 * 24 * time.Hour, Cap: 1000, InUseMaxAge: 24 * time.Hour,
 			PlanMaxAge: 7 * 24 * time.Hour, PlanKeep: 30 * 24 * time.Hour, Recheck: time.Second},
+		HTTP: HTTP{ReadHeaderTimeout: 30 * time.Second, BodyIdleTimeout: time.Minute, IdleTimeout: 2 * time.Minute},
 	}
 	if o.Redis.Addrs != nil || o.DescriptorCache != nil {
 		t.Fatalf("redis %+v", o.Redis)
@@ -135,6 +136,8 @@ func TestDecodeNamesTheOption(t *testing.T) {
 		{map[string]any{"window": 3600}, "window", "must be a duration"},
 		{map[string]any{"window": "soon"}, "window", `got "soon"`},
 		{map[string]any{"window": "-1h"}, "window", "must be a positive duration, got -1h0m0s"},
+		{map[string]any{"window": "0s"}, "window", "must be a positive duration, got 0s"},
+		{map[string]any{"window": 0}, "window", "must be a duration"},
 		{map[string]any{"dedup": "-1s"}, "dedup", "must not be negative"},
 		{map[string]any{"fencepoll": "-1s"}, "fencepoll", "positive"},
 		{map[string]any{"window": "5s", "dedup": "1s"}, "dedup", "a tenth of the window"},
@@ -163,6 +166,10 @@ func TestDecodeNamesTheOption(t *testing.T) {
 		{map[string]any{"reclaimer": map[string]any{"usagemaxage": "0s"}}, "reclaimer.usagemaxage", "positive duration"},
 		{map[string]any{"reclaimer": map[string]any{"scrubrepos": -1}}, "reclaimer.scrubrepos", "non-negative integer"},
 		{map[string]any{"reclaimer": map[string]any{"scrubrepos": "2"}}, "reclaimer.scrubrepos", "non-negative integer"},
+		{map[string]any{"http": map[string]any{"readheadertimeout": "0s"}}, "http.readheadertimeout", "positive duration"},
+		{map[string]any{"http": map[string]any{"bodyidletimeout": "-1s"}}, "http.bodyidletimeout", "positive duration"},
+		{map[string]any{"http": map[string]any{"idletimeout": 5}}, "http.idletimeout", "positive duration"},
+		{map[string]any{"http": map[string]any{"readtimeout": "1m"}}, "http.readtimeout", "unknown option"},
 	} {
 		_, err := decode(c.opts)
 		var oe *OptionError
@@ -187,5 +194,18 @@ func TestDecodeWriteGrace(t *testing.T) {
 	}
 	if _, err := decode(map[string]any{"writegrace": "soon"}); !errors.Is(err, ErrBadOptions) {
 		t.Fatalf("bad writegrace: %v", err)
+	}
+}
+
+// The http: block sets the server's timeouts; a key left out keeps its
+// default, the same as without the middleware (DefaultHTTP).
+func TestDecodeHTTP(t *testing.T) {
+	o, err := decode(map[string]any{"http": map[any]any{"readheadertimeout": "5s", "IdleTimeout": "10m"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := HTTP{ReadHeaderTimeout: 5 * time.Second, BodyIdleTimeout: DefaultHTTP().BodyIdleTimeout, IdleTimeout: 10 * time.Minute}
+	if o.HTTP != want {
+		t.Fatalf("http %+v, want %+v", o.HTTP, want)
 	}
 }

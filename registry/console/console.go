@@ -51,17 +51,22 @@ const (
 	// List: the pages that list repositories and runs (Distribution's
 	// catalog access: "registry:catalog:*").
 	List Access = iota
-	// Pull: one run of the repository.
+	// Pull: one run of the repository; its id in a list.
 	Pull
 	// Delete: a dry-run preview of the repository, as the GC API's
 	// collect asks.
 	Delete
+	// Authenticated: any valid caller, whatever it may access (repo is
+	// ""). Asked first where the next answer would depend on the request
+	// (an unknown run, a malformed name), so an anonymous caller gets the
+	// challenge, never a 404 or a 400.
+	Authenticated
 )
 
 // Config is what the registry gives the console. Every function must be set.
 type Config struct {
-	// Authorize asks the registry's access controller for a on repo ("" for
-	// List). Its error goes to Deny.
+	// Authorize asks the registry's access controller for a on repo (""
+	// for List and Authenticated). Its error goes to Deny.
 	Authorize func(r *http.Request, repo string, a Access) error
 	// Deny answers a refused request (401 with the challenge, or 403).
 	Deny func(w http.ResponseWriter, r *http.Request, err error)

@@ -88,8 +88,10 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		d.Notes = append(d.Notes, runsNote(err))
 	}
+	pull := h.pullable(r)
 	for _, rep := range runs {
 		row := rowOf(rep)
+		row.ID = pull(row)
 		if rep.Status == gc.StatusRunning {
 			d.Running++
 		}
@@ -114,11 +116,13 @@ func (h *Handler) runs(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		note = runsNote(err)
 	}
+	pull := h.pullable(r)
 	for _, rep := range runs {
 		row := rowOf(rep)
 		if repo != "" && row.Repository != repo {
 			continue
 		}
+		row.ID = pull(row)
 		if status == "" || row.Status == status || status == "refused" && row.refused() {
 			rows = append(rows, row)
 		}
@@ -126,6 +130,26 @@ func (h *Handler) runs(w http.ResponseWriter, r *http.Request) {
 	h.render(w, http.StatusOK, "runs", view{Title: "Runs", Nav: "runs", Refresh: 30,
 		Data: map[string]any{"Rows": rows, "Status": status, "Repository": repo, "Note": note,
 			"Statuses": []string{"running", "done", "aborted", "failed", "interrupted", "refused"}}})
+}
+
+// pullable returns the id a list may show for a run: its own when the
+// caller may pull the run's repository, else "" (listed without a link).
+// The lists need only the catalog access, and a run's page pull on its
+// repository, so run ids are never shown to a caller who could not open
+// them: ids cannot be listed or probed. One question per repository.
+func (h *Handler) pullable(r *http.Request) func(runRow) string {
+	may := map[string]bool{}
+	return func(row runRow) string {
+		ok, asked := may[row.Repository]
+		if !asked {
+			ok = h.cfg.Authorize(r, row.Repository, Pull) == nil
+			may[row.Repository] = ok
+		}
+		if !ok {
+			return ""
+		}
+		return row.ID
+	}
 }
 
 // runsNote says why a run list holds only this instance's runs.
@@ -151,7 +175,9 @@ func runDataOf(rep *gc.Report) runData {
 }
 
 func (h *Handler) run(w http.ResponseWriter, r *http.Request, id string) {
-	if !h.allowed(w, r, "", List) {
+	// pull on the run's repository, as GET /gc/v1/runs/<id>: not the
+	// catalog access of the lists
+	if !h.allowed(w, r, "", Authenticated) {
 		return
 	}
 	rep, ok, err := h.cfg.Run(r.Context(), id)
@@ -203,6 +229,11 @@ func (h *Handler) preview(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 4096)
 	if err := r.ParseForm(); err != nil {
 		h.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	// authentication first: an anonymous caller gets the challenge, not a
+	// verdict on the name
+	if !h.allowed(w, r, "", Authenticated) {
 		return
 	}
 	repo := r.PostForm.Get("repository")
