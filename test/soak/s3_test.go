@@ -27,8 +27,8 @@ const stallRate = 20
 // instances at random, as behind a load balancer. A proxy between the
 // instances and the bucket holds 2% of the answers to blob-data calls for
 // W + 1 s (storagetest.S3Staller): a request that stalls right after its
-// existence check must end in a refusal, never a 201 for data that is gone. Then everything that
-// must survive is pulled and verified, the link database is verified, a
+// existence check must end in a refusal, never a 201 for data that is
+// gone. Then everything that must survive is pulled and verified, the link database is verified, a
 // final collect and reclaimer pass leaves no unreferenced blob, and
 // `registry linkdb rebuild` followed by `registry linkdb verify` (the
 // binary, on an instance's config) is clean.
@@ -36,27 +36,44 @@ const stallRate = 20
 //	go test ./test/soak/ -run TestSoakS3 -v                          # short form
 //	go test ./test/soak/ -run TestSoakS3 -v -soak.duration=10m -timeout=40m
 //
-// The Redis is a loopback Redis Cluster when redis-server and redis-cli are
-// installed (as in CI), else the real Redis of RECLAIM_TEST_REDIS_ADDR.
+// It runs twice, in parallel, on one S3 server: on a loopback Redis Cluster
+// with Distribution's in-memory blob descriptor cache (the only kind a
+// Cluster allows), when redis-server and redis-cli are installed (as in CI);
+// and on the real Redis of RECLAIM_TEST_REDIS_ADDR with the redis cache
+// kind, in a database of its own.
 func TestSoakS3(t *testing.T) {
 	t.Parallel() // mostly waiting out windows
 	if testing.Short() {
 		t.Skip("soak skipped in -short mode")
 	}
-	s3 := storagetest.StartS3(t)
-	if storagetest.ClusterAvailable() {
-		// What large registries run: the instances share a Redis Cluster
-		// (3 masters, 3 replicas), so every script must keep to one slot.
-		rc := storagetest.StartCluster(t)
-		soakS3(t, s3, rc.Addrs(), "soak:")
-		return
-	}
-	addr := storagetest.RealRedis()
-	if addr == "" {
+	cluster, addr := storagetest.ClusterAvailable(), storagetest.RealRedis()
+	if !cluster && addr == "" {
 		t.Skipf("TestSoakS3 needs redis-server and redis-cli for a Redis Cluster, or a real Redis: set %s=host:port", storagetest.RedisAddrEnv)
 	}
-	soakS3(t, s3, []string{addr}, storagetest.RealPrefix(t, addr))
+	s3 := storagetest.StartS3(t)
+	if cluster {
+		t.Run("redis=cluster,cache=inmemory", func(t *testing.T) {
+			t.Parallel()
+			// What large registries run: the instances share a Redis
+			// Cluster (3 masters, 3 replicas), so every script must keep
+			// to one slot.
+			rc := storagetest.StartCluster(t)
+			soakS3(t, s3, "/soak-cluster", rc.Addrs(), "soak:", "inmemory")
+		})
+	}
+	if addr != "" {
+		t.Run("redis=standalone,cache=redis", func(t *testing.T) {
+			t.Parallel()
+			t.Cleanup(func() { cleanupDistributionCache(addr, s3CacheDB) })
+			soakS3(t, s3, "/soak-redis", []string{addr}, storagetest.RealPrefix(t, addr), "redis")
+		})
+	}
 }
+
+// s3CacheDB is the Redis database of Distribution's blob descriptor cache
+// in TestSoakS3's cache=redis run: not TestSoak's, whose storage (and so
+// whose truth about which blob exists) is another.
+const s3CacheDB = distributionCacheDB + 1
 
 // s3Storage configures an instance's storage as the s3 driver with params.
 func s3Storage(params map[string]any) registrytest.Option {
@@ -78,7 +95,7 @@ func newS3Cluster(t *testing.T, s3 *storagetest.S3, endpoint, root string, redis
 	return newClusterOn(t, raw, s3Storage(s3.Params(endpoint, root)), redisAddrs, prefix)
 }
 
-func soakS3(t *testing.T, s3 *storagetest.S3, redisAddrs []string, prefix string) {
+func soakS3(t *testing.T, s3 *storagetest.S3, root string, redisAddrs []string, prefix, cache string) {
 	// Longer than TestSoak's 20 s: on S3 (versitygw on the same loaded
 	// cores) a push is slower, and every kind of race must run at least
 	// once (judgeSoak).
@@ -87,8 +104,8 @@ func soakS3(t *testing.T, s3 *storagetest.S3, redisAddrs []string, prefix string
 	// stallRate of the answers to blob-data calls for longer than W, after
 	// the store gave them (docs/gc-protocol.md, case 12).
 	stall := storagetest.NewS3Staller(t, s3.Endpoint, stallRate, window+time.Second)
-	c := newS3Cluster(t, s3, stall.URL, "/soak", redisAddrs, prefix)
-	c.startProcesses(t, s3Instances, registrytest.WithHtpasswd("soak", "soak-password"))
+	c := newS3Cluster(t, s3, stall.URL, root, redisAddrs, prefix)
+	c.startProcesses(t, s3Instances, registrytest.WithHtpasswd("soak", "soak-password"), descriptorCache(redisAddrs[0], cache, s3CacheDB))
 	ctx := context.Background()
 	c.waitTrusted(ctx, t)
 
@@ -97,7 +114,7 @@ func soakS3(t *testing.T, s3 *storagetest.S3, redisAddrs []string, prefix string
 		t.Fatal(err)
 	}
 	w.racing = true
-	run := soakRun{cache: "inmemory, storage s3", clients: 2 * s3Instances}
+	run := soakRun{cache: cache + ", storage s3", clients: 2 * s3Instances}
 	start := time.Now()
 	w.run(ctx, d, run.clients)
 	run.elapsed = time.Since(start)

@@ -38,7 +38,7 @@ func TestSoak(t *testing.T) {
 }
 
 // distributionCacheDB is the Redis database of Distribution's own blob
-// descriptor cache in the cache=redis soak. Its keys carry no prefix, so
+// descriptor cache in TestSoak's cache=redis run. Its keys carry no prefix, so
 // they are kept out of the database the tests' prefixed keys live in.
 const distributionCacheDB = 9
 
@@ -55,9 +55,9 @@ func soak(t *testing.T, addr, cache string) {
 	d := workloadDuration(t, 20*time.Second)
 	c := newCluster(t, addr, storagetest.RealPrefix(t, addr))
 	if cache == "redis" {
-		t.Cleanup(func() { cleanupDistributionCache(addr) })
+		t.Cleanup(func() { cleanupDistributionCache(addr, distributionCacheDB) })
 	}
-	c.startProcesses(t, 2, registrytest.WithHtpasswd("soak", "soak-password"), descriptorCache(addr, cache))
+	c.startProcesses(t, 2, registrytest.WithHtpasswd("soak", "soak-password"), descriptorCache(addr, cache, distributionCacheDB))
 	ctx := context.Background()
 	// GC trusts the tracker only after it recorded for a full window.
 	c.waitTrusted(ctx, t)
@@ -96,13 +96,13 @@ func soak(t *testing.T, addr, cache string) {
 }
 
 // descriptorCache configures Distribution's blob descriptor cache of kind
-// cache; the redis kind uses its own database on the Redis at addr.
-func descriptorCache(addr, cache string) registrytest.Option {
+// cache; the redis kind uses database db on the Redis at addr.
+func descriptorCache(addr, cache string, db int) registrytest.Option {
 	return registrytest.WithConfig(func(cfg *configuration.Configuration) {
 		cfg.Storage["cache"] = configuration.Parameters{"blobdescriptor": cache}
 		if cache == "redis" {
 			cfg.Redis.Options.Addrs = []string{addr}
-			cfg.Redis.Options.DB = distributionCacheDB
+			cfg.Redis.Options.DB = db
 		}
 	})
 }
@@ -170,8 +170,8 @@ func (w *workload) judgeSoak(t *testing.T) {
 // cleanupDistributionCache deletes the soak's keys from Distribution's
 // blob descriptor cache database. It is a cache: deleting an entry another
 // run still uses only makes that run read the storage.
-func cleanupDistributionCache(addr string) {
-	rc := redis.NewClient(&redis.Options{Addr: addr, DB: distributionCacheDB})
+func cleanupDistributionCache(addr string, db int) {
+	rc := redis.NewClient(&redis.Options{Addr: addr, DB: db})
 	defer rc.Close()
 	ctx := context.Background()
 	for _, pattern := range []string{"repository::soak/*", "blobs::*"} {
