@@ -71,3 +71,7 @@ func (e *AbortError) Unwrap() error { return e.Err }
 func (e *AbortError) Is(target error) bool { return target == ErrAborted }
 
 func abort(r AbortReason, err error) error { return &AbortError{Reason: r, Err: err} }
+
+// ErrTooManyDryRuns: the instance already runs as many dry runs as it
+// allows (Config.DryRuns), and none ended within Config.DryRunWait.
+var ErrTooManyDryRuns = errors.New("gc: too many dry runs at once on this instance")
