@@ -26,7 +26,13 @@ type RunOptions struct {
 // Collect runs one collection of repo and returns its report. A failed
 // precondition returns an *AbortError (errors.Is ErrAborted) and a report
 // with status "aborted"; nothing was deleted.
+//
+// A dry run is bounded and shared with identical ones running (dryruns.go):
+// its report may be another caller's too, and must not be changed.
 func (c *Collector) Collect(ctx context.Context, repo string, o RunOptions) (*Report, error) {
+	if o.DryRun && !o.unlisted {
+		return c.dryRun(ctx, repo, o)
+	}
 	r, err := c.begin(ctx, repo, o)
 	if err != nil {
 		return nil, err
@@ -56,10 +62,12 @@ func (c *Collector) Start(ctx context.Context, repo string, o RunOptions, done f
 // dry-run report that describes it.
 func (c *Collector) Preview(ctx context.Context, repo string, o RunOptions) (*Plan, *Report, error) {
 	o.DryRun, o.PlanID = true, ""
-	rep, err := c.Collect(ctx, repo, o)
+	shared, err := c.Collect(ctx, repo, o)
 	if err != nil {
-		return nil, rep, err
+		return nil, shared, err
 	}
+	rep := new(Report)
+	*rep = *shared // another identical dry run may have the same report
 	now := c.cfg.Now()
 	p := &Plan{ID: newID(), Repository: repo, CreatedAt: now, ExpiresAt: now.Add(c.cfg.PlanTTL),
 		Manifests: rep.ManifestsDeleted, Layers: rep.LayersUnlinked, Blobs: rep.BlobsDeleted}

@@ -61,10 +61,15 @@ type Config struct {
 	Window       time.Duration // protection window W; default 24h
 	Cap          int           // max link deletions per run; 0 = DefaultCap, <0 = none
 	KeepUntagged bool          // policy: keep every untagged manifest
-	FenceLease   time.Duration
-	LockLease    time.Duration
-	PlanTTL      time.Duration
-	Now          func() time.Time
+	// DryRuns bounds the dry runs walking at once (dryruns.go); 0 means
+	// DefaultDryRuns. DryRunWait is how long one more waits for a slot;
+	// 0 means DefaultDryRunWait, negative not at all.
+	DryRuns    int
+	DryRunWait time.Duration
+	FenceLease time.Duration
+	LockLease  time.Duration
+	PlanTTL    time.Duration
+	Now        func() time.Time
 }
 
 // Collector collects one repository at a time. It is safe for concurrent
@@ -82,6 +87,8 @@ type Collector struct {
 	// instance names this collector when it marks a run interrupted.
 	recorder RunRecorder
 	instance string
+
+	dry *dryRuns
 
 	mu    sync.Mutex
 	plans map[string]*Plan
@@ -122,11 +129,20 @@ func New(cfg Config) (*Collector, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.DryRuns <= 0 {
+		cfg.DryRuns = DefaultDryRuns
+	}
+	switch {
+	case cfg.DryRunWait == 0:
+		cfg.DryRunWait = DefaultDryRunWait
+	case cfg.DryRunWait < 0:
+		cfg.DryRunWait = 0
+	}
 	rec, _ := cfg.Tracker.(RunRecorder)
 	return &Collector{
 		cfg: cfg, clock: realClock{}, driver: cfg.Driver, tracker: cfg.Tracker, links: cfg.Links,
 		pinner: cfg.Pinner, evictor: cfg.Evictor, recorder: rec, instance: newID(),
-		plans: map[string]*Plan{}, runs: map[string]*storedRun{},
+		plans: map[string]*Plan{}, runs: map[string]*storedRun{}, dry: newDryRuns(cfg.DryRuns, cfg.DryRunWait),
 	}, nil
 }
 

@@ -32,6 +32,9 @@ var (
 	// ErrAborted is matched (errors.Is) by every *AbortError: a precondition
 	// failed and the run deleted nothing.
 	ErrAborted = errors.New("gc: run aborted, nothing deleted")
+	// ErrTooManyDryRuns: the instance already runs as many dry runs as it
+	// allows (Config.DryRuns), and none ended within Config.DryRunWait.
+	ErrTooManyDryRuns = errors.New("gc: too many dry runs at once on this instance")
 )
 
 // Errors a Tracker wraps (with %w) so the collector can branch on them.

@@ -77,11 +77,24 @@ func (c *Collector) estimate(ctx context.Context, repo string, unlisted bool) (U
 	if c.cfg.Usage == nil {
 		return Usage{}, nil, ErrNoUsageStore
 	}
-	r, err := c.begin(ctx, repo, RunOptions{DryRun: true, unlisted: unlisted})
-	if err != nil {
+	var r *run
+	var rep *Report
+	walk := func() (err error) {
+		if r, err = c.begin(ctx, repo, RunOptions{DryRun: true, unlisted: unlisted}); err != nil {
+			return err
+		}
+		rep, err = r.finish(ctx)
+		return err
+	}
+	var err error
+	if unlisted { // the reclaimer's, one at a time
+		err = walk()
+	} else {
+		err = c.bounded(ctx, repo, walk)
+	}
+	if r == nil {
 		return Usage{}, nil, err
 	}
-	rep, err := r.finish(ctx)
 	if errors.Is(err, ErrRepositoryNotFound) {
 		// gone: its record must not rank (nor be refreshed) for ever
 		if derr := c.cfg.Usage.DeleteUsage(ctx, repo); derr != nil {

@@ -96,6 +96,8 @@ func statusOf(err error) (int, apiError) {
 		return http.StatusNotFound, apiError{"NOT_FOUND", err.Error(), nil}
 	case errors.Is(err, gc.ErrRepositoryBusy):
 		return http.StatusConflict, apiError{"GC_BUSY", err.Error(), nil}
+	case errors.Is(err, errTooMany), errors.Is(err, gc.ErrTooManyDryRuns):
+		return http.StatusTooManyRequests, apiError{"TOO_MANY_REQUESTS", err.Error(), nil}
 	case errors.Is(err, errTooLarge):
 		return http.StatusRequestEntityTooLarge, apiError{"SIZE_INVALID", err.Error(), nil}
 	case errors.Is(err, errMethod), errors.Is(err, gc.ErrDisabled):
@@ -122,8 +124,11 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if status == http.StatusInternalServerError {
 		logrus.WithError(err).WithField("path", r.URL.Path).Error("reclaim: gc api")
 	}
-	if status == http.StatusServiceUnavailable || status == http.StatusConflict {
+	switch status {
+	case http.StatusServiceUnavailable, http.StatusConflict:
 		w.Header().Set("Retry-After", "30")
+	case http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", retryAfterBusy)
 	}
 	writeJSON(w, status, map[string][]apiError{"errors": {body}})
 }

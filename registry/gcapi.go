@@ -81,6 +81,7 @@ type gcAPI struct {
 	opts    config.Options
 	access  *accessControl
 	backend *gcBackend // nil while the API is disabled
+	bodies  *bodyLimiter
 }
 
 // newGCAPI serves the API on b when opts enable it, and answers
@@ -89,7 +90,7 @@ func newGCAPI(access *accessControl, opts config.Options, b *gcBackend, next htt
 	if !opts.GC.Enabled {
 		b = nil
 	}
-	return &gcAPI{next: next, opts: opts, access: access, backend: b}
+	return &gcAPI{next: next, opts: opts, access: access, backend: b, bodies: newBodyLimiter(bodyBudget, bodyWait)}
 }
 
 func (h *gcAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -30,7 +30,12 @@ import (
 // has consumed the '{' (with strictFields). An empty (or all-space) body
 // is no object: object is not called.
 func strictBody(body []byte, object func(dec *json.Decoder) error) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
+	return strictStream(bytes.NewReader(body), object)
+}
+
+// strictStream is strictBody on a stream.
+func strictStream(body io.Reader, object func(dec *json.Decoder) error) error {
+	dec := json.NewDecoder(body)
 	tok, err := dec.Token()
 	if errors.Is(err, io.EOF) {
 		return nil
@@ -89,26 +94,23 @@ func badBody(format string, a ...any) error {
 // readJSON decodes the body of a pin, in-use or retention request into v,
 // a pointer to a struct: one JSON object, read strictly (above), at most
 // limit bytes. An empty body leaves v as it is.
+//
+// It decodes as it reads, in one pass and without a copy of the body: the
+// objects and arrays of v's type are walked token by token (strictly),
+// and only their leaves (a string, a number, a time) go to encoding/json,
+// one at a time. json.Decoder.Decode of the whole object would first
+// buffer all of it, and an in-use upload is up to 32 MiB.
 func readJSON(r *http.Request, limit int64, v any) error {
-	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		return fmt.Errorf("%w: read body: %v", errBadRequest, err)
-	}
-	if int64(len(b)) > limit {
+	if r.ContentLength > limit {
 		return fmt.Errorf("%w: over %d bytes", errTooLarge, limit)
 	}
-	t := reflect.TypeOf(v).Elem()
-	err = strictBody(b, func(dec *json.Decoder) error { return checkFields(dec, t, "") })
-	if err != nil || len(bytes.TrimSpace(b)) == 0 {
-		return err
+	body := &io.LimitedReader{R: r.Body, N: limit + 1}
+	rv := reflect.ValueOf(v).Elem()
+	err := strictStream(body, func(dec *json.Decoder) error { return decodeFields(dec, rv, nil) })
+	if body.N <= 0 {
+		return fmt.Errorf("%w: over %d bytes", errTooLarge, limit)
 	}
-	// The keys are checked; encoding/json checks the types.
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: body: %v", errBadRequest, err)
-	}
-	return nil
+	return err
 }
 
 var (
@@ -116,111 +118,228 @@ var (
 	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
 )
 
-// checkValue walks the next JSON value of dec as a value of type t: the
-// objects of struct types (and maps) strictly, the elements of slices and
-// arrays as t's elements. A value of a type that decodes itself (a
-// time.Time, a retention.Duration) or of the wrong JSON type (encoding/json
-// refuses it afterwards) is only skipped.
-func checkValue(dec *json.Decoder, t reflect.Type, where string) error {
+// leaf reports whether a value of type t is decoded by encoding/json as a
+// whole: a scalar, an interface, or a type that decodes itself (a
+// time.Time, a retention.Duration). Objects and arrays of every other
+// type are walked strictly.
+func leaf(t reflect.Type) bool {
 	for t.Kind() == reflect.Pointer {
+		if t.Implements(unmarshalerType) || t.Implements(textUnmarshalerType) {
+			return true
+		}
 		t = t.Elem()
 	}
-	tok, err := dec.Token()
-	if err != nil {
-		return badBody("%s%v", where, err)
+	if reflect.PointerTo(t).Implements(unmarshalerType) || reflect.PointerTo(t).Implements(textUnmarshalerType) {
+		return true
 	}
-	d, ok := tok.(json.Delim)
-	if !ok {
-		return nil // a scalar or null
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map, reflect.Slice, reflect.Array:
+		return false
 	}
-	custom := reflect.PointerTo(t).Implements(unmarshalerType) || reflect.PointerTo(t).Implements(textUnmarshalerType)
-	switch {
-	case d == '{' && !custom && (t.Kind() == reflect.Struct || t.Kind() == reflect.Map):
-		return checkFields(dec, t, where)
-	case d == '[' && !custom && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array):
-		for i := 0; dec.More(); i++ {
-			if err := checkValue(dec, t.Elem(), fmt.Sprintf("%s[%d]: ", strings.TrimSuffix(where, ": "), i)); err != nil {
-				return err
-			}
-		}
-		if _, err := dec.Token(); err != nil {
-			return badBody("%s%v", where, err)
+	return true
+}
+
+// where is the place in the body a value is at, for errors: "items[1]:
+// name: ". It is built only when an error names it; a chain of them lives
+// on the stack.
+type where struct {
+	up    *where
+	key   string // or, when up is a slice: index
+	index int
+	elem  bool
+}
+
+func (w *where) String() string {
+	if w == nil {
+		return ""
+	}
+	if w.elem {
+		return fmt.Sprintf("%s[%d]: ", strings.TrimSuffix(w.up.String(), ": "), w.index)
+	}
+	return w.up.String() + w.key + ": "
+}
+
+// decodeValue decodes the next JSON value of dec into v (settable),
+// walking objects and arrays strictly.
+func decodeValue(dec *json.Decoder, v reflect.Value, at *where) error {
+	if leaf(v.Type()) {
+		if err := dec.Decode(v.Addr().Interface()); err != nil {
+			return badBody("%s%v", at, err)
 		}
 		return nil
 	}
-	return skip(dec, 1)
+	tok, err := dec.Token()
+	if err != nil {
+		return badBody("%s%v", at, err)
+	}
+	if tok == nil { // null: as encoding/json, nil for a pointer, slice or map
+		if k := v.Kind(); k == reflect.Pointer || k == reflect.Slice || k == reflect.Map {
+			v.SetZero()
+		}
+		return nil
+	}
+	for v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			v.Set(reflect.New(v.Type().Elem()))
+		}
+		v = v.Elem()
+	}
+	d, _ := tok.(json.Delim)
+	array := v.Kind() == reflect.Slice || v.Kind() == reflect.Array
+	switch {
+	case d == '{' && (v.Kind() == reflect.Struct || v.Kind() == reflect.Map):
+		return decodeFields(dec, v, at)
+	case d == '[' && array:
+		return decodeElements(dec, v, at)
+	}
+	return badBody("%sgot %v, want a JSON %s", at, tok, map[bool]string{true: "array", false: "object"}[array])
 }
 
-// checkFields reads an object of struct (or map) type t whose '{' dec has
-// consumed: a struct's keys are its fields' JSON names exactly, a map's
-// any; in both, each key once.
-func checkFields(dec *json.Decoder, t reflect.Type, where string) error {
-	var names map[string]reflect.Type
-	if t.Kind() == reflect.Struct {
-		names = fieldsOf(t)
+// decodeElements decodes the elements of the array whose '[' dec has
+// consumed into v, a slice (replaced) or an array (the rest zeroed, extra
+// elements dropped, as encoding/json does), and its ']'.
+func decodeElements(dec *json.Decoder, v reflect.Value, at *where) error {
+	slice := v.Kind() == reflect.Slice
+	if slice {
+		v.Set(reflect.MakeSlice(v.Type(), 0, 0))
 	}
-	return strictFields(dec, where, func(key string) (func() error, bool) {
-		ft, ok := names[key]
-		if t.Kind() == reflect.Map {
-			ft, ok = t.Elem(), true
+	i := 0
+	for ; dec.More(); i++ {
+		elem := &where{up: at, index: i, elem: true}
+		switch {
+		case slice:
+			if v.Len() == v.Cap() {
+				v.Grow(1)
+			}
+			v.SetLen(i + 1)
+			if err := decodeValue(dec, v.Index(i), elem); err != nil {
+				return err
+			}
+		case i < v.Len():
+			if err := decodeValue(dec, v.Index(i), elem); err != nil {
+				return err
+			}
+		default:
+			var skip json.RawMessage // small: the body is bounded, and so is one element
+			if err := dec.Decode(&skip); err != nil {
+				return badBody("%s%v", elem, err)
+			}
 		}
-		return func() error { return checkValue(dec, ft, where+key+": ") }, ok
-	})
+	}
+	for ; !slice && i < v.Len(); i++ {
+		v.Index(i).SetZero()
+	}
+	if _, err := dec.Token(); err != nil {
+		return badBody("%s%v", at, err)
+	}
+	return nil
+}
+
+// decodeFields decodes the object whose '{' dec has consumed into v, a
+// struct or a map, and its '}': a struct's keys are its fields' JSON names
+// exactly, a map's any string; in both, each key once.
+func decodeFields(dec *json.Decoder, v reflect.Value, at *where) error {
+	t := v.Type()
+	var names map[string][]int
+	switch {
+	case t.Kind() == reflect.Struct:
+		names = fieldsOf(t)
+	case t.Key().Kind() != reflect.String:
+		return badBody("%sa map keyed by %s is not a body type", at, t.Key())
+	case v.IsNil():
+		v.Set(reflect.MakeMap(t))
+	}
+	var seenOn [8]string // most objects have a few keys
+	seen := seenOn[:0]
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return badBody("%s%v", at, err)
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return badBody("%swant a field name, got %v", at, tok)
+		}
+		index, ok := names[key]
+		if !ok && names != nil {
+			return badBody("%sunknown field %q", at, key)
+		}
+		if slices.Contains(seen, key) {
+			return badBody("%sfield %q given twice", at, key)
+		}
+		seen = append(seen, key)
+		field := &where{up: at, key: key}
+		if names != nil {
+			if err := decodeValue(dec, fieldByIndex(v, index), field); err != nil {
+				return err
+			}
+			continue
+		}
+		e := reflect.New(t.Elem()).Elem()
+		if err := decodeValue(dec, e, field); err != nil {
+			return err
+		}
+		v.SetMapIndex(reflect.ValueOf(key).Convert(t.Key()), e)
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return badBody("%sunterminated object (%v)", at, err)
+	}
+	return nil
+}
+
+// fieldByIndex is v.FieldByIndex, allocating embedded struct pointers on
+// the way.
+func fieldByIndex(v reflect.Value, index []int) reflect.Value {
+	for i, x := range index {
+		if i > 0 && v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				v.Set(reflect.New(v.Type().Elem()))
+			}
+			v = v.Elem()
+		}
+		v = v.Field(x)
+	}
+	return v
 }
 
 // fieldNames caches fieldsOf: an in-use upload has 100,000 objects of one
 // type.
-var fieldNames sync.Map // reflect.Type -> map[string]reflect.Type
+var fieldNames sync.Map // reflect.Type -> map[string][]int
 
-// fieldsOf maps the JSON names of struct t's fields to their types.
-func fieldsOf(t reflect.Type) map[string]reflect.Type {
+// fieldsOf maps the JSON names of struct t's fields to their indexes
+// (reflect.Value.FieldByIndex).
+func fieldsOf(t reflect.Type) map[string][]int {
 	if m, ok := fieldNames.Load(t); ok {
-		return m.(map[string]reflect.Type)
+		return m.(map[string][]int)
 	}
-	m := jsonFields(t, map[string]reflect.Type{})
+	m := jsonFields(t, nil, map[string][]int{})
 	fieldNames.Store(t, m)
 	return m
 }
 
-// jsonFields adds the JSON names of struct t's fields to names, with the
-// fields of embedded structs as encoding/json promotes them.
-func jsonFields(t reflect.Type, names map[string]reflect.Type) map[string]reflect.Type {
+// jsonFields adds the JSON names of struct t's fields, below index at, to
+// names, with the fields of embedded structs as encoding/json promotes
+// them.
+func jsonFields(t reflect.Type, at []int, names map[string][]int) map[string][]int {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if name == "-" || !f.IsExported() && !f.Anonymous {
 			continue
 		}
+		index := append(slices.Clone(at), i)
 		ft := f.Type
 		for ft.Kind() == reflect.Pointer {
 			ft = ft.Elem()
 		}
 		if f.Anonymous && name == "" && ft.Kind() == reflect.Struct {
-			jsonFields(ft, names)
+			jsonFields(ft, index, names)
 			continue
 		}
 		if name == "" {
 			name = f.Name
 		}
-		names[name] = f.Type
+		names[name] = index
 	}
 	return names
-}
-
-// skip reads tokens until depth open delimiters are closed.
-func skip(dec *json.Decoder, depth int) error {
-	for depth > 0 {
-		tok, err := dec.Token()
-		if err != nil {
-			return badBody("%v", err)
-		}
-		if d, ok := tok.(json.Delim); ok {
-			if d == '{' || d == '[' {
-				depth++
-			} else {
-				depth--
-			}
-		}
-	}
-	return nil
 }

@@ -1,9 +1,11 @@
 package registry
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -38,6 +40,10 @@ func TestReadJSONStrict(t *testing.T) {
 		{`{}`, true},
 		{`{"flag":true,"items":[{"name":"a"},{"name":"b"}],"one":null,"labels":{"a":"1"},"min_age":"2h","Plain":1}`, true},
 		{`{"pin":{"note":"x","expires_at":"2026-01-01T00:00:00Z"}}`, true},
+		{`{"items":[],"labels":{},"one":{"name":"x"},"min_age":null,"Plain":-7}`, true},
+		{`{"one":5}`, false},
+		{`{"items":[5]}`, false},
+		{`{"Plain":"1"}`, false},
 		{`{"items":null}`, true},
 		{`null`, false},
 		{`[]`, false},
@@ -61,6 +67,17 @@ func TestReadJSONStrict(t *testing.T) {
 		err := readJSON(r, maxBody, &v)
 		if (err == nil) != c.ok || err != nil && !errors.Is(err, errBadRequest) {
 			t.Errorf("%s: %v, want ok=%v", c.body, err, c.ok)
+		}
+		// What it decodes is what encoding/json decodes (it walks the
+		// objects itself, as it reads).
+		var want body
+		if c.ok && strings.TrimSpace(c.body) != "" {
+			if err := json.Unmarshal([]byte(c.body), &want); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if c.ok && !reflect.DeepEqual(v, want) {
+			t.Errorf("%s: decoded %+v, encoding/json %+v", c.body, v, want)
 		}
 	}
 	var v body

@@ -75,6 +75,12 @@ func (h *gcAPI) inuse(w http.ResponseWriter, r *http.Request, rest string) error
 		writeJSON(w, http.StatusOK, map[string]any{"source": view(src, now), "images": images})
 		return nil
 	case http.MethodPut:
+		// held until the images are stored: they cost memory until then
+		release, err := h.bodies.acquire(r, maxInUseBody)
+		if err != nil {
+			return err
+		}
+		defer release()
 		var req struct {
 			Images []retention.Image `json:"images"`
 		}

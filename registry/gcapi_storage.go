@@ -24,6 +24,15 @@ import (
 // newGCBackend builds the collector on the storage Env: the driver wrapped
 // by the reclaim middleware (deletes through it remove reverse links and
 // evict descriptor caches), its tracker and link index, and the window.
+// dryRunWait is the config's gc.dryrunwait as gc takes it: there 0 means
+// the default and a negative wait none.
+func dryRunWait(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
 func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
 	pins := redisdb.NewPins(env.Tracker.Client(), opts.Prefix, nil)
 	usage := tracker.NewUsageStore(env.Tracker.Client(), opts.Prefix)
@@ -48,6 +57,8 @@ func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
 		Window:       opts.Window,
 		Cap:          opts.GC.Cap,
 		KeepUntagged: opts.GC.KeepUntagged,
+		DryRuns:      opts.GC.DryRuns,
+		DryRunWait:   dryRunWait(opts.GC.DryRunWait),
 	})
 	if err != nil {
 		return nil, err

@@ -26,7 +26,7 @@ const (
 	exitFailure   = 1 // usage, connection, server error
 	exitRejected  = 2 // the request was wrong (400, 404, 405, 413)
 	exitAuth      = 3 // 401
-	exitRetry     = 4 // busy (409) or aborted by a precondition (503): retry later
+	exitRetry     = 4 // busy (409, 429) or aborted by a precondition (503): retry later
 	exitPartially = 5 // the run finished, some deletes or checks failed
 )
 
@@ -228,7 +228,7 @@ func (f *gcClientFlags) send(cmd *cobra.Command, method, path string, q url.Valu
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 		code = exitAuth
 	case resp.StatusCode == http.StatusConflict && !bytes.Contains(body, []byte("PLAN_INVALID")),
-		resp.StatusCode == http.StatusServiceUnavailable:
+		resp.StatusCode == http.StatusServiceUnavailable, resp.StatusCode == http.StatusTooManyRequests:
 		code = exitRetry
 	case resp.StatusCode >= 500:
 		code = exitFailure

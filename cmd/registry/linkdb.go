@@ -27,6 +27,9 @@ const (
 	rebuildExitFailed     = 1 // could not run, or interrupted (run again to resume)
 	rebuildExitDamaged    = 2 // finished, but found damage it cannot repair: no marker
 	rebuildExitIncomplete = 3 // finished, but some parts could not be read: no marker
+	// finished and marked complete (unless --dry-run), but some forward
+	// links point at data that is already gone: verify's exit code for it
+	rebuildExitBroken = linkdb.ExitBroken
 )
 
 // linkdbExit is os.Exit, replaced by tests.
@@ -59,9 +62,17 @@ func newRebuildCmd() *cobra.Command {
   0  finished; the link database is marked complete (unless --dry-run)
   1  could not run, or interrupted: run it again to resume
   2  finished, but found damage it cannot repair (a directory or dangling entry
-     at a link path, a forward link whose content is not its digest, a missing
-     or corrupt manifest): not marked complete; repair what it lists, run again
-  3  finished, but some parts could not be read: not marked complete`,
+     at a link path, a forward link whose content is not its digest, a corrupt
+     manifest): not marked complete; repair what it lists, run again
+  3  finished, but some parts could not be read: not marked complete
+  4  finished and marked complete (unless --dry-run), but some forward links point
+     at blobs whose data is already gone (broken_forward; verify exits 4 for them
+     too): the data was lost before, GC is safe, and no rebuild brings it back;
+     push those images again or delete the dangling links
+
+With --dry-run it writes nothing and lists what verify would (missing reverse
+links and referrers entries, stale entries, broken and corrupt links), with the
+exit code the real run would give.`,
 		Args: cobra.MaximumNArgs(1),
 		Run: func(cmd *cobra.Command, args []string) {
 			linkdbExit(runRebuild(cmd, args, opts, checkpointFile, progressEvery, asJSON))
@@ -129,8 +140,11 @@ func runRebuild(cmd *cobra.Command, args []string, opts linkdb.RebuildOptions, c
 	case err == nil:
 		return rebuildExitDone
 	case errors.Is(err, linkdb.ErrDamaged):
-		fmt.Fprintf(stderr, "linkdb rebuild: %v; the link database is NOT marked complete. Repair or delete what is listed as corrupt or broken_forward, then run it again\n", err)
+		fmt.Fprintf(stderr, "linkdb rebuild: %v; the link database is NOT marked complete. Repair or delete what is listed as corrupt, then run it again\n", err)
 		return rebuildExitDamaged
+	case errors.Is(err, linkdb.ErrBroken):
+		fmt.Fprintf(stderr, "linkdb rebuild: %v: %s\n", err, linkdb.BrokenForward.Remedy())
+		return rebuildExitBroken
 	case errors.Is(err, linkdb.ErrIncomplete):
 		fmt.Fprintf(stderr, "linkdb rebuild: %v; fix what is listed as unreadable and run it again (finished parts are skipped)\n", err)
 		return rebuildExitIncomplete
@@ -168,6 +182,9 @@ func writeRebuildResult(w io.Writer, res *linkdb.RebuildResult, asJSON bool) err
 	for _, k := range linkdb.Kinds {
 		if n := res.Counts[k]; n > 0 {
 			fmt.Fprintf(w, "  %-16s %d  %s\n", k, n, k.Message())
+			if r := k.Remedy(); r != "" {
+				fmt.Fprintf(w, "  %-16s    what to do: %s\n", "", r)
+			}
 		}
 	}
 	const perKind = 20
@@ -210,8 +227,11 @@ Exit codes (the most urgent that applies):
   2  data-loss risk or damage: forward links without reverse links, missing
      referrers entries, corrupt link files (bad content, or a directory or
      dangling entry at a link path; tag links included), manifests that do
-     not match their digest, links to missing blobs
-  3  incomplete: some parts could not be read, or verify could not run`,
+     not match their digest
+  3  incomplete: some parts could not be read, or verify could not run
+  4  broken links only: forward links to blobs whose data is already gone
+     (broken_forward; rebuild exits 4 for them too). Not a risk GC adds and
+     nothing rebuild repairs: push those images again or delete the links`,
 		Args: cobra.MaximumNArgs(1),
 		Run: func(cmd *cobra.Command, args []string) {
 			linkdbExit(runVerify(cmd, args, opts, asJSON))

@@ -23,6 +23,7 @@ func decode(m map[string]any) (Options, error) {
 	o.Retention.KeepNewest, o.Retention.RollbackSlack = 10, 3
 	o.Reclaimer.UsageRefresh = defaultUsageRefresh // absent: the default; 0 can be configured
 	o.Reclaimer.ScrubRepos = defaultScrubRepos     // likewise
+	o.GC.DryRunWait = defaultDryRunWait            // likewise
 	var writeGrace time.Duration
 	err := decodeBlock(m, fields{
 		"redis":         func(v any) error { return decodeRedis(v, &o.Redis) },
@@ -43,6 +44,8 @@ func decode(m map[string]any) (Options, error) {
 			"untagged": untagged(&o.GC.KeepUntagged),
 			// a request may loosen untagged: keep only when this says so
 			"allowuntaggedoverride": boolean(&o.GC.AllowUntaggedOverride),
+			"dryruns":               positiveInt(&o.GC.DryRuns),
+			"dryrunwait":            nonNegativeDuration(&o.GC.DryRunWait),
 		}),
 		"retention": block(fields{
 			"keepnewest":    nonNegativeInt(&o.Retention.KeepNewest),
@@ -211,6 +214,17 @@ func positiveDuration(dst *time.Duration) func(any) error {
 		d, err := asDuration(v)
 		if err != nil || d <= 0 {
 			return fmt.Errorf("must be a positive duration like 1m, got %v", v)
+		}
+		*dst = d
+		return nil
+	}
+}
+
+func nonNegativeDuration(dst *time.Duration) func(any) error {
+	return func(v any) error {
+		d, err := asDuration(v)
+		if err != nil || d < 0 {
+			return fmt.Errorf("must be a duration like 5s, 0s or more, got %v", v)
 		}
 		*dst = d
 		return nil

@@ -22,6 +22,8 @@
 //	          cap: 10000          # max link deletions per run
 //	          untagged: delete    # delete | keep
 //	          allowuntaggedoverride: false  # with keep: may a request ask untagged=delete?
+//	          dryruns: 4          # dry runs walking at once on this instance
+//	          dryrunwait: 5s      # how long one more waits for a slot (0s: none) before a 429
 //	        reclaimer:
 //	          enabled: false      # the background reclaimer's kill switch
 //	          interval: 1m
@@ -62,6 +64,8 @@ const (
 	defaultReclaimerBatch    = 100
 	defaultUsageRefresh      = 4
 	defaultUsageMaxAge       = time.Hour
+	defaultDryRuns           = 4
+	defaultDryRunWait        = 5 * time.Second
 	defaultScrubRepos        = 2
 )
 
@@ -152,6 +156,12 @@ type GC struct {
 	// `untagged: keep` (default false: such a request is refused). A
 	// request may always ask for the stricter keep.
 	AllowUntaggedOverride bool
+	// DryRuns bounds the dry runs walking at once on this instance
+	// (default 4); identical ones at once share one walk. DryRunWait is
+	// how long one more waits for a slot before it is refused (default
+	// 5s; 0: refused at once).
+	DryRuns    int
+	DryRunWait time.Duration
 }
 
 // Reclaimer is the `reclaimer:` block: the background reclaimer.
@@ -221,6 +231,9 @@ func (o Options) WithDefaults() (Options, error) {
 	def(&o.Reclaimer.UsageMaxAge, defaultUsageMaxAge)
 	if o.GC.Cap == 0 {
 		o.GC.Cap = defaultCap
+	}
+	if o.GC.DryRuns == 0 {
+		o.GC.DryRuns = defaultDryRuns
 	}
 	r := &o.Retention
 	def(&r.MinAge, 365*24*time.Hour)

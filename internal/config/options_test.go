@@ -40,7 +40,7 @@ func TestDecodeDefaults(t *testing.T) {
 	want := Options{
 		Prefix: "reclaim:", Window: 24 * time.Hour, AccessTTL: 7 * 24 * time.Hour, Dedup: time.Second,
 		FenceWait: 2 * time.Second, FencePoll: 100 * time.Millisecond, Timeout: time.Second, EpochInterval: 5 * time.Second,
-		GC:        GC{Cap: defaultCap},
+		GC:        GC{Cap: defaultCap, DryRuns: defaultDryRuns, DryRunWait: defaultDryRunWait},
 		Reclaimer: Reclaimer{Interval: defaultReclaimerInterval, Batch: defaultReclaimerBatch, UsageRefresh: 4, UsageMaxAge: time.Hour, ScrubRepos: 2},
 		Retention: Retention{KeepNewest: 10, RollbackSlack: 3, MinAge: 365 * 24 * time.Hour, Cap: 1000, InUseMaxAge: 24 * time.Hour,
 			PlanMaxAge: 7 * 24 * time.Hour, PlanKeep: 30 * 24 * time.Hour, Recheck: time.Second},
@@ -96,6 +96,7 @@ func TestDecodeBlocks(t *testing.T) {
 		{"any case", map[string]any{"GC": map[string]any{"Enabled": true}}, GC{Enabled: true, Cap: defaultCap}, Reclaimer{}},
 		{"scrub", map[string]any{"reclaimer": map[string]any{"scrubrepos": 5}}, GC{Cap: defaultCap}, Reclaimer{UsageRefresh: defaultUsageRefresh, ScrubRepos: 5}},
 		{"scrub off", map[string]any{"reclaimer": map[string]any{"scrubrepos": 0}}, GC{Cap: defaultCap}, Reclaimer{UsageRefresh: defaultUsageRefresh}},
+		{"dry runs", map[string]any{"gc": map[string]any{"dryruns": 2, "dryrunwait": "0s"}}, GC{Cap: defaultCap, DryRuns: 2, DryRunWait: -1}, Reclaimer{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := decode(tc.opts)
@@ -116,6 +117,15 @@ func TestDecodeBlocks(t *testing.T) {
 			}
 			if tc.name != "usage refresh" && tc.name != "usage refresh off" {
 				tc.rc.UsageRefresh = defaultUsageRefresh
+			}
+			if tc.gc.DryRuns == 0 {
+				tc.gc.DryRuns = defaultDryRuns
+			}
+			switch tc.gc.DryRunWait {
+			case 0:
+				tc.gc.DryRunWait = defaultDryRunWait
+			case -1: // configured 0s
+				tc.gc.DryRunWait = 0
 			}
 			if o.GC != tc.gc || o.Reclaimer != tc.rc {
 				t.Fatalf("got %+v %+v, want %+v %+v", o.GC, o.Reclaimer, tc.gc, tc.rc)

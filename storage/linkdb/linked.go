@@ -26,7 +26,7 @@ func badLinkContent(b []byte, d digest.Digest) (detail string, names digest.Dige
 	if content, err := digest.Parse(string(b)); err == nil {
 		return fmt.Sprintf("content names %s", content), content
 	}
-	return fmt.Sprintf("content %q, want %s", truncated(b), d), ""
+	return fmt.Sprintf("content: %s; want %s", describe(b), d), ""
 }
 
 // statBlobData looks at the data of the blob l links. The problem, if any,

@@ -20,8 +20,11 @@ const (
 	StaleReverse Kind = "stale_reverse"
 	// Reclaimable: a blob no repository links. GC will delete it.
 	Reclaimable Kind = "reclaimable"
-	// BrokenForward: a forward link to a blob whose data is missing. Pulls of
-	// it already fail; nothing linkdb can repair.
+	// BrokenForward: a forward link to a blob whose data is missing. The
+	// data was lost before anyone looked: pulls of it already fail. It is
+	// not a risk GC adds (the reverse link is all GC needs), so it does not
+	// keep rebuild from marking the database complete, and no linkdb
+	// command can repair it (Remedy).
 	BrokenForward Kind = "broken_forward"
 	// Corrupt: a link file whose content is not exactly the digest it should
 	// hold (for a tag's current link: not a digest), a referrers entry that
@@ -54,7 +57,7 @@ func (k Kind) Message() string {
 	case Reclaimable:
 		return "blob no repository links (GC will reclaim it)"
 	case BrokenForward:
-		return "forward link to a missing blob (already broken)"
+		return "forward link to a blob whose data is gone (already lost, not a GC risk)"
 	case Corrupt:
 		return "link path that is not a file holding the digest it should, or a manifest not matching its digest"
 	case StaleReferrer:
@@ -65,6 +68,20 @@ func (k Kind) Message() string {
 		return "could not be read (unknown, never treated as unreferenced)"
 	}
 	return string(k)
+}
+
+// Remedy says what fixes k where no linkdb command does: the one wording
+// rebuild and verify both print ("" for the kinds a command repairs).
+func (k Kind) Remedy() string {
+	switch k {
+	case BrokenForward:
+		return "the data was lost before this check and no linkdb command brings it back: " +
+			"push the image again, or delete the dangling link (a manifest revision: DELETE /v2/<repository>/manifests/<digest>; " +
+			"GC aborts on its repository until then)"
+	case Corrupt:
+		return "no command repairs these; look at each path listed (docs/operations.md, the findings table), fix or delete it"
+	}
+	return ""
 }
 
 // Problem is one finding.

@@ -29,6 +29,12 @@ var ErrIncomplete = errors.New("linkdb: rebuild incomplete: some repositories co
 // finished: repair or delete what it lists and run it again.
 var ErrDamaged = errors.New("linkdb: rebuild found damage it cannot repair")
 
+// ErrBroken means the rebuild finished and, unless it was a dry run,
+// marked the link database complete, but found forward links to blobs
+// whose data is gone (BrokenForward): the data was lost before, GC is
+// safe, and no rebuild restores it (BrokenForward.Remedy).
+var ErrBroken = errors.New("linkdb: rebuild found links to data that is already gone (broken_forward)")
+
 // RebuildOptions configure Rebuild. The zero value is a safe, serial,
 // non-destructive rebuild that adds missing links and removes nothing.
 type RebuildOptions struct {
@@ -36,7 +42,8 @@ type RebuildOptions struct {
 	// once. Default 4.
 	Workers int
 	// DryRun reports what would change and writes nothing, not even a
-	// checkpoint or the marker.
+	// checkpoint or the marker. Its findings list what verify would: the
+	// missing reverse links and referrers entries it would write too.
 	DryRun bool
 	// Fencer, when set, lets rebuild remove stale reverse links and stale
 	// referrers entries while registries serve. Without it they are only
@@ -107,6 +114,7 @@ type RebuildResult struct {
 	ReversePresent      int64          `json:"reverse_present"`
 	ReverseRewritten    int64          `json:"reverse_rewritten"` // bad content, rewritten in place
 	Damaged             int64          `json:"damaged"`           // damage it could not repair (see ErrDamaged)
+	Broken              int64          `json:"broken_forward"`    // links to data already gone (see ErrBroken)
 	ReferrersAdded      int64          `json:"referrers_added"`
 	ReverseLinks        int64          `json:"reverse_links_seen"`
 	StaleRemoved        int64          `json:"stale_removed"`
@@ -130,7 +138,7 @@ type rebuild struct {
 	began     time.Time
 
 	forward, added, present, refAdded, reverse atomic.Int64
-	rewritten, damaged                         atomic.Int64
+	rewritten, damaged, broken                 atomic.Int64
 	removed, kept, restored                    atomic.Int64
 
 	mu         sync.Mutex // guards doneRepos and doneShards
@@ -189,6 +197,8 @@ func Rebuild(ctx context.Context, d storagedriver.StorageDriver, opts RebuildOpt
 		return r.result(), ErrDamaged
 	case incomplete:
 		return r.result(), ErrIncomplete
+	case r.broken.Load() > 0:
+		return r.result(), ErrBroken
 	}
 	return r.result(), nil
 }
@@ -201,6 +211,7 @@ func (r *rebuild) result() *RebuildResult {
 	res.ReversePresent = r.present.Load()
 	res.ReverseRewritten = r.rewritten.Load()
 	res.Damaged = r.damaged.Load()
+	res.Broken = r.broken.Load()
 	res.ReferrersAdded = r.refAdded.Load()
 	res.ReverseLinks = r.reverse.Load()
 	res.StaleRemoved = r.removed.Load()
@@ -216,13 +227,17 @@ func (r *rebuild) damage(p Problem) {
 	r.f.add(p)
 }
 
-// problem records p: unreadable, or else damage.
+// problem records p: unreadable, a broken link, or else damage.
 func (r *rebuild) problem(p Problem) {
-	if p.Kind == Unreadable {
+	switch p.Kind {
+	case Unreadable:
 		r.f.add(p)
-		return
+	case BrokenForward:
+		r.broken.Add(1)
+		r.f.add(p)
+	default:
+		r.damage(p)
 	}
-	r.damage(p)
 }
 
 // phase runs work on every unit (repository or blob shard) that done does

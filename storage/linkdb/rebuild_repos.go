@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/storage/layout"
@@ -103,15 +104,22 @@ func (r *rebuild) forwardLink(ctx context.Context, l forwardLink) bool {
 	if !r.reverseOf(ctx, l) {
 		return false
 	}
+	fi, p := statBlobData(ctx, r.d, l)
+	if p != nil {
+		r.problem(*p)
+		// A link to data already gone has its reverse link all the
+		// same: it does not make the database incomplete (ErrBroken).
+		return ok && p.Kind == BrokenForward
+	}
 	if l.Kind == layout.LinkManifest && bad == "" {
-		ok = r.referrer(ctx, l) && ok
+		ok = r.referrer(ctx, l, fi) && ok
 	}
 	return ok
 }
 
 // reverseOf writes the reverse link of l when it is missing or holds bad
 // content (what ReverseLinks.Ensure does, with a dry run and each case
-// counted or reported). It returns false when it could not, or found damage.
+// counted or reported; a dry run lists the missing ones as verify does). It returns false when it could not, or found damage.
 func (r *rebuild) reverseOf(ctx context.Context, l forwardLink) bool {
 	rl := layout.RepoLink{Repo: l.Repo, Kind: l.Kind}
 	rp := layout.ReverseLinkPath(l.Blob, l.Repo, l.Kind)
@@ -133,6 +141,9 @@ func (r *rebuild) reverseOf(ctx context.Context, l forwardLink) bool {
 	case LinkPresent:
 		r.present.Add(1)
 	case LinkMissing:
+		if r.opts.DryRun {
+			r.f.add(Problem{Kind: MissingReverse, Path: l.Path, Repo: l.Repo, Digest: l.Blob})
+		}
 		if !r.put(ctx, l.Blob, rl, "") {
 			return false
 		}
@@ -156,17 +167,12 @@ func (r *rebuild) put(ctx context.Context, blob digest.Digest, l layout.RepoLink
 	return true
 }
 
-// referrer adds the manifest l links to the referrers index if it has a
-// subject and is not listed yet. It returns false when the manifest is
-// missing, damaged or unreadable: GC could not read it either (it aborts
-// that repository), so a rebuild that calls itself finished must not
-// either.
-func (r *rebuild) referrer(ctx context.Context, l forwardLink) bool {
-	fi, p := statBlobData(ctx, r.d, l)
-	if p != nil {
-		r.problem(*p)
-		return false
-	}
+// referrer adds the manifest l links, whose data fi describes, to the
+// referrers index if it has a subject and is not listed yet. It returns
+// false when the manifest is damaged or unreadable: GC could not read it
+// either (it aborts that repository), so a rebuild that calls itself
+// finished must not either.
+func (r *rebuild) referrer(ctx context.Context, l forwardLink, fi storagedriver.FileInfo) bool {
 	subject, desc, ok, p := manifestSubject(ctx, r.d, l, fi)
 	if p != nil {
 		r.problem(*p)
@@ -182,7 +188,9 @@ func (r *rebuild) referrer(ctx context.Context, l forwardLink) bool {
 		r.f.add(Problem{Kind: Unreadable, Path: entry, Repo: l.Repo, Digest: l.Blob, Detail: err.Error()})
 		return false
 	}
-	if !r.opts.DryRun {
+	if r.opts.DryRun {
+		r.f.add(Problem{Kind: MissingReferrer, Path: entry, Repo: l.Repo, Digest: l.Blob, Detail: "subject " + subject.String()})
+	} else {
 		if err := r.referrers.Add(ctx, l.Repo, subject, desc); err != nil {
 			r.f.add(Problem{Kind: Unreadable, Path: entry, Repo: l.Repo, Digest: l.Blob, Detail: "write: " + err.Error()})
 			return false

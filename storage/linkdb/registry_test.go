@@ -219,7 +219,7 @@ func testVerifyFindsEachBreakage(t *testing.T, p pushed) {
 		}, linkdb.Reclaimable, linkdb.ExitClean, false},
 		{"blob data missing", func(d storagedriver.StorageDriver) error {
 			return d.Delete(ctx, layout.BlobDataPath(p.layer))
-		}, linkdb.BrokenForward, linkdb.ExitDataLoss, false},
+		}, linkdb.BrokenForward, linkdb.ExitBroken, false},
 		{"forward link content corrupt", func(d storagedriver.StorageDriver) error {
 			return d.PutContent(ctx, layout.LayerLinkPath("app", p.layer), []byte("sha256:nothex"))
 		}, linkdb.Corrupt, linkdb.ExitDataLoss, false},

@@ -16,12 +16,17 @@ const (
 	// a rebuild removes them.
 	ExitLeaks = 1
 	// ExitDataLoss: forward links without reverse links, missing referrers
-	// entries, corrupt link files, or links to missing blobs. Do not run GC
-	// before a rebuild (and for broken links, before an operator looked).
+	// entries, or corrupt link files. Do not run GC before a repair (and
+	// for corrupt links, before an operator looked).
 	ExitDataLoss = 2
 	// ExitIncomplete: verify could not read everything (or could not run at
 	// all). What it printed is true, but it is not the whole picture.
 	ExitIncomplete = 3
+	// ExitBroken: the worst finding is broken_forward, a link to data
+	// that is already gone. The link database is sound and GC is safe;
+	// the image is broken (BrokenForward.Remedy). rebuild exits with it
+	// too, after it marked the database complete.
+	ExitBroken = 4
 )
 
 // Report is the outcome of Verify.
@@ -56,10 +61,12 @@ type Report struct {
 func (r *Report) exitCode() int {
 	c := r.Counts
 	switch {
-	case c[MissingReverse]+c[MissingReferrer]+c[Corrupt]+c[BrokenForward] > 0:
+	case c[MissingReverse]+c[MissingReferrer]+c[Corrupt] > 0:
 		return ExitDataLoss
 	case c[Unreadable] > 0:
 		return ExitIncomplete
+	case c[BrokenForward] > 0:
+		return ExitBroken
 	case c[StaleReverse]+c[StaleReferrer] > 0:
 		return ExitLeaks
 	}
@@ -134,6 +141,8 @@ func verdict(code int) string {
 		return "leaks only"
 	case ExitDataLoss:
 		return "DATA-LOSS RISK or damage"
+	case ExitBroken:
+		return "broken links: data already lost (not a risk GC adds; the link database is sound)"
 	default:
 		return "incomplete: some parts could not be read"
 	}
@@ -160,8 +169,10 @@ func (r *Report) actions() []string {
 	if c[MissingReferrer] > 0 {
 		out = append(out, "missing_referrer: `registry linkdb rebuild` adds them")
 	}
-	if c[Corrupt]+c[BrokenForward] > 0 {
-		out = append(out, "corrupt, broken_forward: no command repairs these; look at each path listed (docs/operations.md, the findings table), fix or delete it, re-push broken images")
+	for _, k := range []Kind{Corrupt, BrokenForward} {
+		if c[k] > 0 {
+			out = append(out, string(k)+": "+k.Remedy())
+		}
 	}
 	if c[Unreadable] > 0 {
 		out = append(out, "unreadable: fix access to what is listed and run verify again; what is below it was not checked")

@@ -20,7 +20,10 @@ func TestExitCodePrecedence(t *testing.T) {
 		{map[Kind]int64{StaleReferrer: 1, Reclaimable: 1}, ExitLeaks},
 		{map[Kind]int64{Unreadable: 1, StaleReverse: 1}, ExitIncomplete},
 		{map[Kind]int64{MissingReverse: 1, Unreadable: 1, StaleReverse: 1}, ExitDataLoss},
-		{map[Kind]int64{BrokenForward: 1}, ExitDataLoss},
+		{map[Kind]int64{BrokenForward: 1}, ExitBroken},
+		{map[Kind]int64{BrokenForward: 1, StaleReverse: 1}, ExitBroken},
+		{map[Kind]int64{BrokenForward: 1, Unreadable: 1}, ExitIncomplete},
+		{map[Kind]int64{BrokenForward: 1, Corrupt: 1}, ExitDataLoss},
 		{map[Kind]int64{Corrupt: 1}, ExitDataLoss},
 		{map[Kind]int64{MissingReferrer: 1}, ExitDataLoss},
 	} {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
@@ -174,7 +175,7 @@ func (r *ReverseLinks) Look(ctx context.Context, blob digest.Digest, l layout.Re
 		return LinkUnreadable, fmt.Errorf("read reverse link %s: %w", p, err)
 	}
 	if !WellFormedLink(b, blob) {
-		return LinkBadContent, fmt.Errorf("%w: %s holds %q, not %s", ErrMalformedLink, p, truncated(b), blob)
+		return LinkBadContent, fmt.Errorf("%w: %s holds %s, not %s", ErrMalformedLink, p, describe(b), blob)
 	}
 	return LinkPresent, nil
 }
@@ -219,11 +220,19 @@ func (r *ReverseLinks) Ensure(ctx context.Context, blob digest.Digest, l layout.
 // Distribution writes it: exactly the digest, nothing around it.
 func WellFormedLink(b []byte, d digest.Digest) bool { return string(b) == d.String() }
 
-func truncated(b []byte) string {
-	if len(b) > 80 {
-		return string(b[:80]) + "..."
+// describe says what a file that should hold a digest (a link, a
+// referrers entry) holds, without quoting it: on the filesystem driver a
+// link path may be a symlink to any file the process can read (outside the
+// storage root too), and a report, a log line or an error must not print
+// its bytes. A digest, the only thing worth seeing, is named.
+func describe(b []byte) string {
+	if d, err := digest.Parse(strings.TrimSpace(string(b))); err == nil {
+		if string(b) == d.String() {
+			return "the digest " + d.String()
+		}
+		return fmt.Sprintf("the digest %s with %d bytes around it", d, len(b)-len(d.String()))
 	}
-	return string(b)
+	return fmt.Sprintf("%d bytes that are not a digest (not shown)", len(b))
 }
 
 // Put records that l.Repo links blob. It is idempotent, and it replaces

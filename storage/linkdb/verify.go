@@ -2,7 +2,6 @@ package linkdb
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -186,7 +185,7 @@ func (v *verifier) reverseLink(ctx context.Context, fi storagedriver.FileInfo, p
 	if err != nil {
 		problem(Unreadable, fi.Path(), err.Error())
 	} else if !WellFormedLink(b, p.Digest) {
-		problem(Corrupt, fi.Path(), fmt.Sprintf("content %q", truncated(b)))
+		problem(Corrupt, fi.Path(), "content: "+describe(b))
 	}
 	fwd := layout.ForwardLinkPath(p.Repo, p.Digest, p.LinkKind)
 	if _, err := v.d.Stat(ctx, fwd); layout.IsNotFound(err) {

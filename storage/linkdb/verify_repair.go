@@ -76,12 +76,13 @@ func (v *verifier) unmark(ctx context.Context) {
 
 // phaseOneClean says whether the repositories phase left every forward
 // link with a well-formed reverse link and found nothing a rebuild would
-// refuse to mark complete over.
+// refuse to mark complete over (a broken_forward link is not such a thing:
+// its reverse link is there; rebuild marks complete over it too).
 func (v *verifier) phaseOneClean() bool {
 	if v.repoUnreadable.Load() {
 		return false
 	}
-	for _, k := range []Kind{MissingReverse, MissingReferrer, Corrupt, BrokenForward, Unreadable} {
+	for _, k := range []Kind{MissingReverse, MissingReferrer, Corrupt, Unreadable} {
 		if v.f.count(k) > 0 {
 			return false
 		}

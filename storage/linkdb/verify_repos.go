@@ -67,10 +67,10 @@ func (v *verifier) tags(ctx context.Context, repo string) {
 		case err != nil:
 			v.f.add(Problem{Kind: Unreadable, Path: e.Path, Repo: repo, Digest: c.Digest, Detail: err.Error()})
 		case c.Kind == layout.KindTagIndex && !WellFormedLink(b, c.Digest):
-			v.f.add(Problem{Kind: Corrupt, Path: e.Path, Repo: repo, Digest: c.Digest, Detail: fmt.Sprintf("content %q", truncated(b))})
+			v.f.add(Problem{Kind: Corrupt, Path: e.Path, Repo: repo, Digest: c.Digest, Detail: "content: " + describe(b)})
 		case c.Kind == layout.KindTagCurrent:
 			if _, err := digest.Parse(string(b)); err != nil {
-				v.f.add(Problem{Kind: Corrupt, Path: e.Path, Repo: repo, Detail: fmt.Sprintf("content %q: %v", truncated(b), err)})
+				v.f.add(Problem{Kind: Corrupt, Path: e.Path, Repo: repo, Detail: fmt.Sprintf("content: %s: %v", describe(b), err)})
 			}
 		}
 		return ctx.Err()
@@ -149,7 +149,7 @@ func (v *verifier) referrerEntry(ctx context.Context, repo string, l referrerLin
 	}
 	var desc v1.Descriptor
 	if err := json.Unmarshal(b, &desc); err != nil || desc.Digest != l.Referrer {
-		v.f.add(Problem{Kind: Corrupt, Path: l.Path, Repo: repo, Digest: l.Referrer, Detail: fmt.Sprintf("not a descriptor of %s: %q", l.Referrer, truncated(b))})
+		v.f.add(Problem{Kind: Corrupt, Path: l.Path, Repo: repo, Digest: l.Referrer, Detail: fmt.Sprintf("not a descriptor of %s: %d bytes (not shown)", l.Referrer, len(b))})
 	}
 	rev := layout.RevisionLinkPath(repo, l.Referrer)
 	if _, err := v.d.Stat(ctx, rev); layout.IsNotFound(err) {
