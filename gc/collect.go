@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // RunOptions adjust one run.
@@ -90,7 +92,7 @@ type run struct {
 	// of its own, no plan), so its plan is the repository's usage.
 	configured bool
 	unlisted   bool
-	usage      Usage // what recordUsage wrote
+	usage      reclaim.Usage // what recordUsage wrote
 	usageErr   error
 }
 
@@ -127,10 +129,10 @@ func (c *Collector) begin(ctx context.Context, repo string, o RunOptions) (*run,
 		// A dry run changes nothing, so it needs no lock. The lock lives as
 		// long as the run, not as the request that started it.
 		if err := r.lock(ctx); err != nil {
-			if errors.Is(err, ErrRepositoryBusy) {
+			if errors.Is(err, reclaim.ErrRepositoryBusy) {
 				return nil, err
 			}
-			return nil, r.abort(abort(AbortRedisUnavailable, err))
+			return nil, r.abort(abort(reclaim.AbortRedisUnavailable, err))
 		}
 	}
 	r.remember()
@@ -162,18 +164,18 @@ func (r *run) lock(ctx context.Context) error {
 		return err
 	}
 	r.unlock, r.held, r.log = h.Unlock, h.Held(), &runLog{h: h, r: r}
-	r.rep.Step = StepSnapshot
+	r.rep.Step = reclaim.StepSnapshot
 	return nil
 }
 
 func (r *run) abort(err error) error {
 	var ae *AbortError
 	if errors.As(err, &ae) {
-		r.rep.Status, r.rep.Abort = StatusAborted, string(ae.Reason)
+		r.rep.Status, r.rep.Abort = reclaim.StatusAborted, string(ae.Reason)
 	} else {
-		r.rep.Status = StatusFailed
+		r.rep.Status = reclaim.StatusFailed
 	}
-	r.rep.Errors = append(r.rep.Errors, Decision{Kind: KindRun, Reason: CheckFailed, Detail: err.Error()})
+	r.rep.Errors = append(r.rep.Errors, Decision{Kind: reclaim.KindRun, Reason: reclaim.ReasonCheckFailed, Detail: err.Error()})
 	r.rep.FinishedAt = r.c.cfg.Now()
 	r.rep.Timings.TotalMS = r.rep.FinishedAt.Sub(r.start).Milliseconds()
 	r.log.end(context.Background())
@@ -211,7 +213,7 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 		return r.rep, r.abort(lockLost(ctx, err))
 	}
 	t1 := r.c.cfg.Now()
-	r.log.step(ctx, StepPlan)
+	r.log.step(ctx, reclaim.StepPlan)
 	f := r.c.gather(ctx, s, r.pol)
 	r.repaired(f)
 	p := decide(s, f, r.pol)
@@ -223,7 +225,7 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 	} else {
 		(&deleter{c: r.c, pol: r.pol, log: r.log}).sweep(ctx, p, r.rep)
 		r.c.countFreed(ctx, r.rep.BytesFreed, len(r.rep.ManifestsDeleted)+len(r.rep.LayersUnlinked)+len(r.rep.BlobsDeleted))
-		if err := context.Cause(ctx); errors.Is(err, ErrLockLost) {
+		if err := context.Cause(ctx); errors.Is(err, reclaim.ErrLockLost) {
 			// What was deleted before the loss is in the report; every
 			// object after it was kept (its fence or delete failed).
 			return r.rep, r.abort(err)
@@ -243,7 +245,7 @@ func (r *run) underLock(ctx context.Context) (context.Context, func()) {
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	stopWatch := context.AfterFunc(r.held, func() {
-		cancel(fmt.Errorf("%w: %w", ErrLockLost, context.Cause(r.held)))
+		cancel(fmt.Errorf("%w: %w", reclaim.ErrLockLost, context.Cause(r.held)))
 	})
 	return ctx, func() { stopWatch(); cancel(nil) }
 }
@@ -259,7 +261,7 @@ func (r *run) done(t0, t1, t2 time.Time) {
 			}
 		}
 	}
-	rep.Status = StatusDone
+	rep.Status = reclaim.StatusDone
 	rep.FinishedAt = t3
 	rep.Timings = Timings{SnapshotMS: t1.Sub(t0).Milliseconds(), PlanMS: t2.Sub(t1).Milliseconds(),
 		SweepMS: t3.Sub(t2).Milliseconds(), TotalMS: t3.Sub(r.start).Milliseconds()}
@@ -270,7 +272,7 @@ func (r *run) done(t0, t1, t2 time.Time) {
 // lockLost returns the lost lock instead of err when that is why err
 // happened.
 func lockLost(ctx context.Context, err error) error {
-	if cause := context.Cause(ctx); errors.Is(cause, ErrLockLost) {
+	if cause := context.Cause(ctx); errors.Is(cause, reclaim.ErrLockLost) {
 		return fmt.Errorf("%w (%v)", cause, err)
 	}
 	return err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -40,7 +41,7 @@ func TestTagOverwriteFreesOldUniqueLayers(t *testing.T) {
 	if f.exists(path.Dir(layout.TagIndexPath("team/app", "latest", old.Digest)) + "/link") {
 		t.Fatal("tag history of the deleted manifest left behind")
 	}
-	if r := reasonOf(rep, KindManifest, cur.Digest); r != Tagged {
+	if r := reasonOf(rep, reclaim.KindManifest, cur.Digest); r != reclaim.ReasonTagged {
 		t.Fatalf("current manifest reason %s", r)
 	}
 	// A second run finds nothing left to do.
@@ -63,8 +64,8 @@ func TestSharedBlobNeverDeletedWhileLinkedElsewhere(t *testing.T) {
 	if !has(rep.LayersUnlinked, base) {
 		t.Fatalf("a's link to the base should go: %v", rep.LayersUnlinked)
 	}
-	if has(rep.BlobsDeleted, base) || reasonOf(rep, KindBlob, base) != LinkedElsewhere {
-		t.Fatalf("base blob: %s", reasonOf(rep, KindBlob, base))
+	if has(rep.BlobsDeleted, base) || reasonOf(rep, reclaim.KindBlob, base) != reclaim.ReasonLinkedElsewhere {
+		t.Fatalf("base blob: %s", reasonOf(rep, reclaim.KindBlob, base))
 	}
 	if !has(rep.BlobsDeleted, digest.FromString("a-only")) {
 		t.Fatalf("a-only should be deleted: %v", rep.BlobsDeleted)
@@ -87,9 +88,9 @@ func TestIndexChildrenAndReferrersFollowTheirRoot(t *testing.T) {
 	if len(rep.ManifestsDeleted) != 0 || len(rep.LayersUnlinked) != 0 {
 		t.Fatalf("nothing should go while tagged: %s", summary(rep))
 	}
-	for d, want := range map[digest.Digest]Reason{ix.Digest: Tagged, amd.Digest: IndexChild, arm.Digest: IndexChild,
-		sig.Digest: Referrer, sbom.Digest: Referrer} {
-		if got := reasonOf(rep, KindManifest, d); got != want {
+	for d, want := range map[digest.Digest]reclaim.Reason{ix.Digest: reclaim.ReasonTagged, amd.Digest: reclaim.ReasonIndexChild, arm.Digest: reclaim.ReasonIndexChild,
+		sig.Digest: reclaim.ReasonReferrer, sbom.Digest: reclaim.ReasonReferrer} {
+		if got := reasonOf(rep, reclaim.KindManifest, d); got != want {
 			t.Errorf("%s: %s, want %s", d, got, want)
 		}
 	}
@@ -98,7 +99,7 @@ func TestIndexChildrenAndReferrersFollowTheirRoot(t *testing.T) {
 	rep = f.collect("multi", RunOptions{})
 	for _, d := range []digest.Digest{ix.Digest, amd.Digest, arm.Digest, sig.Digest, sbom.Digest} {
 		if !has(rep.ManifestsDeleted, d) {
-			t.Errorf("%s not deleted: %s", d, reasonOf(rep, KindManifest, d))
+			t.Errorf("%s not deleted: %s", d, reasonOf(rep, reclaim.KindManifest, d))
 		}
 	}
 	if len(rep.LayersUnlinked) != 8 { // 4 images x (config + 1 layer)
@@ -121,7 +122,7 @@ func TestReferrersFallbackTagKeepsItsIndex(t *testing.T) {
 	fallback := f.index("r", sig)
 	f.tag("r", "sha256-"+img.Digest.Encoded(), fallback.Digest)
 	rep := f.collect("r", RunOptions{})
-	if reasonOf(rep, KindManifest, sig.Digest) != IndexChild || reasonOf(rep, KindManifest, fallback.Digest) != Tagged {
+	if reasonOf(rep, reclaim.KindManifest, sig.Digest) != reclaim.ReasonIndexChild || reasonOf(rep, reclaim.KindManifest, fallback.Digest) != reclaim.ReasonTagged {
 		t.Fatalf("fallback tag: %s", summary(rep))
 	}
 	if !has(rep.ManifestsDeleted, img.Digest) {
@@ -132,10 +133,10 @@ func TestReferrersFallbackTagKeepsItsIndex(t *testing.T) {
 func TestRecentlyAccessedUntaggedManifestKept(t *testing.T) {
 	f := newFixture(t)
 	img := f.image("k8s", nil, "pulled-by-digest")
-	f.tr.touch(Object{Blob: img.Digest, Repo: "k8s", Kind: LinkManifest})
+	f.tr.touch(reclaim.Object{Blob: img.Digest, Repo: "k8s", Kind: reclaim.LinkManifest})
 	rep := f.collect("k8s", RunOptions{})
-	if reasonOf(rep, KindManifest, img.Digest) != RecentlyAccessed {
-		t.Fatalf("reason %s", reasonOf(rep, KindManifest, img.Digest))
+	if reasonOf(rep, reclaim.KindManifest, img.Digest) != reclaim.ReasonRecentlyAccessed {
+		t.Fatalf("reason %s", reasonOf(rep, reclaim.KindManifest, img.Digest))
 	}
 	if len(rep.LayersUnlinked) != 0 || len(rep.BlobsDeleted) != 0 {
 		t.Fatalf("a kept manifest's layers must stay: %s", summary(rep))
@@ -151,10 +152,10 @@ func TestRecentlyAccessedUntaggedManifestKept(t *testing.T) {
 func TestRecentLayerLinkOfPushInProgressKept(t *testing.T) {
 	f := newFixture(t)
 	l := f.layer("p", "uploaded-before-manifest")
-	f.tr.touch(Object{Blob: l.Digest, Repo: "p", Kind: LinkLayer})
+	f.tr.touch(reclaim.Object{Blob: l.Digest, Repo: "p", Kind: reclaim.LinkLayer})
 	stale := f.layer("p", "stale")
 	rep := f.collect("p", RunOptions{})
-	if reasonOf(rep, KindLayerLink, l.Digest) != RecentlyAccessed || !has(rep.LayersUnlinked, stale.Digest) {
+	if reasonOf(rep, reclaim.KindLayerLink, l.Digest) != reclaim.ReasonRecentlyAccessed || !has(rep.LayersUnlinked, stale.Digest) {
 		t.Fatalf("%s", summary(rep))
 	}
 }
@@ -162,9 +163,9 @@ func TestRecentLayerLinkOfPushInProgressKept(t *testing.T) {
 func TestBlobAccessedElsewhereKept(t *testing.T) {
 	f := newFixture(t)
 	l := f.layer("p", "hot")
-	f.tr.touch(Object{Blob: l.Digest}) // pulled through another repository
+	f.tr.touch(reclaim.Object{Blob: l.Digest}) // pulled through another repository
 	rep := f.collect("p", RunOptions{})
-	if !has(rep.LayersUnlinked, l.Digest) || reasonOf(rep, KindBlob, l.Digest) != RecentlyAccessed {
+	if !has(rep.LayersUnlinked, l.Digest) || reasonOf(rep, reclaim.KindBlob, l.Digest) != reclaim.ReasonRecentlyAccessed {
 		t.Fatalf("%s", summary(rep))
 	}
 }
@@ -174,14 +175,14 @@ func TestKeepUntaggedPolicyAndPins(t *testing.T) {
 	img := f.image("p", nil, "l")
 	keep := true
 	rep := f.collect("p", RunOptions{KeepUntagged: &keep})
-	if reasonOf(rep, KindManifest, img.Digest) != PolicyKeepUntagged || len(rep.LayersUnlinked) != 0 {
+	if reasonOf(rep, reclaim.KindManifest, img.Digest) != reclaim.ReasonPolicyKeepUntagged || len(rep.LayersUnlinked) != 0 {
 		t.Fatalf("%s", summary(rep))
 	}
 	f2 := newFixture(t)
 	img2 := f2.image("p", nil, "l")
 	f2.c.pinner = pinSet{img2.Digest}
 	rep = f2.collect("p", RunOptions{})
-	if reasonOf(rep, KindManifest, img2.Digest) != Pinned || len(rep.LayersUnlinked) != 0 {
+	if reasonOf(rep, reclaim.KindManifest, img2.Digest) != reclaim.ReasonPinned || len(rep.LayersUnlinked) != 0 {
 		t.Fatalf("%s", summary(rep))
 	}
 }
@@ -214,8 +215,8 @@ func TestPinAfterTheFenceKeepsTheManifest(t *testing.T) {
 	pins := &latePins{pinned: map[digest.Digest]bool{}}
 	f := newFixture(t, func(c *Config) { c.Pinner = pins })
 	img := f.image("p", nil, "l")
-	f.tr.onFence = func(o Object) {
-		if o.Blob == img.Digest && o.Kind == LinkManifest {
+	f.tr.onFence = func(o reclaim.Object) {
+		if o.Blob == img.Digest && o.Kind == reclaim.LinkManifest {
 			pins.pin(img.Digest)
 		}
 	}
@@ -223,7 +224,7 @@ func TestPinAfterTheFenceKeepsTheManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dec := decisionOf(rep, KindManifest, img.Digest); dec.Reason != Pinned || dec.Detail != "pinned since the plan" ||
+	if dec := decisionOf(rep, reclaim.KindManifest, img.Digest); dec.Reason != reclaim.ReasonPinned || dec.Detail != "pinned since the plan" ||
 		len(rep.LayersUnlinked) != 0 || !f.exists(layout.RevisionDir("p", img.Digest)+"/link") {
 		t.Fatalf("%s", summary(rep))
 	}
@@ -231,12 +232,12 @@ func TestPinAfterTheFenceKeepsTheManifest(t *testing.T) {
 	pins2 := &latePins{pinned: map[digest.Digest]bool{}}
 	f2 := newFixture(t, func(c *Config) { c.Pinner = pins2 })
 	img2 := f2.image("p", nil, "l")
-	f2.tr.onFence = func(Object) { pins2.mu.Lock(); pins2.failing = true; pins2.mu.Unlock() }
+	f2.tr.onFence = func(reclaim.Object) { pins2.mu.Lock(); pins2.failing = true; pins2.mu.Unlock() }
 	rep, err = f2.c.Collect(context.Background(), "p", RunOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dec := decisionOf(rep, KindManifest, img2.Digest); dec.Reason != CheckFailed || !f2.exists(layout.RevisionDir("p", img2.Digest)+"/link") {
+	if dec := decisionOf(rep, reclaim.KindManifest, img2.Digest); dec.Reason != reclaim.ReasonCheckFailed || !f2.exists(layout.RevisionDir("p", img2.Digest)+"/link") {
 		t.Fatalf("%s", summary(rep))
 	}
 }
@@ -251,7 +252,7 @@ func TestCapKeepsNewestAndWhatTheyReference(t *testing.T) {
 	for i := range 3 {
 		img := f.image("c", nil, fmt.Sprint("layer", i))
 		// Older images were last accessed earlier (outside the window).
-		f.tr.access[Object{Blob: img.Digest, Repo: "c", Kind: LinkManifest}] = t0.Add(time.Duration(i) * time.Hour)
+		f.tr.access[reclaim.Object{Blob: img.Digest, Repo: "c", Kind: reclaim.LinkManifest}] = t0.Add(time.Duration(i) * time.Hour)
 		imgs = append(imgs, img)
 	}
 	rep := f.collect("c", RunOptions{Cap: 2})
@@ -259,10 +260,10 @@ func TestCapKeepsNewestAndWhatTheyReference(t *testing.T) {
 	if !sameDigests(rep.ManifestsDeleted, []digest.Digest{imgs[0].Digest, imgs[1].Digest}) {
 		t.Fatalf("cap: %s", summary(rep))
 	}
-	if reasonOf(rep, KindManifest, imgs[2].Digest) != Capped {
-		t.Fatalf("newest: %s", reasonOf(rep, KindManifest, imgs[2].Digest))
+	if reasonOf(rep, reclaim.KindManifest, imgs[2].Digest) != reclaim.ReasonCapped {
+		t.Fatalf("newest: %s", reasonOf(rep, reclaim.KindManifest, imgs[2].Digest))
 	}
-	if len(rep.LayersUnlinked) != 0 || reasonOf(rep, KindLayerLink, digest.FromString("layer0")) != Capped {
+	if len(rep.LayersUnlinked) != 0 || reasonOf(rep, reclaim.KindLayerLink, digest.FromString("layer0")) != reclaim.ReasonCapped {
 		t.Fatalf("layers: %v", rep.LayersUnlinked)
 	}
 	// Nothing the capped manifest references was unlinked.
@@ -271,7 +272,7 @@ func TestCapKeepsNewestAndWhatTheyReference(t *testing.T) {
 			t.Fatalf("unlinked a layer of a capped manifest: %s", l)
 		}
 	}
-	if reasonOf(rep, KindLayerLink, digest.FromString("layer2")) != Referenced {
+	if reasonOf(rep, reclaim.KindLayerLink, digest.FromString("layer2")) != reclaim.ReasonReferenced {
 		t.Fatal("capped manifest's layer should be kept as referenced")
 	}
 }
@@ -281,7 +282,7 @@ func TestUnknownMediaTypeKeepsTheRepository(t *testing.T) {
 	img := f.image("u", nil, "l")
 	weird := f.rawManifest("u", []byte(`{"schemaVersion":1,"name":"u","tag":"old","fsLayers":[{"blobSum":"`+digest.FromString("l").String()+`"}]}`))
 	rep := f.collect("u", RunOptions{})
-	if reasonOf(rep, KindManifest, weird) != UnknownMediaType || reasonOf(rep, KindManifest, img.Digest) != UnknownManifestKept {
+	if reasonOf(rep, reclaim.KindManifest, weird) != reclaim.ReasonUnknownMediaType || reasonOf(rep, reclaim.KindManifest, img.Digest) != reclaim.ReasonUnknownManifestKept {
 		t.Fatalf("%s", summary(rep))
 	}
 	if len(rep.LayersUnlinked) != 0 || len(rep.BlobsDeleted) != 0 {
@@ -298,7 +299,7 @@ func TestFailingDeleteIsReportedAndSkipped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if reasonOf(rep, KindLayerLink, a.Digest) != DeleteFailed || !has(rep.LayersUnlinked, b.Digest) || len(rep.Errors) != 1 {
+	if reasonOf(rep, reclaim.KindLayerLink, a.Digest) != reclaim.ReasonDeleteFailed || !has(rep.LayersUnlinked, b.Digest) || len(rep.Errors) != 1 {
 		t.Fatalf("%s errors=%v", summary(rep), rep.Errors)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/distribution/reference"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // Defaults, chosen to be safe on a registry nobody has tuned.
@@ -194,7 +195,7 @@ func (c *Collector) gcLocked(now time.Time) {
 		}
 	}
 	for id, r := range c.runs {
-		if now.After(r.expires) || len(c.runs) > maxStoredRuns && r.report.Status != StatusRunning {
+		if now.After(r.expires) || len(c.runs) > maxStoredRuns && r.report.Status != reclaim.StatusRunning {
 			delete(c.runs, id)
 		}
 	}

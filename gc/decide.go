@@ -6,8 +6,13 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
+
+// reasonInvalid is the zero reclaim.Reason: no reason (yet), so nothing
+// keeps or deletes the object on that account.
+const reasonInvalid reclaim.Reason = 0
 
 // decide is the whole judgement of a run, and does no I/O: mark from the
 // roots, keep untagged manifests by policy, pin and access record, cap the
@@ -33,7 +38,7 @@ func keepUntagged(mk *marking, f *facts, pol policy, last map[key]time.Time) {
 			continue
 		}
 		r, detail, t := untaggedReason(f, pol, d)
-		last[key{KindManifest, d}] = t
+		last[key{reclaim.KindManifest, d}] = t
 		if r == reasonInvalid {
 			continue
 		}
@@ -47,27 +52,27 @@ func keepUntagged(mk *marking, f *facts, pol policy, last map[key]time.Time) {
 
 // untaggedReason is why an unmarked manifest is kept anyway; reasonInvalid
 // when nothing keeps it. t is its last access, when that was read.
-func untaggedReason(f *facts, pol policy, d digest.Digest) (r Reason, detail string, t time.Time) {
+func untaggedReason(f *facts, pol policy, d digest.Digest) (r reclaim.Reason, detail string, t time.Time) {
 	if pol.keepUntag {
-		return PolicyKeepUntagged, "", time.Time{}
+		return reclaim.ReasonPolicyKeepUntagged, "", time.Time{}
 	}
 	if pol.pins {
 		pinned, err := f.pinned(d)
 		if err != nil {
-			return CheckFailed, "pin check: " + err.Error(), time.Time{}
+			return reclaim.ReasonCheckFailed, "pin check: " + err.Error(), time.Time{}
 		}
 		if pinned {
-			return Pinned, "", time.Time{}
+			return reclaim.ReasonPinned, "", time.Time{}
 		}
 	}
-	t, err := f.lastAccess(Object{Blob: d, Repo: pol.repo, Kind: LinkManifest})
+	t, err := f.lastAccess(reclaim.Object{Blob: d, Repo: pol.repo, Kind: reclaim.LinkManifest})
 	switch {
 	case err != nil:
-		return CheckFailed, "access record: " + err.Error(), time.Time{}
+		return reclaim.ReasonCheckFailed, "access record: " + err.Error(), time.Time{}
 	case pol.recent(t):
-		return RecentlyAccessed, "", t
-	case !pol.inPlan(KindManifest, d):
-		return NotInPlan, "", t
+		return reclaim.ReasonRecentlyAccessed, "", t
+	case !pol.inPlan(reclaim.KindManifest, d):
+		return reclaim.ReasonNotInPlan, "", t
 	}
 	return reasonInvalid, "", t
 }
@@ -79,9 +84,9 @@ func decideManifests(p *planned, mk *marking, pol policy, last map[key]time.Time
 	s := p.s
 	cands := mk.unkept()
 	if pol.cap > 0 && len(cands) > pol.cap {
-		byAge(cands, KindManifest, last)
+		byAge(cands, reclaim.KindManifest, last)
 		for _, d := range cands[pol.cap:] {
-			mk.keep(d, Capped, "")
+			mk.keep(d, reclaim.ReasonCapped, "")
 		}
 		cands = mk.unkept()
 	}
@@ -93,8 +98,8 @@ func decideManifests(p *planned, mk *marking, pol policy, last map[key]time.Time
 		}
 	}
 	for _, d := range p.manifests {
-		p.decisions = append(p.decisions, Decision{Kind: KindManifest, Digest: d, Reason: Unreferenced,
-			Size: s.revisions[d].size, LastAccess: ptime(last[key{KindManifest, d}])})
+		p.decisions = append(p.decisions, Decision{Kind: reclaim.KindManifest, Digest: d, Reason: reclaim.ReasonUnreferenced,
+			Size: s.revisions[d].size, LastAccess: ptime(last[key{reclaim.KindManifest, d}])})
 	}
 }
 
@@ -104,23 +109,23 @@ func decideLayers(p *planned, mk *marking, f *facts, pol policy, last map[key]ti
 	refd, unknown := mk.referenced()
 	var cands []digest.Digest
 	for _, d := range sortedDigests(p.s.layers) {
-		dec := Decision{Kind: KindLayerLink, Digest: d}
+		dec := Decision{Kind: reclaim.KindLayerLink, Digest: d}
 		switch {
 		case refd[d]:
-			dec.Reason = Referenced
+			dec.Reason = reclaim.ReasonReferenced
 		case unknown:
-			dec.Reason = UnknownManifestKept
+			dec.Reason = reclaim.ReasonUnknownManifestKept
 		default:
-			t, err := f.lastAccess(Object{Blob: d, Repo: pol.repo, Kind: LinkLayer})
-			last[key{KindLayerLink, d}] = t
+			t, err := f.lastAccess(reclaim.Object{Blob: d, Repo: pol.repo, Kind: reclaim.LinkLayer})
+			last[key{reclaim.KindLayerLink, d}] = t
 			dec.LastAccess = ptime(t)
 			switch {
 			case err != nil:
-				dec.Reason, dec.Detail = CheckFailed, err.Error()
+				dec.Reason, dec.Detail = reclaim.ReasonCheckFailed, err.Error()
 			case pol.recent(t):
-				dec.Reason = RecentlyAccessed
-			case !pol.inPlan(KindLayerLink, d):
-				dec.Reason = NotInPlan
+				dec.Reason = reclaim.ReasonRecentlyAccessed
+			case !pol.inPlan(reclaim.KindLayerLink, d):
+				dec.Reason = reclaim.ReasonNotInPlan
 			default:
 				cands = append(cands, d)
 				continue
@@ -129,27 +134,27 @@ func decideLayers(p *planned, mk *marking, f *facts, pol policy, last map[key]ti
 		p.decisions = append(p.decisions, dec)
 	}
 	if left := max(pol.cap-len(p.manifests), 0); pol.cap > 0 && len(cands) > left {
-		byAge(cands, KindLayerLink, last)
+		byAge(cands, reclaim.KindLayerLink, last)
 		for _, d := range cands[left:] {
-			p.decisions = append(p.decisions, Decision{Kind: KindLayerLink, Digest: d, Reason: Capped,
-				LastAccess: ptime(last[key{KindLayerLink, d}])})
+			p.decisions = append(p.decisions, Decision{Kind: reclaim.KindLayerLink, Digest: d, Reason: reclaim.ReasonCapped,
+				LastAccess: ptime(last[key{reclaim.KindLayerLink, d}])})
 		}
 		cands = cands[:left]
 		sort.Slice(cands, func(i, j int) bool { return cands[i] < cands[j] })
 	}
 	p.layers = cands
 	for _, d := range cands {
-		p.decisions = append(p.decisions, Decision{Kind: KindLayerLink, Digest: d, Reason: Unreferenced,
-			LastAccess: ptime(last[key{KindLayerLink, d}])})
+		p.decisions = append(p.decisions, Decision{Kind: reclaim.KindLayerLink, Digest: d, Reason: reclaim.ReasonUnreferenced,
+			LastAccess: ptime(last[key{reclaim.KindLayerLink, d}])})
 	}
 }
 
 // decideBlobs decides the blobs whose link in this repository the plan
 // removes, ignoring those links.
 func decideBlobs(p *planned, f *facts, pol policy) {
-	removing := map[LinkKind]map[digest.Digest]bool{LinkManifest: setOf(p.manifests), LinkLayer: setOf(p.layers)}
+	removing := map[reclaim.LinkKind]map[digest.Digest]bool{reclaim.LinkManifest: setOf(p.manifests), reclaim.LinkLayer: setOf(p.layers)}
 	for _, d := range unionSorted(p.manifests, p.layers) {
-		dec := decideBlob(f, pol, d, func(l RepoLink) bool { return l.Repo == pol.repo && removing[l.Kind][d] })
+		dec := decideBlob(f, pol, d, func(l reclaim.RepoLink) bool { return l.Repo == pol.repo && removing[l.Kind][d] })
 		if dec.Deleted() {
 			p.blobs = append(p.blobs, d)
 		}
@@ -159,32 +164,32 @@ func decideBlobs(p *planned, f *facts, pol policy) {
 
 // decideBlob decides one blob from its reverse links (ignoring the ones
 // removed reports), its access record and its size.
-func decideBlob(f *facts, pol policy, d digest.Digest, removed func(RepoLink) bool) Decision {
-	dec := Decision{Kind: KindBlob, Digest: d}
+func decideBlob(f *facts, pol policy, d digest.Digest, removed func(reclaim.RepoLink) bool) Decision {
+	dec := Decision{Kind: reclaim.KindBlob, Digest: d}
 	if !pol.linkdbOK {
-		dec.Reason, dec.Detail = LinkDBIncomplete, pol.linkdbNote
+		dec.Reason, dec.Detail = reclaim.ReasonLinkDBIncomplete, pol.linkdbNote
 		return dec
 	}
 	links, err := f.reverseLinks(d)
 	if err != nil {
-		dec.Reason, dec.Detail = CheckFailed, fmt.Sprintf("reverse links: %v", err)
+		dec.Reason, dec.Detail = reclaim.ReasonCheckFailed, fmt.Sprintf("reverse links: %v", err)
 		return dec
 	}
 	if r, detail := linkedReason(links, pol.repo, removed); r != reasonInvalid {
 		dec.Reason, dec.Detail = r, detail
 		return dec
 	}
-	t, err := f.lastAccess(Object{Blob: d})
+	t, err := f.lastAccess(reclaim.Object{Blob: d})
 	dec.LastAccess = ptime(t)
 	switch {
 	case err != nil:
-		dec.Reason, dec.Detail = CheckFailed, fmt.Sprintf("access record: %v", err)
+		dec.Reason, dec.Detail = reclaim.ReasonCheckFailed, fmt.Sprintf("access record: %v", err)
 		return dec
 	case pol.recent(t):
-		dec.Reason = RecentlyAccessed
+		dec.Reason = reclaim.ReasonRecentlyAccessed
 		return dec
-	case !pol.inPlan(KindBlob, d):
-		dec.Reason = NotInPlan
+	case !pol.inPlan(reclaim.KindBlob, d):
+		dec.Reason = reclaim.ReasonNotInPlan
 		return dec
 	}
 	size, err := f.size(d)
@@ -193,12 +198,12 @@ func decideBlob(f *facts, pol policy, d digest.Digest, removed func(RepoLink) bo
 		// The data is gone already; the directory (and any stale reverse
 		// link) is still worth removing.
 	case err != nil:
-		dec.Reason, dec.Detail = CheckFailed, fmt.Sprintf("stat: %v", err)
+		dec.Reason, dec.Detail = reclaim.ReasonCheckFailed, fmt.Sprintf("stat: %v", err)
 		return dec
 	default:
 		dec.Size = size
 	}
-	dec.Reason = Unreferenced
+	dec.Reason = reclaim.ReasonUnreferenced
 	return dec
 }
 
@@ -206,18 +211,18 @@ func decideBlob(f *facts, pol policy, d digest.Digest, removed func(RepoLink) bo
 // (check_failed), another repository (linked_elsewhere), or a link of this
 // repository the run keeps (still_linked). Links removed reports are
 // ignored.
-func linkedReason(links []RepoLink, repo string, removed func(RepoLink) bool) (Reason, string) {
+func linkedReason(links []reclaim.RepoLink, repo string, removed func(reclaim.RepoLink) bool) (reclaim.Reason, string) {
 	if detail, ok := malformed(links, removed); ok {
-		return CheckFailed, detail
+		return reclaim.ReasonCheckFailed, detail
 	}
 	r, detail := reasonInvalid, ""
 	for _, l := range links {
 		switch {
 		case removed(l):
 		case l.Repo != repo:
-			return LinkedElsewhere, l.Repo
+			return reclaim.ReasonLinkedElsewhere, l.Repo
 		default:
-			r, detail = StillLinked, string(l.Kind)
+			r, detail = reclaim.ReasonStillLinked, string(l.Kind)
 		}
 	}
 	return r, detail
@@ -226,7 +231,7 @@ func linkedReason(links []RepoLink, repo string, removed func(RepoLink) bool) (R
 // malformed describes the first link not removed by this run whose path
 // holds something that is not a link file. Such a link keeps the blob like
 // any other (fail closed), but as check_failed, so that the run reports it.
-func malformed(links []RepoLink, removed func(RepoLink) bool) (string, bool) {
+func malformed(links []reclaim.RepoLink, removed func(reclaim.RepoLink) bool) (string, bool) {
 	for _, l := range links {
 		if l.Problem != "" && !removed(l) {
 			return fmt.Sprintf("reverse link of %s %s: %s; kept as linked, see `registry linkdb verify`", l.Repo, l.Kind, l.Problem), true
@@ -236,7 +241,7 @@ func malformed(links []RepoLink, removed func(RepoLink) bool) (string, bool) {
 }
 
 // byAge sorts oldest access first; no record counts as oldest.
-func byAge(ds []digest.Digest, k ObjectKind, last map[key]time.Time) {
+func byAge(ds []digest.Digest, k reclaim.ObjectKind, last map[key]time.Time) {
 	sort.SliceStable(ds, func(i, j int) bool {
 		ti, tj := last[key{k, ds[i]}], last[key{k, ds[j]}]
 		if !ti.Equal(tj) {

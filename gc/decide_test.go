@@ -9,6 +9,7 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // snapBuilder makes snapshots in memory, for decide: no storage involved.
@@ -75,21 +76,25 @@ func allFacts(s *snapshot, pol policy) *facts {
 	manifests, layers, blobs := wanted(s, pol)
 	for _, d := range manifests {
 		f.pins[d] = result[bool]{}
-		f.access[Object{Blob: d, Repo: pol.repo, Kind: LinkManifest}] = result[time.Time]{}
+		f.access[reclaim.Object{Blob: d, Repo: pol.repo, Kind: reclaim.LinkManifest}] = result[time.Time]{}
 	}
 	for _, d := range layers {
-		f.access[Object{Blob: d, Repo: pol.repo, Kind: LinkLayer}] = result[time.Time]{}
+		f.access[reclaim.Object{Blob: d, Repo: pol.repo, Kind: reclaim.LinkLayer}] = result[time.Time]{}
 	}
 	for _, d := range blobs {
-		f.links[d] = result[[]RepoLink]{}
-		f.access[Object{Blob: d}] = result[time.Time]{}
+		f.links[d] = result[[]reclaim.RepoLink]{}
+		f.access[reclaim.Object{Blob: d}] = result[time.Time]{}
 		f.sizes[d] = result[int64]{v: 10}
 	}
 	return f
 }
 
-func manifestLink(d digest.Digest) Object { return Object{Blob: d, Repo: testRepo, Kind: LinkManifest} }
-func layerLink(d digest.Digest) Object    { return Object{Blob: d, Repo: testRepo, Kind: LinkLayer} }
+func manifestLink(d digest.Digest) reclaim.Object {
+	return reclaim.Object{Blob: d, Repo: testRepo, Kind: reclaim.LinkManifest}
+}
+func layerLink(d digest.Digest) reclaim.Object {
+	return reclaim.Object{Blob: d, Repo: testRepo, Kind: reclaim.LinkLayer}
+}
 
 var (
 	recently = result[time.Time]{v: t0.Add(48*time.Hour - time.Minute)}
@@ -104,125 +109,125 @@ type decideCase struct {
 	facts func(f *facts, b *snapBuilder)
 	// want is every decision, "<kind> <name>" -> reason; details holds a
 	// part of the detail where it matters.
-	want    map[string]Reason
+	want    map[string]reclaim.Reason
 	details map[string]string
 }
 
 var decideCases = []decideCase{
 	{name: "tagged image keeps its layers",
 		snap:    func(b *snapBuilder) { b.tag("v1", b.image("img", "a", "b")) },
-		want:    map[string]Reason{"manifest img": Tagged, "layer_link a": Referenced, "layer_link b": Referenced},
+		want:    map[string]reclaim.Reason{"manifest img": reclaim.ReasonTagged, "layer_link a": reclaim.ReasonReferenced, "layer_link b": reclaim.ReasonReferenced},
 		details: map[string]string{"manifest img": "tag v1"}},
 	{name: "untagged image goes with its layers and blobs",
 		snap: func(b *snapBuilder) { b.image("img", "a") },
-		want: map[string]Reason{"manifest img": Unreferenced, "layer_link a": Unreferenced,
-			"blob img": Unreferenced, "blob a": Unreferenced}},
+		want: map[string]reclaim.Reason{"manifest img": reclaim.ReasonUnreferenced, "layer_link a": reclaim.ReasonUnreferenced,
+			"blob img": reclaim.ReasonUnreferenced, "blob a": reclaim.ReasonUnreferenced}},
 	{name: "index children and referrers follow the tag",
 		snap: func(b *snapBuilder) {
 			ix := b.index("ix", b.image("child"))
 			b.referrer("sig", ix)
 			b.tag("v1", ix)
 		},
-		want:    map[string]Reason{"manifest ix": Tagged, "manifest child": IndexChild, "manifest sig": Referrer},
+		want:    map[string]reclaim.Reason{"manifest ix": reclaim.ReasonTagged, "manifest child": reclaim.ReasonIndexChild, "manifest sig": reclaim.ReasonReferrer},
 		details: map[string]string{"manifest child": "kept by sha256:"}},
 	{name: "recently accessed untagged manifest",
 		snap:  func(b *snapBuilder) { b.image("img", "a") },
 		facts: func(f *facts, b *snapBuilder) { f.access[manifestLink(b.d("img"))] = recently },
-		want:  map[string]Reason{"manifest img": RecentlyAccessed, "layer_link a": Referenced}},
+		want:  map[string]reclaim.Reason{"manifest img": reclaim.ReasonRecentlyAccessed, "layer_link a": reclaim.ReasonReferenced}},
 	{name: "pinned",
 		snap:  func(b *snapBuilder) { b.image("img", "a") },
 		pol:   func(p *policy, _ *snapBuilder) { p.pins = true },
 		facts: func(f *facts, b *snapBuilder) { f.pins[b.d("img")] = result[bool]{v: true} },
-		want:  map[string]Reason{"manifest img": Pinned, "layer_link a": Referenced}},
+		want:  map[string]reclaim.Reason{"manifest img": reclaim.ReasonPinned, "layer_link a": reclaim.ReasonReferenced}},
 	{name: "pin check fails",
 		snap:    func(b *snapBuilder) { b.image("img", "a") },
 		pol:     func(p *policy, _ *snapBuilder) { p.pins = true },
 		facts:   func(f *facts, b *snapBuilder) { f.pins[b.d("img")] = result[bool]{err: errBoom} },
-		want:    map[string]Reason{"manifest img": CheckFailed, "layer_link a": Referenced},
+		want:    map[string]reclaim.Reason{"manifest img": reclaim.ReasonCheckFailed, "layer_link a": reclaim.ReasonReferenced},
 		details: map[string]string{"manifest img": "pin check: boom"}},
 	{name: "access record unreadable",
 		snap:    func(b *snapBuilder) { b.image("img", "a") },
 		facts:   func(f *facts, b *snapBuilder) { f.access[manifestLink(b.d("img"))] = failed() },
-		want:    map[string]Reason{"manifest img": CheckFailed, "layer_link a": Referenced},
+		want:    map[string]reclaim.Reason{"manifest img": reclaim.ReasonCheckFailed, "layer_link a": reclaim.ReasonReferenced},
 		details: map[string]string{"manifest img": "access record: boom"}},
 	{name: "a fact nobody read keeps the object",
 		snap:    func(b *snapBuilder) { b.image("img", "a") },
 		facts:   func(f *facts, b *snapBuilder) { delete(f.access, manifestLink(b.d("img"))) },
-		want:    map[string]Reason{"manifest img": CheckFailed, "layer_link a": Referenced},
+		want:    map[string]reclaim.Reason{"manifest img": reclaim.ReasonCheckFailed, "layer_link a": reclaim.ReasonReferenced},
 		details: map[string]string{"manifest img": errNoFact.Error()}},
 	{name: "keep-untagged policy",
 		snap: func(b *snapBuilder) { b.image("img", "a") },
 		pol:  func(p *policy, _ *snapBuilder) { p.keepUntag = true },
-		want: map[string]Reason{"manifest img": PolicyKeepUntagged, "layer_link a": Referenced}},
+		want: map[string]reclaim.Reason{"manifest img": reclaim.ReasonPolicyKeepUntagged, "layer_link a": reclaim.ReasonReferenced}},
 	{name: "unknown media type keeps the repository",
 		snap: func(b *snapBuilder) {
 			b.manifest("odd", "application/x-odd", false)
 			b.image("img", "a")
 			b.layer("stray")
 		},
-		want: map[string]Reason{"manifest odd": UnknownMediaType, "manifest img": UnknownManifestKept,
-			"layer_link a": Referenced, "layer_link stray": UnknownManifestKept}},
+		want: map[string]reclaim.Reason{"manifest odd": reclaim.ReasonUnknownMediaType, "manifest img": reclaim.ReasonUnknownManifestKept,
+			"layer_link a": reclaim.ReasonReferenced, "layer_link stray": reclaim.ReasonUnknownManifestKept}},
 	{name: "layer link of a push in progress",
 		snap:  func(b *snapBuilder) { b.layer("pushing"); b.layer("stale") },
 		facts: func(f *facts, b *snapBuilder) { f.access[layerLink(b.d("pushing"))] = recently },
-		want: map[string]Reason{"layer_link pushing": RecentlyAccessed, "layer_link stale": Unreferenced,
-			"blob stale": Unreferenced}},
+		want: map[string]reclaim.Reason{"layer_link pushing": reclaim.ReasonRecentlyAccessed, "layer_link stale": reclaim.ReasonUnreferenced,
+			"blob stale": reclaim.ReasonUnreferenced}},
 	{name: "layer access unreadable",
 		snap:    func(b *snapBuilder) { b.layer("l") },
 		facts:   func(f *facts, b *snapBuilder) { f.access[layerLink(b.d("l"))] = failed() },
-		want:    map[string]Reason{"layer_link l": CheckFailed},
+		want:    map[string]reclaim.Reason{"layer_link l": reclaim.ReasonCheckFailed},
 		details: map[string]string{"layer_link l": "boom"}},
 	{name: "shared blob",
 		snap: func(b *snapBuilder) { b.layer("shared") },
 		facts: func(f *facts, b *snapBuilder) {
-			f.links[b.d("shared")] = result[[]RepoLink]{v: []RepoLink{{Repo: testRepo, Kind: LinkLayer}, {Repo: "other", Kind: LinkLayer}}}
+			f.links[b.d("shared")] = result[[]reclaim.RepoLink]{v: []reclaim.RepoLink{{Repo: testRepo, Kind: reclaim.LinkLayer}, {Repo: "other", Kind: reclaim.LinkLayer}}}
 		},
-		want:    map[string]Reason{"layer_link shared": Unreferenced, "blob shared": LinkedElsewhere},
+		want:    map[string]reclaim.Reason{"layer_link shared": reclaim.ReasonUnreferenced, "blob shared": reclaim.ReasonLinkedElsewhere},
 		details: map[string]string{"blob shared": "other"}},
 	{name: "still linked here by a link the run keeps",
 		snap: func(b *snapBuilder) { b.layer("l") },
 		facts: func(f *facts, b *snapBuilder) {
-			f.links[b.d("l")] = result[[]RepoLink]{v: []RepoLink{{Repo: testRepo, Kind: LinkManifest}}}
+			f.links[b.d("l")] = result[[]reclaim.RepoLink]{v: []reclaim.RepoLink{{Repo: testRepo, Kind: reclaim.LinkManifest}}}
 		},
-		want:    map[string]Reason{"layer_link l": Unreferenced, "blob l": StillLinked},
+		want:    map[string]reclaim.Reason{"layer_link l": reclaim.ReasonUnreferenced, "blob l": reclaim.ReasonStillLinked},
 		details: map[string]string{"blob l": "_manifests"}},
 	{name: "unreadable link keeps the blob",
 		snap: func(b *snapBuilder) { b.layer("l") },
 		facts: func(f *facts, b *snapBuilder) {
-			f.links[b.d("l")] = result[[]RepoLink]{v: []RepoLink{{Repo: "other", Kind: LinkLayer, Problem: "a directory"}}}
+			f.links[b.d("l")] = result[[]reclaim.RepoLink]{v: []reclaim.RepoLink{{Repo: "other", Kind: reclaim.LinkLayer, Problem: "a directory"}}}
 		},
-		want:    map[string]Reason{"layer_link l": Unreferenced, "blob l": CheckFailed},
+		want:    map[string]reclaim.Reason{"layer_link l": reclaim.ReasonUnreferenced, "blob l": reclaim.ReasonCheckFailed},
 		details: map[string]string{"blob l": "reverse link of other _layers: a directory; kept as linked"}},
 	{name: "an unreadable link the run removes does not count",
 		snap: func(b *snapBuilder) { b.layer("l") },
 		facts: func(f *facts, b *snapBuilder) {
-			f.links[b.d("l")] = result[[]RepoLink]{v: []RepoLink{{Repo: testRepo, Kind: LinkLayer, Problem: "dangling"}}}
+			f.links[b.d("l")] = result[[]reclaim.RepoLink]{v: []reclaim.RepoLink{{Repo: testRepo, Kind: reclaim.LinkLayer, Problem: "dangling"}}}
 		},
-		want: map[string]Reason{"layer_link l": Unreferenced, "blob l": Unreferenced}},
+		want: map[string]reclaim.Reason{"layer_link l": reclaim.ReasonUnreferenced, "blob l": reclaim.ReasonUnreferenced}},
 	{name: "reverse links unreadable",
 		snap:    func(b *snapBuilder) { b.layer("l") },
-		facts:   func(f *facts, b *snapBuilder) { f.links[b.d("l")] = result[[]RepoLink]{err: errBoom} },
-		want:    map[string]Reason{"layer_link l": Unreferenced, "blob l": CheckFailed},
+		facts:   func(f *facts, b *snapBuilder) { f.links[b.d("l")] = result[[]reclaim.RepoLink]{err: errBoom} },
+		want:    map[string]reclaim.Reason{"layer_link l": reclaim.ReasonUnreferenced, "blob l": reclaim.ReasonCheckFailed},
 		details: map[string]string{"blob l": "reverse links: boom"}},
 	{name: "incomplete link database keeps every blob",
 		snap:    func(b *snapBuilder) { b.image("img", "a") },
 		pol:     func(p *policy, _ *snapBuilder) { p.linkdbOK = false },
-		want:    map[string]Reason{"manifest img": Unreferenced, "layer_link a": Unreferenced, "blob img": LinkDBIncomplete, "blob a": LinkDBIncomplete},
+		want:    map[string]reclaim.Reason{"manifest img": reclaim.ReasonUnreferenced, "layer_link a": reclaim.ReasonUnreferenced, "blob img": reclaim.ReasonLinkDBIncomplete, "blob a": reclaim.ReasonLinkDBIncomplete},
 		details: map[string]string{"blob a": "incomplete"}},
 	{name: "blob accessed through another repository",
 		snap:  func(b *snapBuilder) { b.layer("hot") },
-		facts: func(f *facts, b *snapBuilder) { f.access[Object{Blob: b.d("hot")}] = recently },
-		want:  map[string]Reason{"layer_link hot": Unreferenced, "blob hot": RecentlyAccessed}},
+		facts: func(f *facts, b *snapBuilder) { f.access[reclaim.Object{Blob: b.d("hot")}] = recently },
+		want:  map[string]reclaim.Reason{"layer_link hot": reclaim.ReasonUnreferenced, "blob hot": reclaim.ReasonRecentlyAccessed}},
 	{name: "blob data already gone",
 		snap: func(b *snapBuilder) { b.layer("l") },
 		facts: func(f *facts, b *snapBuilder) {
 			f.sizes[b.d("l")] = result[int64]{err: storagedriver.PathNotFoundError{Path: "/data"}}
 		},
-		want: map[string]Reason{"layer_link l": Unreferenced, "blob l": Unreferenced}},
+		want: map[string]reclaim.Reason{"layer_link l": reclaim.ReasonUnreferenced, "blob l": reclaim.ReasonUnreferenced}},
 	{name: "blob stat fails",
 		snap:    func(b *snapBuilder) { b.layer("l") },
 		facts:   func(f *facts, b *snapBuilder) { f.sizes[b.d("l")] = result[int64]{err: errBoom} },
-		want:    map[string]Reason{"layer_link l": Unreferenced, "blob l": CheckFailed},
+		want:    map[string]reclaim.Reason{"layer_link l": reclaim.ReasonUnreferenced, "blob l": reclaim.ReasonCheckFailed},
 		details: map[string]string{"blob l": "stat: boom"}},
 	{name: "cap: the oldest go, the newest is capped with what it keeps",
 		snap: func(b *snapBuilder) { b.image("old", "l-old"); b.image("mid", "l-mid"); b.image("new", "l-new") },
@@ -232,17 +237,17 @@ var decideCases = []decideCase{
 				f.access[manifestLink(b.d(n))] = long(i)
 			}
 		},
-		want: map[string]Reason{"manifest old": Unreferenced, "manifest mid": Unreferenced, "manifest new": Capped,
-			"layer_link l-old": Capped, "layer_link l-mid": Capped, "layer_link l-new": Referenced,
-			"blob old": Unreferenced, "blob mid": Unreferenced}},
+		want: map[string]reclaim.Reason{"manifest old": reclaim.ReasonUnreferenced, "manifest mid": reclaim.ReasonUnreferenced, "manifest new": reclaim.ReasonCapped,
+			"layer_link l-old": reclaim.ReasonCapped, "layer_link l-mid": reclaim.ReasonCapped, "layer_link l-new": reclaim.ReasonReferenced,
+			"blob old": reclaim.ReasonUnreferenced, "blob mid": reclaim.ReasonUnreferenced}},
 	{name: "an applied plan deletes only what it lists",
 		snap: func(b *snapBuilder) { b.image("listed", "a"); b.image("new"); b.layer("stray") },
 		pol: func(p *policy, b *snapBuilder) {
 			p.restrict = &Plan{Manifests: []digest.Digest{b.d("listed")}, Layers: []digest.Digest{b.d("a")}}
 			p.restrict.index()
 		},
-		want: map[string]Reason{"manifest listed": Unreferenced, "manifest new": NotInPlan, "layer_link a": Unreferenced,
-			"layer_link stray": NotInPlan, "blob listed": NotInPlan, "blob a": NotInPlan}},
+		want: map[string]reclaim.Reason{"manifest listed": reclaim.ReasonUnreferenced, "manifest new": reclaim.ReasonNotInPlan, "layer_link a": reclaim.ReasonUnreferenced,
+			"layer_link stray": reclaim.ReasonNotInPlan, "blob listed": reclaim.ReasonNotInPlan, "blob a": reclaim.ReasonNotInPlan}},
 }
 
 func TestDecide(t *testing.T) {
@@ -259,7 +264,7 @@ func TestDecide(t *testing.T) {
 				tc.facts(f, b)
 			}
 			p := decide(b.s, f, pol)
-			got := map[string]Reason{}
+			got := map[string]reclaim.Reason{}
 			for _, d := range p.decisions {
 				k := string(d.Kind) + " " + b.names[d.Digest]
 				if _, dup := got[k]; dup {
@@ -284,7 +289,7 @@ func TestDecide(t *testing.T) {
 // checkPlanLists: the delete lists hold exactly the deletions.
 func checkPlanLists(t *testing.T, p *planned) {
 	t.Helper()
-	lists := map[ObjectKind][]digest.Digest{KindManifest: p.manifests, KindLayerLink: p.layers, KindBlob: p.blobs}
+	lists := map[reclaim.ObjectKind][]digest.Digest{reclaim.KindManifest: p.manifests, reclaim.KindLayerLink: p.layers, reclaim.KindBlob: p.blobs}
 	n := 0
 	for _, d := range p.decisions {
 		if d.Deleted() {

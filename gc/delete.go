@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -20,43 +21,43 @@ type deleter struct {
 }
 
 // fence takes the GC fence on o. A zero Reason means it is held.
-func (dl *deleter) fence(ctx context.Context, o Object) (Hold, Reason, string) {
+func (dl *deleter) fence(ctx context.Context, o reclaim.Object) (Hold, reclaim.Reason, string) {
 	h, err := dl.c.tracker.Fence(ctx, o, dl.pol.window, dl.c.cfg.FenceLease)
 	switch {
 	case err == nil:
 		return h, reasonInvalid, ""
-	case errors.Is(err, ErrRecentlyAccessed):
-		return nil, RecentlyAccessed, "accessed since the plan"
-	case errors.Is(err, ErrFenced):
-		return nil, Fenced, ""
+	case errors.Is(err, reclaim.ErrRecentlyAccessed):
+		return nil, reclaim.ReasonRecentlyAccessed, "accessed since the plan"
+	case errors.Is(err, reclaim.ErrFenced):
+		return nil, reclaim.ReasonFenced, ""
 	default:
-		return nil, CheckFailed, fmt.Sprintf("fence: %v", err)
+		return nil, reclaim.ReasonCheckFailed, fmt.Sprintf("fence: %v", err)
 	}
 }
 
-func (dl *deleter) release(ctx context.Context, rep *Report, kind ObjectKind, d digest.Digest, h Hold) {
+func (dl *deleter) release(ctx context.Context, rep *Report, kind reclaim.ObjectKind, d digest.Digest, h Hold) {
 	// The fence also expires by its lease; a failed release only delays
 	// writers of this object until then.
 	if err := h.Release(context.WithoutCancel(ctx)); err != nil {
-		rep.Errors = append(rep.Errors, Decision{Kind: kind, Digest: d, Reason: CheckFailed, Detail: fmt.Sprintf("release fence: %v", err)})
+		rep.Errors = append(rep.Errors, Decision{Kind: kind, Digest: d, Reason: reclaim.ReasonCheckFailed, Detail: fmt.Sprintf("release fence: %v", err)})
 	}
 }
 
 func (dl *deleter) deleteManifest(ctx context.Context, s *snapshot, m digest.Digest, h Hold, tags map[digest.Digest][]string, tagErr error, rep *Report) Decision {
-	dec := Decision{Kind: KindManifest, Digest: m, Size: s.revisions[m].size}
+	dec := Decision{Kind: reclaim.KindManifest, Digest: m, Size: s.revisions[m].size}
 	if tagErr != nil {
-		dec.Reason, dec.Detail = CheckFailed, fmt.Sprintf("re-read tags: %v", tagErr)
+		dec.Reason, dec.Detail = reclaim.ReasonCheckFailed, fmt.Sprintf("re-read tags: %v", tagErr)
 		return dec
 	}
 	if t := tags[m]; len(t) > 0 {
-		dec.Reason, dec.Detail = Tagged, "tagged since the plan: "+t[0]
+		dec.Reason, dec.Detail = reclaim.ReasonTagged, "tagged since the plan: "+t[0]
 		return dec
 	}
 	if r, detail := dl.pinnedNow(ctx, m); r != reasonInvalid {
 		dec.Reason, dec.Detail = r, detail
 		return dec
 	}
-	dec = dl.deleteDir(ctx, KindManifest, m, layout.RevisionDir(dl.pol.repo, m), h)
+	dec = dl.deleteDir(ctx, reclaim.KindManifest, m, layout.RevisionDir(dl.pol.repo, m), h)
 	dec.Size = s.revisions[m].size
 	if !dec.Deleted() {
 		return dec
@@ -92,16 +93,16 @@ func referrerEntries(s *snapshot, m digest.Digest) []digest.Digest {
 // m. A pin store that stores a pin and then checks the fence (the
 // registry's does) is thus never answered "pinned" for a manifest a run
 // deletes: either the run reads the pin here, or the store sees the fence.
-func (dl *deleter) pinnedNow(ctx context.Context, m digest.Digest) (Reason, string) {
+func (dl *deleter) pinnedNow(ctx context.Context, m digest.Digest) (reclaim.Reason, string) {
 	if dl.c.pinner == nil {
 		return reasonInvalid, ""
 	}
 	pinned, err := dl.c.pinner.Pinned(ctx, dl.pol.repo, m)
 	switch {
 	case err != nil:
-		return CheckFailed, fmt.Sprintf("re-check pin: %v", err)
+		return reclaim.ReasonCheckFailed, fmt.Sprintf("re-check pin: %v", err)
 	case pinned:
-		return Pinned, "pinned since the plan"
+		return reclaim.ReasonPinned, "pinned since the plan"
 	}
 	return reasonInvalid, ""
 }
@@ -110,26 +111,26 @@ func (dl *deleter) pinnedNow(ctx context.Context, m digest.Digest) (Reason, stri
 // reported, "not found" is success.
 func (dl *deleter) deleteEntry(ctx context.Context, rep *Report, m digest.Digest, dir, what string) {
 	if err := dl.c.driver.Delete(ctx, dir); err != nil && !layout.IsNotFound(err) {
-		rep.Errors = append(rep.Errors, Decision{Kind: KindManifest, Digest: m, Reason: DeleteFailed, Detail: fmt.Sprintf("%s: %v", what, err)})
+		rep.Errors = append(rep.Errors, Decision{Kind: reclaim.KindManifest, Digest: m, Reason: reclaim.ReasonDeleteFailed, Detail: fmt.Sprintf("%s: %v", what, err)})
 	}
 }
 
 // deleteDir re-checks that the link is there and deletes its directory
 // through the wrapped driver (which removes the reverse link after), while h
 // still fences it (guardedDelete).
-func (dl *deleter) deleteDir(ctx context.Context, kind ObjectKind, d digest.Digest, dir string, h Hold) Decision {
+func (dl *deleter) deleteDir(ctx context.Context, kind reclaim.ObjectKind, d digest.Digest, dir string, h Hold) Decision {
 	dec := Decision{Kind: kind, Digest: d}
 	_, err := dl.c.driver.Stat(ctx, dir+"/link")
 	switch {
 	case layout.IsNotFound(err):
-		dec.Reason = AlreadyGone
+		dec.Reason = reclaim.ReasonAlreadyGone
 		return dec
 	case err != nil:
-		dec.Reason, dec.Detail = CheckFailed, fmt.Sprintf("re-check: %v", err)
+		dec.Reason, dec.Detail = reclaim.ReasonCheckFailed, fmt.Sprintf("re-check: %v", err)
 		return dec
 	}
 	if err := dl.log.ahead(ctx, kind, d); err != nil {
-		dec.Reason, dec.Detail = CheckFailed, err.Error()
+		dec.Reason, dec.Detail = reclaim.ReasonCheckFailed, err.Error()
 		return dec
 	}
 	r, detail, err := dl.guardedDelete(ctx, h, func(ctx context.Context) error { return dl.c.driver.Delete(ctx, dir) })
@@ -137,11 +138,11 @@ func (dl *deleter) deleteDir(ctx context.Context, kind ObjectKind, d digest.Dige
 	case r != reasonInvalid:
 		dec.Reason, dec.Detail = r, detail
 	case layout.IsNotFound(err):
-		dec.Reason = AlreadyGone
+		dec.Reason = reclaim.ReasonAlreadyGone
 	case err != nil:
-		dec.Reason, dec.Detail = DeleteFailed, err.Error()
+		dec.Reason, dec.Detail = reclaim.ReasonDeleteFailed, err.Error()
 	default:
-		dec.Reason = Unreferenced
+		dec.Reason = reclaim.ReasonUnreferenced
 	}
 	return dec
 }
@@ -149,32 +150,32 @@ func (dl *deleter) deleteDir(ctx context.Context, kind ObjectKind, d digest.Dige
 // deleteBlob deletes a blob whose link was removed, if no repository links
 // it any more and nobody accessed it within the window.
 func (dl *deleter) deleteBlob(ctx context.Context, b digest.Digest, rep *Report) Decision {
-	none := func(RepoLink) bool { return false }
+	none := func(reclaim.RepoLink) bool { return false }
 	dec := decideBlob(dl.c.gatherBlob(ctx, dl.pol, b), dl.pol, b, none)
 	if !dec.Deleted() {
 		return dec
 	}
-	h, r, detail := dl.fence(ctx, Object{Blob: b})
+	h, r, detail := dl.fence(ctx, reclaim.Object{Blob: b})
 	if r != reasonInvalid {
 		dec.Reason, dec.Detail = r, detail
 		return dec
 	}
-	defer dl.release(ctx, rep, KindBlob, b, h)
+	defer dl.release(ctx, rep, reclaim.KindBlob, b, h)
 	// Re-check under the fence: a mount or push that linked the blob
 	// before the fence shows up here; one after the fence is refused.
 	links, err := linksFor(ctx, dl.c.links, b, dl.pol.repo)
 	if err != nil {
-		dec.Reason, dec.Detail = CheckFailed, fmt.Sprintf("re-check reverse links: %v", err)
+		dec.Reason, dec.Detail = reclaim.ReasonCheckFailed, fmt.Sprintf("re-check reverse links: %v", err)
 		return dec
 	}
 	if detail, ok := malformed(links, none); ok {
-		dec.Reason, dec.Detail = CheckFailed, detail
+		dec.Reason, dec.Detail = reclaim.ReasonCheckFailed, detail
 		return dec
 	}
 	if len(links) > 0 {
-		dec.Reason, dec.Detail = LinkedElsewhere, links[0].Repo
+		dec.Reason, dec.Detail = reclaim.ReasonLinkedElsewhere, links[0].Repo
 		if links[0].Repo == dl.pol.repo {
-			dec.Reason = StillLinked
+			dec.Reason = reclaim.ReasonStillLinked
 		}
 		return dec
 	}
@@ -182,8 +183,8 @@ func (dl *deleter) deleteBlob(ctx context.Context, b digest.Digest, rep *Report)
 	// most empty reverse-link directories. The middleware leaves the
 	// blob's tombstone before it deletes, so a delete cut short never
 	// leaves a descriptor cache vouching for data that may be gone.
-	if err := dl.log.ahead(ctx, KindBlob, b); err != nil {
-		dec.Reason, dec.Detail = CheckFailed, err.Error()
+	if err := dl.log.ahead(ctx, reclaim.KindBlob, b); err != nil {
+		dec.Reason, dec.Detail = reclaim.ReasonCheckFailed, err.Error()
 		return dec
 	}
 	r, detail, err = dl.guardedDelete(ctx, h, func(ctx context.Context) error { return dl.c.driver.Delete(ctx, layout.BlobDir(b)) })
@@ -192,9 +193,9 @@ func (dl *deleter) deleteBlob(ctx context.Context, b digest.Digest, rep *Report)
 		dec.Reason, dec.Detail = r, detail+dl.landedAnyway(ctx, b)
 		return dec
 	case layout.IsNotFound(err):
-		dec.Reason, dec.Size = AlreadyGone, 0
+		dec.Reason, dec.Size = reclaim.ReasonAlreadyGone, 0
 	case err != nil:
-		dec.Reason, dec.Detail = DeleteFailed, err.Error()
+		dec.Reason, dec.Detail = reclaim.ReasonDeleteFailed, err.Error()
 		return dec
 	}
 	dl.evict(ctx, b, rep)
@@ -220,6 +221,6 @@ func (dl *deleter) evict(ctx context.Context, b digest.Digest, rep *Report) {
 		return
 	}
 	if err := dl.c.evictor.Evict(ctx, b); err != nil {
-		rep.Errors = append(rep.Errors, Decision{Kind: KindBlob, Digest: b, Reason: CheckFailed, Detail: fmt.Sprintf("evict descriptor cache: %v", err)})
+		rep.Errors = append(rep.Errors, Decision{Kind: reclaim.KindBlob, Digest: b, Reason: reclaim.ReasonCheckFailed, Detail: fmt.Sprintf("evict descriptor cache: %v", err)})
 	}
 }

@@ -5,27 +5,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
-	"github.com/reclaim-registry/reclaim/storage/layout"
-)
-
-// The vocabulary is storage/layout's, shared with the middleware and the
-// tracker, so no adapter translates between them.
-type (
-	LinkKind = layout.LinkKind
-	Object   = layout.Object
-	RepoLink = layout.RepoLink
-	// ReviewItem is one blob claimed from the review queue.
-	ReviewItem = layout.ReviewItem
-	// RunProgress and RunState are a run record's write-ahead and stored
-	// state (RunRecorder).
-	RunProgress = layout.RunProgress
-	RunState    = layout.RunState
-)
-
-// The two forward link sets that keep a blob alive.
-const (
-	LinkLayer    = layout.LinkLayer
-	LinkManifest = layout.LinkManifest
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // Tracker is the part of the access tracker (Redis) a run needs. Errors wrap
@@ -39,11 +19,11 @@ type Tracker interface {
 	// be evicted: then no run may trust their absence.
 	RecordingSince(ctx context.Context) (time.Time, error)
 	// LastAccess of o; ok is false when there is no record.
-	LastAccess(ctx context.Context, o Object) (t time.Time, ok bool, err error)
+	LastAccess(ctx context.Context, o reclaim.Object) (t time.Time, ok bool, err error)
 	// Fence o for lease unless it was accessed within window. While the
 	// fence holds, every operation that would make o referenced fails or
 	// waits.
-	Fence(ctx context.Context, o Object, window, lease time.Duration) (Hold, error)
+	Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (Hold, error)
 	// LockRepository allows one run per repository across all instances.
 	// The lock is renewed until unlock; held is ctx, cancelled as soon as
 	// the lock is known lost (expired, taken away, not renewable), and the
@@ -68,7 +48,7 @@ type Hold interface {
 // Whatever sits at a link path is listed, with Problem set when it is not a
 // link file, never left out.
 type LinkIndex interface {
-	List(ctx context.Context, blob digest.Digest) ([]RepoLink, error)
+	List(ctx context.Context, blob digest.Digest) ([]reclaim.RepoLink, error)
 }
 
 // LinkIndexFor is what a LinkIndex may also offer. ListFor returns, when a
@@ -77,7 +57,7 @@ type LinkIndex interface {
 // with how many repositories link the blob. The collector uses it when it
 // is there: one other link keeps a blob, so its decisions need no more.
 type LinkIndexFor interface {
-	ListFor(ctx context.Context, blob digest.Digest, repo string) ([]RepoLink, error)
+	ListFor(ctx context.Context, blob digest.Digest, repo string) ([]reclaim.RepoLink, error)
 }
 
 // LinkRepairer writes a reverse link (storage/linkdb's ReverseLinks.Put,
@@ -87,8 +67,8 @@ type LinkIndexFor interface {
 // Has is false only when nothing is at the link path; a malformed link
 // or a failed read is an error, never "absent".
 type LinkRepairer interface {
-	Has(ctx context.Context, blob digest.Digest, l RepoLink) (bool, error)
-	Put(ctx context.Context, blob digest.Digest, l RepoLink) error
+	Has(ctx context.Context, blob digest.Digest, l reclaim.RepoLink) (bool, error)
+	Put(ctx context.Context, blob digest.Digest, l reclaim.RepoLink) error
 }
 
 // Pinner says whether an untagged manifest must be kept anyway (a deploy
@@ -127,10 +107,10 @@ type RunRecorder interface {
 	// not held by it is marked interrupted first (compare-and-swap: of two
 	// racing readers both return the winner's state); marker says who
 	// marked it. ok is false for an unknown id.
-	LoadRun(ctx context.Context, id, marker string) (st RunState, ok bool, err error)
+	LoadRun(ctx context.Context, id, marker string) (st reclaim.RunState, ok bool, err error)
 	// RepositoryRuns reads repo's recent runs, newest first, marking dead
 	// ones as LoadRun does.
-	RepositoryRuns(ctx context.Context, repo, marker string) ([]RunState, error)
+	RepositoryRuns(ctx context.Context, repo, marker string) ([]reclaim.RunState, error)
 	// MarkReconciled claims the reconciliation of interrupted run id for
 	// run by; false when it is not interrupted or already claimed.
 	MarkReconciled(ctx context.Context, repo, id, by string) (bool, error)
@@ -142,9 +122,9 @@ type RunHandle interface {
 	Held() context.Context
 	// Progress writes p ahead of the work it announces; on error that
 	// work must not be done.
-	Progress(ctx context.Context, p RunProgress) error
+	Progress(ctx context.Context, p reclaim.RunProgress) error
 	// End stores the run's outcome and report (before Unlock).
-	End(ctx context.Context, status string, report []byte) error
+	End(ctx context.Context, status reclaim.RunStatus, report []byte) error
 	Unlock()
 }
 

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // Errors returned before a run looks at anything: the request is wrong.
@@ -22,13 +22,13 @@ var (
 	ErrDisabled = errors.New("gc: garbage collection is disabled")
 )
 
-// Errors returned when a run cannot start now; retry later.
+// Errors returned when a run cannot start now; retry later. A run that
+// cannot start because another holds the repository returns
+// reclaim.ErrRepositoryBusy, one that lost its lock reclaim.ErrLockLost; a
+// Tracker wraps the other errors of package reclaim (ErrFenced,
+// ErrRecentlyAccessed, ErrFenceLost, ErrNotRecording, ErrRedisEvicts,
+// ErrTrackerUnavailable) so the collector can branch on them.
 var (
-	// ErrRepositoryBusy: another run holds the repository lock (on any instance).
-	ErrRepositoryBusy = layout.ErrRepositoryBusy
-	// ErrLockLost: the run lost its repository lock (it expired or was
-	// taken away) and stopped; what it deleted before is in its report.
-	ErrLockLost = layout.ErrLockLost
 	// ErrAborted is matched (errors.Is) by every *AbortError: a precondition
 	// failed and the run deleted nothing.
 	ErrAborted = errors.New("gc: run aborted, nothing deleted")
@@ -37,27 +37,9 @@ var (
 	ErrTooManyDryRuns = errors.New("gc: too many dry runs at once on this instance")
 )
 
-// Errors a Tracker wraps (with %w) so the collector can branch on them.
-var (
-	// ErrFenced: another collector fences the object.
-	ErrFenced = layout.ErrFenced
-	// ErrRecentlyAccessed: the object was accessed within the window.
-	ErrRecentlyAccessed = layout.ErrRecentlyAccessed
-	// ErrFenceLost: a fence expired before the delete it guards.
-	ErrFenceLost = layout.ErrFenceLost
-	// ErrNotRecording: the tracker has no recording epoch (Redis lost its data
-	// or never started recording).
-	ErrNotRecording = layout.ErrNotRecording
-	// ErrRedisEvicts: the tracker's Redis may evict access records (its
-	// maxmemory-policy is not noeviction), so their absence proves nothing.
-	ErrRedisEvicts = layout.ErrRedisEvicts
-	// ErrTrackerUnavailable: the tracker (Redis) cannot be reached.
-	ErrTrackerUnavailable = layout.ErrTrackerUnavailable
-)
-
 // AbortError is a failed precondition. The run deleted nothing.
 type AbortError struct {
-	Reason AbortReason
+	Reason reclaim.AbortReason
 	Err    error
 }
 
@@ -73,4 +55,4 @@ func (e *AbortError) Unwrap() error { return e.Err }
 // Is makes every AbortError match ErrAborted.
 func (e *AbortError) Is(target error) bool { return target == ErrAborted }
 
-func abort(r AbortReason, err error) error { return &AbortError{Reason: r, Err: err} }
+func abort(r reclaim.AbortReason, err error) error { return &AbortError{Reason: r, Err: err} }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"golang.org/x/sync/errgroup"
 )
@@ -16,8 +17,8 @@ import (
 // too (its error), and decide keeps the object it is about.
 type facts struct {
 	pins   map[digest.Digest]result[bool]
-	access map[Object]result[time.Time] // zero time: no record
-	links  map[digest.Digest]result[[]RepoLink]
+	access map[reclaim.Object]result[time.Time] // zero time: no record
+	links  map[digest.Digest]result[[]reclaim.RepoLink]
 	sizes  map[digest.Digest]result[int64] // of the blob's data; err may be "not found"
 	// repairs are the repository's forward links found without their
 	// reverse link (repair.go); unmarked is set when one could not be
@@ -32,8 +33,8 @@ type result[T any] struct {
 }
 
 func newFacts() *facts {
-	return &facts{pins: map[digest.Digest]result[bool]{}, access: map[Object]result[time.Time]{},
-		links: map[digest.Digest]result[[]RepoLink]{}, sizes: map[digest.Digest]result[int64]{}}
+	return &facts{pins: map[digest.Digest]result[bool]{}, access: map[reclaim.Object]result[time.Time]{},
+		links: map[digest.Digest]result[[]reclaim.RepoLink]{}, sizes: map[digest.Digest]result[int64]{}}
 }
 
 // errNoFact: decide needed a fact nobody read. It keeps the object, like
@@ -49,10 +50,10 @@ func lookup[K comparable, T any](m map[K]result[T], k K) (T, error) {
 	return r.v, r.err
 }
 
-func (f *facts) pinned(d digest.Digest) (bool, error)             { return lookup(f.pins, d) }
-func (f *facts) lastAccess(o Object) (time.Time, error)           { return lookup(f.access, o) }
-func (f *facts) reverseLinks(d digest.Digest) ([]RepoLink, error) { return lookup(f.links, d) }
-func (f *facts) size(d digest.Digest) (int64, error)              { return lookup(f.sizes, d) }
+func (f *facts) pinned(d digest.Digest) (bool, error)                     { return lookup(f.pins, d) }
+func (f *facts) lastAccess(o reclaim.Object) (time.Time, error)           { return lookup(f.access, o) }
+func (f *facts) reverseLinks(d digest.Digest) ([]reclaim.RepoLink, error) { return lookup(f.links, d) }
+func (f *facts) size(d digest.Digest) (int64, error)                      { return lookup(f.sizes, d) }
 
 // wanted lists the objects whose facts decide may read, from the snapshot
 // and the policy alone: every manifest the roots do not keep (pins and
@@ -97,10 +98,10 @@ func (c *Collector) gather(ctx context.Context, s *snapshot, pol policy) *facts 
 		if pol.pins {
 			gt.run(func() { gt.pin(ctx, d) })
 		}
-		gt.run(func() { gt.access(ctx, Object{Blob: d, Repo: pol.repo, Kind: LinkManifest}) })
+		gt.run(func() { gt.access(ctx, reclaim.Object{Blob: d, Repo: pol.repo, Kind: reclaim.LinkManifest}) })
 	}
 	for _, d := range layers {
-		gt.run(func() { gt.access(ctx, Object{Blob: d, Repo: pol.repo, Kind: LinkLayer}) })
+		gt.run(func() { gt.access(ctx, reclaim.Object{Blob: d, Repo: pol.repo, Kind: reclaim.LinkLayer}) })
 	}
 	for _, d := range blobs {
 		gt.run(func() { gt.blob(ctx, d) })
@@ -125,7 +126,7 @@ func (gt *gatherer) pin(ctx context.Context, d digest.Digest) {
 	gt.f.pins[d] = result[bool]{pinned, err}
 }
 
-func (gt *gatherer) access(ctx context.Context, o Object) result[time.Time] {
+func (gt *gatherer) access(ctx context.Context, o reclaim.Object) result[time.Time] {
 	t, ok, err := gt.c.tracker.LastAccess(ctx, o)
 	if err != nil || !ok {
 		t = time.Time{}
@@ -150,13 +151,13 @@ func (gt *gatherer) blob(ctx context.Context, d digest.Digest) {
 		links, err = gt.repairOwn(ctx, d, links)
 	}
 	gt.mu.Lock()
-	gt.f.links[d] = result[[]RepoLink]{links, err}
+	gt.f.links[d] = result[[]reclaim.RepoLink]{links, err}
 	gt.mu.Unlock()
 	if err != nil || linkedByOthers(links, gt.pol.repo) {
 		return
 	}
-	a := gt.access(ctx, Object{Blob: d})
-	if a.err != nil || gt.pol.recent(a.v) || !gt.pol.inPlan(KindBlob, d) {
+	a := gt.access(ctx, reclaim.Object{Blob: d})
+	if a.err != nil || gt.pol.recent(a.v) || !gt.pol.inPlan(reclaim.KindBlob, d) {
 		return
 	}
 	var size int64
@@ -169,7 +170,7 @@ func (gt *gatherer) blob(ctx context.Context, d digest.Digest) {
 	gt.f.sizes[d] = result[int64]{size, err}
 }
 
-func linkedByOthers(links []RepoLink, repo string) bool {
+func linkedByOthers(links []reclaim.RepoLink, repo string) bool {
 	for _, l := range links {
 		if l.Repo != repo {
 			return true

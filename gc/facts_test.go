@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // crowdTracker holds each LastAccess until readConcurrency of them wait
@@ -23,7 +24,7 @@ type crowdTracker struct {
 	expect, arrived, inflight, most int
 }
 
-func (c *crowdTracker) LastAccess(ctx context.Context, o Object) (time.Time, bool, error) {
+func (c *crowdTracker) LastAccess(ctx context.Context, o reclaim.Object) (time.Time, bool, error) {
 	c.mu.Lock()
 	c.arrived++
 	c.inflight++
@@ -77,7 +78,7 @@ func TestGatherReadsOnlyWhatDecideMayNeed(t *testing.T) {
 	shared := f.layer("g", "shared").Digest
 	f.layer("other", "shared")
 	hot := f.layer("g", "hot").Digest
-	f.tr.touch(Object{Blob: hot})
+	f.tr.touch(reclaim.Object{Blob: hot})
 	s, err := takeSnapshot(context.Background(), f.d, "g")
 	if err != nil {
 		t.Fatal(err)
@@ -88,9 +89,9 @@ func TestGatherReadsOnlyWhatDecideMayNeed(t *testing.T) {
 
 	cfg, o1 := digest.FromString("config of o1"), digest.FromString("o1")
 	candidates := []digest.Digest{old.Digest, cfg, o1, shared, hot}
-	wantAccess := []Object{{Blob: old.Digest, Repo: "g", Kind: LinkManifest}, {Blob: old.Digest}, {Blob: cfg}, {Blob: o1}, {Blob: hot}}
+	wantAccess := []reclaim.Object{{Blob: old.Digest, Repo: "g", Kind: reclaim.LinkManifest}, {Blob: old.Digest}, {Blob: cfg}, {Blob: o1}, {Blob: hot}}
 	for _, d := range []digest.Digest{cfg, o1, shared, hot} {
-		wantAccess = append(wantAccess, Object{Blob: d, Repo: "g", Kind: LinkLayer})
+		wantAccess = append(wantAccess, reclaim.Object{Blob: d, Repo: "g", Kind: reclaim.LinkLayer})
 	}
 	for name, c := range map[string]struct{ got, want []string }{
 		"pins":   {keys(got.pins), nil},

@@ -16,6 +16,7 @@ import (
 	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -27,23 +28,23 @@ type fakeTracker struct {
 	now      time.Time
 	since    time.Time
 	sinceErr error
-	access   map[Object]time.Time
-	fences   map[Object]bool
+	access   map[reclaim.Object]time.Time
+	fences   map[reclaim.Object]bool
 	locks    map[string]bool
-	onFence  func(o Object)      // runs before the fence is decided: a racing client
-	expire   func(o Object) bool // true: o's fence has expired by the time of its delete
-	onUnlock func(repo string)   // runs after a repository lock was given back
+	onFence  func(o reclaim.Object)      // runs before the fence is decided: a racing client
+	expire   func(o reclaim.Object) bool // true: o's fence has expired by the time of its delete
+	onUnlock func(repo string)           // runs after a repository lock was given back
 	fenceErr error
 }
 
 func newFakeTracker() *fakeTracker {
-	return &fakeTracker{now: t0.Add(48 * time.Hour), since: t0, access: map[Object]time.Time{},
-		fences: map[Object]bool{}, locks: map[string]bool{}}
+	return &fakeTracker{now: t0.Add(48 * time.Hour), since: t0, access: map[reclaim.Object]time.Time{},
+		fences: map[reclaim.Object]bool{}, locks: map[string]bool{}}
 }
 
 func (f *fakeTracker) clock() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
 
-func (f *fakeTracker) touch(o Object) {
+func (f *fakeTracker) touch(o reclaim.Object) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.access[o] = f.now
@@ -55,10 +56,10 @@ func (f *fakeTracker) RecordingSince(ctx context.Context) (time.Time, error) {
 	return f.since, f.sinceErr
 }
 
-func (f *fakeTracker) LastAccess(ctx context.Context, o Object) (time.Time, bool, error) {
+func (f *fakeTracker) LastAccess(ctx context.Context, o reclaim.Object) (time.Time, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if errors.Is(f.sinceErr, ErrTrackerUnavailable) {
+	if errors.Is(f.sinceErr, reclaim.ErrTrackerUnavailable) {
 		// the real tracker reads records whatever its epoch says, but not
 		// from a Redis that does not answer
 		return time.Time{}, false, f.sinceErr
@@ -67,7 +68,7 @@ func (f *fakeTracker) LastAccess(ctx context.Context, o Object) (time.Time, bool
 	return t, ok, nil
 }
 
-func (f *fakeTracker) Fence(ctx context.Context, o Object, window, lease time.Duration) (Hold, error) {
+func (f *fakeTracker) Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (Hold, error) {
 	if f.onFence != nil {
 		f.onFence(o)
 	}
@@ -77,10 +78,10 @@ func (f *fakeTracker) Fence(ctx context.Context, o Object, window, lease time.Du
 		return nil, f.fenceErr
 	}
 	if f.fences[o] {
-		return nil, ErrFenced
+		return nil, reclaim.ErrFenced
 	}
 	if t, ok := f.access[o]; ok && t.After(f.now.Add(-window)) {
-		return nil, ErrRecentlyAccessed
+		return nil, reclaim.ErrRecentlyAccessed
 	}
 	f.fences[o] = true
 	return fakeHold{f: f, o: o}, nil
@@ -90,7 +91,7 @@ func (f *fakeTracker) Fence(ctx context.Context, o Object, window, lease time.Du
 // the object from f.fences (or by setting f.expire).
 type fakeHold struct {
 	f *fakeTracker
-	o Object
+	o reclaim.Object
 }
 
 func (h fakeHold) Confirm(context.Context) error {
@@ -100,7 +101,7 @@ func (h fakeHold) Confirm(context.Context) error {
 		delete(h.f.fences, h.o)
 	}
 	if !h.f.fences[h.o] {
-		return ErrFenceLost
+		return reclaim.ErrFenceLost
 	}
 	return nil
 }
@@ -116,7 +117,7 @@ func (f *fakeTracker) LockRepository(ctx context.Context, repo string, lease tim
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.locks[repo] {
-		return nil, nil, ErrRepositoryBusy
+		return nil, nil, reclaim.ErrRepositoryBusy
 	}
 	f.locks[repo] = true
 	held, cancel := context.WithCancel(ctx)
@@ -136,16 +137,16 @@ func (f *fakeTracker) LockRepository(ctx context.Context, repo string, lease tim
 // middleware keeps it: correct by construction, O(registry), test only.
 type scanLinks struct{ d storagedriver.StorageDriver }
 
-func (s scanLinks) List(ctx context.Context, blob digest.Digest) ([]RepoLink, error) {
-	var out []RepoLink
+func (s scanLinks) List(ctx context.Context, blob digest.Digest) ([]reclaim.RepoLink, error) {
+	var out []reclaim.RepoLink
 	suffixL := "/_layers/" + blob.Algorithm().String() + "/" + blob.Encoded() + "/link"
 	suffixM := "/_manifests/revisions/" + blob.Algorithm().String() + "/" + blob.Encoded() + "/link"
 	err := s.d.Walk(ctx, layout.RepositoriesRoot, func(fi storagedriver.FileInfo) error {
 		p := fi.Path()
-		for suffix, k := range map[string]LinkKind{suffixL: LinkLayer, suffixM: LinkManifest} {
+		for suffix, k := range map[string]reclaim.LinkKind{suffixL: reclaim.LinkLayer, suffixM: reclaim.LinkManifest} {
 			if strings.HasSuffix(p, suffix) {
 				repo := strings.TrimSuffix(strings.TrimPrefix(p, layout.RepositoriesRoot+"/"), suffix)
-				out = append(out, RepoLink{Repo: repo, Kind: k})
+				out = append(out, reclaim.RepoLink{Repo: repo, Kind: k})
 			}
 		}
 		return nil
@@ -319,7 +320,7 @@ func checkOneDecisionEach(t testing.TB, r *Report) {
 		if seen[k] {
 			t.Fatalf("two decisions for %s %s", d.Kind, d.Digest)
 		}
-		if !d.Reason.valid() {
+		if !d.Reason.Valid() {
 			t.Fatalf("invalid reason for %s %s", d.Kind, d.Digest)
 		}
 		if strings.Contains(d.Detail, errNoFact.Error()) {
@@ -329,9 +330,11 @@ func checkOneDecisionEach(t testing.TB, r *Report) {
 	}
 }
 
-func reasonOf(r *Report, k ObjectKind, d digest.Digest) Reason { return decisionOf(r, k, d).Reason }
+func reasonOf(r *Report, k reclaim.ObjectKind, d digest.Digest) reclaim.Reason {
+	return decisionOf(r, k, d).Reason
+}
 
-func decisionOf(r *Report, k ObjectKind, d digest.Digest) Decision {
+func decisionOf(r *Report, k reclaim.ObjectKind, d digest.Digest) Decision {
 	for _, dec := range r.Decisions() {
 		if dec.Kind == k && dec.Digest == d {
 			return dec

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // A delete runs under its fence's lease, renewed while it runs. The fence
@@ -59,9 +61,9 @@ func (realClock) Wait(ctx context.Context, d time.Duration) bool {
 // delete_timeout; check_failed or delete_failed when the run itself was
 // stopped): del was refused, or cut short, possibly after part of the
 // storage delete happened (docs/gc-protocol.md, "The fence lease").
-func (dl *deleter) guardedDelete(ctx context.Context, h Hold, del func(context.Context) error) (Reason, string, error) {
+func (dl *deleter) guardedDelete(ctx context.Context, h Hold, del func(context.Context) error) (reclaim.Reason, string, error) {
 	if ctx.Err() != nil {
-		return CheckFailed, fmt.Sprintf("run stopped: %v", context.Cause(ctx)), nil
+		return reclaim.ReasonCheckFailed, fmt.Sprintf("run stopped: %v", context.Cause(ctx)), nil
 	}
 	start := dl.c.clock.Now()
 	if r, detail := confirm(ctx, h); r != reasonInvalid {
@@ -82,12 +84,12 @@ func (dl *deleter) guardedDelete(ctx context.Context, h Hold, del func(context.C
 	if cause == nil {
 		return reasonInvalid, "", err
 	}
-	r := DeleteFailed // the run was stopped (its lock lost)
+	r := reclaim.ReasonDeleteFailed // the run was stopped (its lock lost)
 	switch {
 	case errors.Is(cause, errFenceLostDuringDelete):
-		r = FenceLost
+		r = reclaim.ReasonFenceLost
 	case errors.Is(cause, errDeleteDeadline):
-		r = DeleteTimeout
+		r = reclaim.ReasonDeleteTimeout
 	}
 	if err == nil {
 		return r, fmt.Sprintf("%v; the storage delete had finished anyway (a driver that ignores cancellation)", cause), nil
@@ -134,7 +136,7 @@ func (dl *deleter) renew(ctx context.Context, cancel context.CancelCauseFunc, h 
 		switch {
 		case err == nil:
 			lastOK, lastErr = now, nil
-		case errors.Is(err, ErrFenceLost):
+		case errors.Is(err, reclaim.ErrFenceLost):
 			cancel(fmt.Errorf("%w: %v", errFenceLostDuringDelete, err))
 			return
 		case ctx.Err() != nil:
@@ -147,13 +149,13 @@ func (dl *deleter) renew(ctx context.Context, cancel context.CancelCauseFunc, h 
 
 // confirm renews h right before the delete it guards. A zero Reason means
 // the delete may go ahead.
-func confirm(ctx context.Context, h Hold) (Reason, string) {
+func confirm(ctx context.Context, h Hold) (reclaim.Reason, string) {
 	switch err := h.Confirm(ctx); {
 	case err == nil:
 		return reasonInvalid, ""
-	case errors.Is(err, ErrFenceLost):
-		return FenceLost, err.Error()
+	case errors.Is(err, reclaim.ErrFenceLost):
+		return reclaim.ReasonFenceLost, err.Error()
 	default:
-		return CheckFailed, fmt.Sprintf("confirm fence: %v", err)
+		return reclaim.ReasonCheckFailed, fmt.Sprintf("confirm fence: %v", err)
 	}
 }

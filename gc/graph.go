@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // marking is the mark phase: the closure of kept manifests over index
@@ -38,16 +39,16 @@ func markRoots(s *snapshot) *marking {
 	}
 	for _, d := range sortedDigests(tagsOf) {
 		sort.Strings(tagsOf[d])
-		mk.keep(d, Tagged, "tag "+tagsOf[d][0])
+		mk.keep(d, reclaim.ReasonTagged, "tag "+tagsOf[d][0])
 	}
 	for _, d := range sortedDigests(s.revisions) {
 		if !s.revisions[d].known {
-			mk.keep(d, UnknownMediaType, s.revisions[d].mediaType)
+			mk.keep(d, reclaim.ReasonUnknownMediaType, s.revisions[d].mediaType)
 		}
 	}
 	if mk.unknownKept {
 		for _, d := range sortedDigests(s.revisions) {
-			mk.keep(d, UnknownManifestKept, "")
+			mk.keep(d, reclaim.ReasonUnknownManifestKept, "")
 		}
 	}
 	return mk
@@ -55,8 +56,8 @@ func markRoots(s *snapshot) *marking {
 
 // keep marks d kept for r and, transitively, everything d keeps: the
 // children of an index and the referrers of any kept manifest.
-func (m *marking) keep(d digest.Digest, r Reason, detail string) {
-	if !m.add(d, Decision{Kind: KindManifest, Digest: d, Reason: r, Detail: detail}) {
+func (m *marking) keep(d digest.Digest, r reclaim.Reason, detail string) {
+	if !m.add(d, Decision{Kind: reclaim.KindManifest, Digest: d, Reason: r, Detail: detail}) {
 		return
 	}
 	queue := []digest.Digest{d}
@@ -67,14 +68,14 @@ func (m *marking) keep(d digest.Digest, r Reason, detail string) {
 		if !info.known {
 			m.unknownKept = true
 		}
-		keptBy := Decision{Kind: KindManifest, Detail: "kept by " + cur.String()}
+		keptBy := Decision{Kind: reclaim.KindManifest, Detail: "kept by " + cur.String()}
 		for _, c := range info.refs {
-			if keptBy.Digest, keptBy.Reason = c, IndexChild; m.add(c, keptBy) {
+			if keptBy.Digest, keptBy.Reason = c, reclaim.ReasonIndexChild; m.add(c, keptBy) {
 				queue = append(queue, c)
 			}
 		}
 		for _, ref := range m.referrersOf[cur] {
-			if keptBy.Digest, keptBy.Reason = ref, Referrer; m.add(ref, keptBy) {
+			if keptBy.Digest, keptBy.Reason = ref, reclaim.ReasonReferrer; m.add(ref, keptBy) {
 				queue = append(queue, ref)
 			}
 		}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // recordingTracker adds the tracker's run records to the lease fixture's
@@ -30,12 +30,12 @@ func (r recordingTracker) BeginRun(ctx context.Context, repo, id string, started
 func TestInterruptedRunIsReconciled(t *testing.T) {
 	for _, tc := range []struct {
 		target   deleteTarget
-		step     RunStep
+		step     reclaim.RunStep
 		findings []string // per rechecked object, in order
 		orphan   bool
 	}{
-		{layerTarget, StepLayerLinks, []string{"link present", "still linked by crash"}, false},
-		{blobTarget, StepBlobs, []string{"orphaned"}, true},
+		{layerTarget, reclaim.StepLayerLinks, []string{"link present", "still linked by crash"}, false},
+		{blobTarget, reclaim.StepBlobs, []string{"orphaned"}, true},
 	} {
 		t.Run(tc.target.name, func(t *testing.T) {
 			f := newLeaseFixture(t, func(c *Config) { c.Tracker = recordingTracker{c.Tracker.(*redisTracker)} })
@@ -44,7 +44,7 @@ func TestInterruptedRunIsReconciled(t *testing.T) {
 			d := f.layer(repo, "stray "+tc.target.name)
 			// A layer pulled just now keeps the repository alive.
 			keep := f.layer(repo, "kept")
-			if err := f.env.Tracker.Touch(context.Background(), layout.Object{Blob: keep}, layout.Object{Blob: keep, Repo: repo, Kind: LinkLayer}); err != nil {
+			if err := f.env.Tracker.Touch(context.Background(), reclaim.Object{Blob: keep}, reclaim.Object{Blob: keep, Repo: repo, Kind: reclaim.LinkLayer}); err != nil {
 				t.Fatal(err)
 			}
 			reached, release := f.hold(tc.target.dir(repo, d))
@@ -53,7 +53,7 @@ func TestInterruptedRunIsReconciled(t *testing.T) {
 
 			other := f.second(t)
 			id := f.runningID(t)
-			if rep, ok, err := other.LookupRun(context.Background(), id); err != nil || !ok || rep.Status != StatusRunning || rep.Step != tc.step {
+			if rep, ok, err := other.LookupRun(context.Background(), id); err != nil || !ok || rep.Status != reclaim.StatusRunning || rep.Step != tc.step {
 				t.Fatalf("live run read from another instance: %+v %v %v", rep, ok, err)
 			}
 			// The process dies: its lock expires unrenewed.
@@ -61,7 +61,7 @@ func TestInterruptedRunIsReconciled(t *testing.T) {
 				t.Fatal(err)
 			}
 			rep, ok, err := other.LookupRun(context.Background(), id)
-			if err != nil || !ok || rep.Status != StatusInterrupted || rep.Interruption == nil {
+			if err != nil || !ok || rep.Status != reclaim.StatusInterrupted || rep.Interruption == nil {
 				t.Fatalf("dead run: %+v %v %v", rep, ok, err)
 			}
 			in := rep.Interruption
@@ -125,7 +125,7 @@ func (f *leaseFixture) runningID(t *testing.T) string {
 	defer f.c.mu.Unlock()
 	var ids []string
 	for id, r := range f.c.runs {
-		if r.report.Status == StatusRunning {
+		if r.report.Status == reclaim.StatusRunning {
 			ids = append(ids, id)
 		}
 	}
@@ -138,7 +138,7 @@ func (f *leaseFixture) runningID(t *testing.T) string {
 // An interrupted run that cannot say whether it had started deleting says
 // null, not false; one that deleted nothing has a null last object.
 func TestInterruptionUnknownIsNull(t *testing.T) {
-	rep, err := reportOf(RunState{ID: "x", Repo: "r", Status: string(StatusInterrupted), Step: string(StepSnapshot)})
+	rep, err := reportOf(reclaim.RunState{ID: "x", Repo: "r", Status: reclaim.StatusInterrupted, Step: reclaim.StepSnapshot})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestInterruptionUnknownIsNull(t *testing.T) {
 		}
 	}
 	no := false
-	rep, _ = reportOf(RunState{ID: "x", Repo: "r", Status: string(StatusInterrupted), DeletionsStarted: &no})
+	rep, _ = reportOf(reclaim.RunState{ID: "x", Repo: "r", Status: reclaim.StatusInterrupted, DeletionsStarted: &no})
 	if b, _ := json.Marshal(rep); !strings.Contains(string(b), `"deletions_started":false`) {
 		t.Errorf("known no: %s", b)
 	}

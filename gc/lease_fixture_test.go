@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
@@ -107,12 +108,16 @@ type redisTracker struct {
 	*tracker.Tracker
 
 	mu        sync.Mutex
-	onConfirm func(o Object) // runs before each Confirm; may block
+	onConfirm func(o reclaim.Object) // runs before each Confirm; may block
 }
 
-func (r *redisTracker) setOnConfirm(f func(Object)) { r.mu.Lock(); r.onConfirm = f; r.mu.Unlock() }
+func (r *redisTracker) setOnConfirm(f func(reclaim.Object)) {
+	r.mu.Lock()
+	r.onConfirm = f
+	r.mu.Unlock()
+}
 
-func (r *redisTracker) Fence(ctx context.Context, o Object, window, lease time.Duration) (Hold, error) {
+func (r *redisTracker) Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (Hold, error) {
 	f, err := r.Tracker.Fence(ctx, o, window, lease)
 	if err != nil {
 		return nil, err
@@ -122,7 +127,7 @@ func (r *redisTracker) Fence(ctx context.Context, o Object, window, lease time.D
 
 type redisHold struct {
 	r     *redisTracker
-	o     Object
+	o     reclaim.Object
 	f     *tracker.Fence
 	lease time.Duration
 }
@@ -289,19 +294,19 @@ func wait[T any](t *testing.T, c <-chan T, what string) T {
 // repository's last reference to a blob) and the blob itself.
 type deleteTarget struct {
 	name     string
-	kind     ObjectKind
+	kind     reclaim.ObjectKind
 	dir      func(repo string, d digest.Digest) string
-	obj      func(repo string, d digest.Digest) layout.Object
+	obj      func(repo string, d digest.Digest) reclaim.Object
 	fenceKey func(repo string, d digest.Digest) string // the fence's Redis key
 }
 
 var (
-	layerTarget = deleteTarget{"layer link", KindLayerLink, layout.LayerLinkDir,
-		func(repo string, d digest.Digest) layout.Object {
-			return layout.Object{Blob: d, Repo: repo, Kind: layout.LinkLayer}
+	layerTarget = deleteTarget{"layer link", reclaim.KindLayerLink, layout.LayerLinkDir,
+		func(repo string, d digest.Digest) reclaim.Object {
+			return reclaim.Object{Blob: d, Repo: repo, Kind: reclaim.LinkLayer}
 		},
 		func(repo string, d digest.Digest) string { return "reclaim:{" + d.String() + "}:f:l:" + repo }}
-	blobTarget = deleteTarget{"blob", KindBlob, func(_ string, d digest.Digest) string { return layout.BlobDir(d) },
-		func(_ string, d digest.Digest) layout.Object { return layout.Object{Blob: d} },
+	blobTarget = deleteTarget{"blob", reclaim.KindBlob, func(_ string, d digest.Digest) string { return layout.BlobDir(d) },
+		func(_ string, d digest.Digest) reclaim.Object { return reclaim.Object{Blob: d} },
 		func(_ string, d digest.Digest) string { return "reclaim:{" + d.String() + "}:f" }}
 )

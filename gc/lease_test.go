@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/redis/go-redis/v9"
 )
@@ -43,7 +44,7 @@ func TestSlowDeleteKeepsItsFence(t *testing.T) {
 			}
 			f.mr.FastForward(testLease * 6 / 10)
 			err := f.env.Tracker.Touch(context.Background(), tc.obj(repo, d))
-			if !errors.Is(err, layout.ErrFenced) {
+			if !errors.Is(err, reclaim.ErrFenced) {
 				close(release)
 				wait(t, done, "the run")
 				t.Fatalf("a writer touched %s while its delete ran, 2.4 leases after it was confirmed: %v (%d renewals)", tc.name, err, renewed)
@@ -53,7 +54,7 @@ func TestSlowDeleteKeepsItsFence(t *testing.T) {
 			if res.err != nil {
 				t.Fatal(res.err)
 			}
-			if got := reasonOf(res.rep, tc.kind, d); got != Unreferenced {
+			if got := reasonOf(res.rep, tc.kind, d); got != reclaim.ReasonUnreferenced {
 				t.Fatalf("%s: %v, want unreferenced\n%s %v", tc.name, got, summary(res.rep), res.rep.Decisions())
 			}
 			if f.exists(tc.dir(repo, d)) {
@@ -74,7 +75,7 @@ type fenceLoss struct {
 	// lose makes the fence lost; renewing tells whether a renewer waits on
 	// the collector's clock, and lose returns whether it still renews.
 	lose func(f *leaseFixture, repo string, d digest.Digest, renewing bool) bool
-	want Reason
+	want reclaim.Reason
 	// anyDeleteAfter: the storage may see a delete after the loss (the
 	// driver finishes what it was asked).
 	anyDeleteAfter bool
@@ -94,16 +95,16 @@ func dropFence(f *leaseFixture, key string) {
 }
 
 func linkAndBlob(repo string, d digest.Digest) []string {
-	return []string{layout.LayerLinkPath(repo, d), layout.ReverseLinkPath(d, repo, layout.LinkLayer), layout.BlobDataPath(d)}
+	return []string{layout.LayerLinkPath(repo, d), layout.ReverseLinkPath(d, repo, reclaim.LinkLayer), layout.BlobDataPath(d)}
 }
 
 var fenceLosses = []fenceLoss{{
 	// The blob: the delete that would break an image a writer links.
-	name: "lease ran out while the renewal stalled", target: blobTarget, want: FenceLost,
+	name: "lease ran out while the renewal stalled", target: blobTarget, want: reclaim.ReasonFenceLost,
 	lose: func(f *leaseFixture, _ string, d digest.Digest, renewing bool) bool {
 		stalled, unstall := make(chan struct{}), make(chan struct{})
 		var once sync.Once
-		f.tr.setOnConfirm(func(Object) { once.Do(func() { close(stalled); <-unstall }) })
+		f.tr.setOnConfirm(func(reclaim.Object) { once.Do(func() { close(stalled); <-unstall }) })
 		if renewing {
 			f.clk.Advance(testLease / 3)
 			wait(f.t, stalled, "a renewal")
@@ -118,11 +119,11 @@ var fenceLosses = []fenceLoss{{
 		return renewing
 	},
 	kept: func(_ string, d digest.Digest) []string {
-		return []string{layout.BlobDataPath(d), layout.LayerLinkPath("writer", d), layout.ReverseLinkPath(d, "writer", layout.LinkLayer)}
+		return []string{layout.BlobDataPath(d), layout.LayerLinkPath("writer", d), layout.ReverseLinkPath(d, "writer", reclaim.LinkLayer)}
 	},
 }, {
 	// The layer link: Redis lost the key.
-	name: "fence key deleted", target: layerTarget, want: FenceLost,
+	name: "fence key deleted", target: layerTarget, want: reclaim.ReasonFenceLost,
 	lose: func(f *leaseFixture, repo string, d digest.Digest, renewing bool) bool {
 		dropFence(f, layerTarget.fenceKey(repo, d))
 		return renewing
@@ -131,7 +132,7 @@ var fenceLosses = []fenceLoss{{
 }, {
 	// A driver that finishes the forward delete anyway (the filesystem
 	// driver ignores contexts): the reverse link stays, a leak.
-	name: "driver ignores the cancel", target: layerTarget, want: FenceLost, anyDeleteAfter: true,
+	name: "driver ignores the cancel", target: layerTarget, want: reclaim.ReasonFenceLost, anyDeleteAfter: true,
 	onCancel: func(*leaseFixture) func(context.Context, string) error {
 		return func(context.Context, string) error { return nil }
 	},
@@ -146,7 +147,7 @@ var fenceLosses = []fenceLoss{{
 	// cancel reached it first): the data is gone and the call failed. The
 	// blob's tombstone must be there all the same, or a stale descriptor
 	// cache would vouch for the missing data to the next push.
-	name: "blob delete ran but its call failed", target: blobTarget, want: FenceLost, anyDeleteAfter: true,
+	name: "blob delete ran but its call failed", target: blobTarget, want: reclaim.ReasonFenceLost, anyDeleteAfter: true,
 	onCancel: func(f *leaseFixture) func(context.Context, string) error {
 		return func(ctx context.Context, p string) error {
 			if err := f.mem.Delete(context.Background(), p); err != nil {
@@ -166,7 +167,7 @@ var fenceLosses = []fenceLoss{{
 	// cancellation cannot do"): a writer passes the lost fence, its Stat
 	// still finds the data, it links the blob; then the delete lands. The
 	// data cannot be brought back: the report must say it is gone.
-	name: "blob delete landed after a writer linked it", target: blobTarget, want: FenceLost, anyDeleteAfter: true,
+	name: "blob delete landed after a writer linked it", target: blobTarget, want: reclaim.ReasonFenceLost, anyDeleteAfter: true,
 	onCancel: func(f *leaseFixture) func(context.Context, string) error {
 		return func(_ context.Context, p string) error { return f.mem.Delete(context.Background(), p) }
 	},
@@ -182,7 +183,7 @@ var fenceLosses = []fenceLoss{{
 	gone:   func(_ string, d digest.Digest) []string { return []string{layout.BlobDataPath(d)} },
 	detail: "the data is gone all the same",
 }, {
-	name: "redis unreachable until the deadline", target: blobTarget, want: DeleteTimeout,
+	name: "redis unreachable until the deadline", target: blobTarget, want: reclaim.ReasonDeleteTimeout,
 	lose: func(f *leaseFixture, _ string, _ digest.Digest, renewing bool) bool {
 		f.mr.SetError("LOADING redis is loading the dataset in memory")
 		f.clk.Advance(testLease / 3) // the renewal fails
@@ -326,7 +327,7 @@ func TestLostRunLockStopsTheRun(t *testing.T) {
 	if res.rep != nil {
 		t.Logf("decisions: %v; errors: %v", res.rep.Decisions(), res.rep.Errors)
 	}
-	if !errors.Is(res.err, ErrLockLost) {
+	if !errors.Is(res.err, reclaim.ErrLockLost) {
 		t.Fatalf("run error %v, want ErrLockLost", res.err)
 	}
 	if res.rep == nil || res.rep.Status != "failed" {
@@ -339,7 +340,7 @@ func TestLostRunLockStopsTheRun(t *testing.T) {
 		if !f.exists(layout.LayerLinkPath(repo, d)) || !f.exists(layout.BlobDataPath(d)) {
 			t.Fatalf("%s deleted by a run that had lost its lock", d)
 		}
-		if r := reasonOf(res.rep, KindLayerLink, d); r.Deletes() {
+		if r := reasonOf(res.rep, reclaim.KindLayerLink, d); r.Deletes() {
 			t.Fatalf("%s reported %v", d, r)
 		}
 	}

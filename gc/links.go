@@ -8,6 +8,7 @@ import (
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -76,7 +77,7 @@ func readLink(ctx context.Context, d storagedriver.StorageDriver, p string) (dig
 
 // linksFor reads the reverse links of blob that decide whether repo may
 // let it go: all of them, or with a LinkIndexFor enough of them.
-func linksFor(ctx context.Context, idx LinkIndex, blob digest.Digest, repo string) ([]RepoLink, error) {
+func linksFor(ctx context.Context, idx LinkIndex, blob digest.Digest, repo string) ([]reclaim.RepoLink, error) {
 	if f, ok := idx.(LinkIndexFor); ok {
 		return f.ListFor(ctx, blob, repo)
 	}

@@ -12,6 +12,7 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -40,10 +41,10 @@ type manifestInfo struct {
 func readManifest(ctx context.Context, d storagedriver.StorageDriver, m *manifestInfo) error {
 	b, err := d.GetContent(ctx, layout.BlobDataPath(m.digest))
 	if err != nil {
-		return abort(AbortManifestUnreadable, fmt.Errorf("read manifest %s: %w", m.digest, err))
+		return abort(reclaim.AbortManifestUnreadable, fmt.Errorf("read manifest %s: %w", m.digest, err))
 	}
 	if m.digest.Algorithm().FromBytes(b) != m.digest {
-		return abort(AbortManifestUnreadable, fmt.Errorf("manifest %s: content does not match its digest", m.digest))
+		return abort(reclaim.AbortManifestUnreadable, fmt.Errorf("manifest %s: content does not match its digest", m.digest))
 	}
 	m.size = int64(len(b))
 	return parseManifest(m, b)
@@ -57,7 +58,7 @@ func parseManifest(m *manifestInfo, b []byte) error {
 		Manifests     *json.RawMessage `json:"manifests"`
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
-		return abort(AbortManifestUnreadable, fmt.Errorf("manifest %s: %w", m.digest, err))
+		return abort(reclaim.AbortManifestUnreadable, fmt.Errorf("manifest %s: %w", m.digest, err))
 	}
 	mt := v.MediaType
 	if v.SchemaVersion == 2 && mt == "" {
@@ -73,18 +74,18 @@ func parseManifest(m *manifestInfo, b []byte) error {
 	}
 	parsed, _, err := distribution.UnmarshalManifest(mt, b)
 	if err != nil {
-		return abort(AbortManifestUnreadable, fmt.Errorf("manifest %s: %w", m.digest, err))
+		return abort(reclaim.AbortManifestUnreadable, fmt.Errorf("manifest %s: %w", m.digest, err))
 	}
 	m.known = true
 	for _, r := range parsed.References() {
 		if r.Digest.Validate() != nil {
-			return abort(AbortManifestUnreadable, fmt.Errorf("manifest %s: invalid reference %q", m.digest, r.Digest))
+			return abort(reclaim.AbortManifestUnreadable, fmt.Errorf("manifest %s: invalid reference %q", m.digest, r.Digest))
 		}
 		m.refs = append(m.refs, r.Digest)
 	}
 	if v.Subject != nil {
 		if v.Subject.Digest.Validate() != nil {
-			return abort(AbortManifestUnreadable, fmt.Errorf("manifest %s: invalid subject %q", m.digest, v.Subject.Digest))
+			return abort(reclaim.AbortManifestUnreadable, fmt.Errorf("manifest %s: invalid subject %q", m.digest, v.Subject.Digest))
 		}
 		m.subject = v.Subject.Digest
 	}

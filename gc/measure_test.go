@@ -15,6 +15,7 @@ import (
 	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	rstorage "github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
@@ -217,9 +218,9 @@ func writeReverseLinks(f *fixture) {
 		p := layout.Classify(fi.Path())
 		switch p.Kind {
 		case layout.KindLayerLink:
-			return links.Put(ctx, p.Digest, layout.RepoLink{Repo: p.Repo, Kind: layout.LinkLayer})
+			return links.Put(ctx, p.Digest, reclaim.RepoLink{Repo: p.Repo, Kind: reclaim.LinkLayer})
 		case layout.KindRevisionLink:
-			return links.Put(ctx, p.Digest, layout.RepoLink{Repo: p.Repo, Kind: layout.LinkManifest})
+			return links.Put(ctx, p.Digest, reclaim.RepoLink{Repo: p.Repo, Kind: reclaim.LinkManifest})
 		}
 		return nil
 	})

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	rstorage "github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 	"github.com/reclaim-registry/reclaim/storage/tracker"
@@ -46,7 +47,7 @@ func TestMeasureUsageRefresh(t *testing.T) {
 			return c
 		}
 		plain, withUsage := collector(nil), collector(tracker.NewUsageStore(client, prefix))
-		var u Usage
+		var u reclaim.Usage
 		var redisTrips [2]int64
 		counter.Reset()
 		mDry := measure(r.counting, r.w, func() {

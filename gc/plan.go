@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // Plan is what a preview found deletable. Applying it deletes only objects
@@ -20,23 +21,23 @@ type Plan struct {
 	set map[key]bool
 }
 
-func (p *Plan) has(k ObjectKind, d digest.Digest) bool { return p.set[key{k, d}] }
+func (p *Plan) has(k reclaim.ObjectKind, d digest.Digest) bool { return p.set[key{k, d}] }
 
 func (p *Plan) index() {
 	p.set = map[key]bool{}
 	for _, d := range p.Manifests {
-		p.set[key{KindManifest, d}] = true
+		p.set[key{reclaim.KindManifest, d}] = true
 	}
 	for _, d := range p.Layers {
-		p.set[key{KindLayerLink, d}] = true
+		p.set[key{reclaim.KindLayerLink, d}] = true
 	}
 	for _, d := range p.Blobs {
-		p.set[key{KindBlob, d}] = true
+		p.set[key{reclaim.KindBlob, d}] = true
 	}
 }
 
 type key struct {
-	kind ObjectKind
+	kind reclaim.ObjectKind
 	d    digest.Digest
 }
 
@@ -59,7 +60,7 @@ type policy struct {
 func (p policy) recent(t time.Time) bool { return t.After(p.now.Add(-p.window)) }
 
 // inPlan reports whether an applied plan (if any) lists the object.
-func (p policy) inPlan(k ObjectKind, d digest.Digest) bool {
+func (p policy) inPlan(k reclaim.ObjectKind, d digest.Digest) bool {
 	return p.restrict == nil || p.restrict.has(k, d)
 }
 

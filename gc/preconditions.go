@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // trust is what the preconditions establish before anything is decided.
@@ -32,7 +34,7 @@ const (
 // run (a preview) still builds the whole plan and lists its blockers, so
 // an operator sees what a run would delete and what it waits for.
 type Blocker struct {
-	Reason AbortReason `json:"reason"`
+	Reason reclaim.AbortReason `json:"reason"`
 	// Blocks is BlocksRun or BlocksBlobs.
 	Blocks string `json:"blocks"`
 	Detail string `json:"detail,omitempty"`
@@ -78,24 +80,24 @@ func (c *Collector) assess(ctx context.Context) (trust, error) {
 	since, err := c.tracker.RecordingSince(ctx)
 	var tr trust
 	switch {
-	case errors.Is(err, ErrRedisEvicts):
-		tr.block(AbortRedisEvicts, err, nil)
-	case errors.Is(err, ErrNotRecording):
-		tr.block(AbortRedisUntrusted, err, nil)
+	case errors.Is(err, reclaim.ErrRedisEvicts):
+		tr.block(reclaim.AbortRedisEvicts, err, nil)
+	case errors.Is(err, reclaim.ErrNotRecording):
+		tr.block(reclaim.AbortRedisUntrusted, err, nil)
 	case err != nil:
-		return trust{}, abort(AbortRedisUnavailable, err)
+		return trust{}, abort(reclaim.AbortRedisUnavailable, err)
 	}
 	tr.now = c.cfg.Now()
 	if clk, ok := c.tracker.(Clock); ok {
 		now, cerr := clk.Now(ctx)
 		if cerr != nil {
-			return trust{}, abort(AbortRedisUnavailable, cerr)
+			return trust{}, abort(reclaim.AbortRedisUnavailable, cerr)
 		}
 		tr.now = now
 	}
 	if err == nil && tr.now.Sub(since) < c.cfg.Window {
 		until := since.Add(c.cfg.Window).UTC()
-		tr.block(AbortRedisRecordingTooShort, fmt.Errorf("recording since %s, less than the window %s",
+		tr.block(reclaim.AbortRedisRecordingTooShort, fmt.Errorf("recording since %s, less than the window %s",
 			since.UTC().Format(time.RFC3339), c.cfg.Window), &until)
 	}
 	if c.cfg.LinkDBComplete == nil {
@@ -104,7 +106,7 @@ func (c *Collector) assess(ctx context.Context) (trust, error) {
 		ok, err := c.cfg.LinkDBComplete(ctx)
 		switch {
 		case err != nil:
-			return trust{}, abort(AbortStorageUnreadable, fmt.Errorf("completeness marker: %w", err))
+			return trust{}, abort(reclaim.AbortStorageUnreadable, fmt.Errorf("completeness marker: %w", err))
 		case !ok:
 			tr.linkdbNote = "run `registry linkdb rebuild` to complete it"
 		default:
@@ -112,13 +114,13 @@ func (c *Collector) assess(ctx context.Context) (trust, error) {
 		}
 	}
 	if !tr.linkdbOK {
-		tr.blockers = append(tr.blockers, Blocker{Reason: AbortLinkDBIncomplete, Blocks: BlocksBlobs,
+		tr.blockers = append(tr.blockers, Blocker{Reason: reclaim.AbortLinkDBIncomplete, Blocks: BlocksBlobs,
 			Detail: "the reverse-link database is not known to be complete: " + tr.linkdbNote})
 	}
 	return tr, nil
 }
 
 // block records a run-wide blocker.
-func (tr *trust) block(r AbortReason, err error, until *time.Time) {
+func (tr *trust) block(r reclaim.AbortReason, err error, until *time.Time) {
 	tr.blockers = append(tr.blockers, Blocker{Reason: r, Blocks: BlocksRun, Detail: err.Error(), Until: until, err: abort(r, err)})
 }

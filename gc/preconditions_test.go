@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -18,18 +19,18 @@ import (
 var preconditionCases = []struct {
 	name     string
 	setup    func(*fixture)
-	want     AbortReason
+	want     reclaim.AbortReason
 	backoff  bool // the reclaimer tick counts as failing
 	previews bool // a dry run plans and lists the blocker
 }{
-	{"tracker unreachable", func(f *fixture) { f.tr.sinceErr = fmt.Errorf("%w: dial", ErrTrackerUnavailable) }, AbortRedisUnavailable, true, false},
-	{"tracker lost data", func(f *fixture) { f.tr.sinceErr = ErrNotRecording }, AbortRedisUntrusted, false, true},
-	{"redis may evict", func(f *fixture) { f.tr.sinceErr = fmt.Errorf("%w: allkeys-lru", ErrRedisEvicts) }, AbortRedisEvicts, false, true},
-	{"recording too short", func(f *fixture) { f.tr.since = f.tr.now.Add(-time.Minute) }, AbortRedisRecordingTooShort, false, true},
+	{"tracker unreachable", func(f *fixture) { f.tr.sinceErr = fmt.Errorf("%w: dial", reclaim.ErrTrackerUnavailable) }, reclaim.AbortRedisUnavailable, true, false},
+	{"tracker lost data", func(f *fixture) { f.tr.sinceErr = reclaim.ErrNotRecording }, reclaim.AbortRedisUntrusted, false, true},
+	{"redis may evict", func(f *fixture) { f.tr.sinceErr = fmt.Errorf("%w: allkeys-lru", reclaim.ErrRedisEvicts) }, reclaim.AbortRedisEvicts, false, true},
+	{"recording too short", func(f *fixture) { f.tr.since = f.tr.now.Add(-time.Minute) }, reclaim.AbortRedisRecordingTooShort, false, true},
 	// A marker that cannot be read is no answer: fail closed, both ways.
 	{"linkdb marker unreadable", func(f *fixture) {
 		f.c.cfg.LinkDBComplete = func(context.Context) (bool, error) { return false, errBoom }
-	}, AbortStorageUnreadable, true, false},
+	}, reclaim.AbortStorageUnreadable, true, false},
 }
 
 func TestPreconditionsStopCollectAndReclaimerAlike(t *testing.T) {
@@ -68,17 +69,17 @@ func TestIncompleteLinkDBDeletesNoBlob(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.LinkDBComplete = func(context.Context) (bool, error) { return false, nil } })
 	l := f.layer("i", "orphan")
 	rep := f.collect("i", RunOptions{})
-	if !has(rep.LayersUnlinked, l.Digest) || reasonOf(rep, KindBlob, l.Digest) != LinkDBIncomplete || !f.exists(layout.BlobDataPath(l.Digest)) {
+	if !has(rep.LayersUnlinked, l.Digest) || reasonOf(rep, reclaim.KindBlob, l.Digest) != reclaim.ReasonLinkDBIncomplete || !f.exists(layout.BlobDataPath(l.Digest)) {
 		t.Fatalf("%s", summary(rep))
 	}
-	if b := rep.Blockers; len(b) != 1 || b[0].Reason != AbortLinkDBIncomplete || b[0].Blocks != BlocksBlobs {
+	if b := rep.Blockers; len(b) != 1 || b[0].Reason != reclaim.AbortLinkDBIncomplete || b[0].Blocks != BlocksBlobs {
 		t.Fatalf("blockers %+v, want linkdb_incomplete on blobs", b)
 	}
 	// The blob lost its last link: the review queue has it.
 	q := newFakeQueue(f.tr.clock)
 	q.add(l.Digest, f.tr.clock())
 	tick := newTestReclaimer(t, f, q, true).Tick(context.Background())
-	if tick.Abort != AbortLinkDBIncomplete || tick.Failed || !f.exists(layout.BlobDataPath(l.Digest)) {
+	if tick.Abort != reclaim.AbortLinkDBIncomplete || tick.Failed || !f.exists(layout.BlobDataPath(l.Digest)) {
 		t.Fatalf("tick = %+v", tick)
 	}
 }
@@ -94,17 +95,17 @@ func queuedBlob(f *fixture, content string) (*fakeQueue, digest.Digest) {
 // checkPreviews checks that a real run of repo aborts for want and deletes
 // nothing, while a dry run plans anyway and lists want as a run-wide
 // blocker, and that Preview stores that plan.
-func (f *fixture) checkPreviews(repo string, want AbortReason) {
+func (f *fixture) checkPreviews(repo string, want reclaim.AbortReason) {
 	t := f.t
 	t.Helper()
 	before := f.tree()
 	rep, err := f.c.Collect(context.Background(), repo, RunOptions{})
 	var ae *AbortError
-	if !errors.As(err, &ae) || ae.Reason != want || rep.Status != StatusAborted || len(rep.ManifestsDeleted) != 0 {
+	if !errors.As(err, &ae) || ae.Reason != want || rep.Status != reclaim.StatusAborted || len(rep.ManifestsDeleted) != 0 {
 		t.Fatalf("real run: err %v, report %+v; want abort %s", err, rep, want)
 	}
 	dry, err := f.c.Collect(context.Background(), repo, RunOptions{DryRun: true})
-	if err != nil || dry.Status != StatusDone {
+	if err != nil || dry.Status != reclaim.StatusDone {
 		t.Fatalf("dry run: %v %+v", err, dry)
 	}
 	if len(dry.Blockers) != 1 || dry.Blockers[0].Reason != want || dry.Blockers[0].Blocks != BlocksRun || dry.Blockers[0].Detail == "" {

@@ -6,6 +6,7 @@ import (
 	"path"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -18,14 +19,14 @@ type sincePlan struct {
 }
 
 // keeps reports why d may not be deleted after all, if it may not.
-func (sp sincePlan) keeps(k ObjectKind, d digest.Digest) (Decision, bool) {
+func (sp sincePlan) keeps(k reclaim.ObjectKind, d digest.Digest) (Decision, bool) {
 	switch {
 	case sp.err != nil:
-		return Decision{Kind: k, Digest: d, Reason: CheckFailed, Detail: fmt.Sprintf("re-read revisions: %v", sp.err)}, true
-	case sp.refs[d] && k == KindLayerLink:
-		return Decision{Kind: k, Digest: d, Reason: Referenced, Detail: "referenced by a manifest pushed since the plan"}, true
+		return Decision{Kind: k, Digest: d, Reason: reclaim.ReasonCheckFailed, Detail: fmt.Sprintf("re-read revisions: %v", sp.err)}, true
+	case sp.refs[d] && k == reclaim.KindLayerLink:
+		return Decision{Kind: k, Digest: d, Reason: reclaim.ReasonReferenced, Detail: "referenced by a manifest pushed since the plan"}, true
 	case sp.refs[d]:
-		return Decision{Kind: k, Digest: d, Reason: IndexChild, Detail: "listed by an index pushed since the plan"}, true
+		return Decision{Kind: k, Digest: d, Reason: reclaim.ReasonIndexChild, Detail: "listed by an index pushed since the plan"}, true
 	}
 	return Decision{}, false
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -36,19 +37,15 @@ const (
 	defaultReclaimWorkers  = 4
 )
 
-// AbortLinkDBIncomplete stops a reclaimer tick: the reverse-link database is
-// not known to be complete, so an empty reverse-link list proves nothing.
-const AbortLinkDBIncomplete AbortReason = "linkdb_incomplete"
-
 // Queue is the review queue the reclaimer consumes.
 type Queue interface {
 	// Claim takes up to n due items and holds them for lease: nobody else
 	// claims them until it runs out.
-	Claim(ctx context.Context, n int, lease time.Duration) ([]ReviewItem, error)
+	Claim(ctx context.Context, n int, lease time.Duration) ([]reclaim.ReviewItem, error)
 	// Done removes a reviewed item (unless it was queued again meanwhile).
-	Done(ctx context.Context, it ReviewItem) error
+	Done(ctx context.Context, it reclaim.ReviewItem) error
 	// Requeue makes an item due again at due.
-	Requeue(ctx context.Context, it ReviewItem, due time.Time) error
+	Requeue(ctx context.Context, it reclaim.ReviewItem, due time.Time) error
 	// Len is the number of queued items and of those due now.
 	Len(ctx context.Context) (total, due int64, err error)
 }
@@ -230,7 +227,7 @@ func (r *Reclaimer) tick(ctx context.Context, rep *TickReport) {
 			rep.Abort = ae.Reason
 			// Redis down or storage unreadable is a failure to back off from; a young epoch or an
 			// incomplete link database is a normal state that passes.
-			rep.Failed = ae.Reason == AbortRedisUnavailable || ae.Reason == AbortStorageUnreadable
+			rep.Failed = ae.Reason == reclaim.AbortRedisUnavailable || ae.Reason == reclaim.AbortStorageUnreadable
 		} else {
 			rep.Failed = true
 		}
@@ -250,12 +247,12 @@ func (r *Reclaimer) tick(ctx context.Context, rep *TickReport) {
 		g.Go(func() error {
 			defer func() {
 				if v := recover(); v != nil {
-					decs[i] = Decision{Kind: KindBlob, Digest: it.Blob, Reason: CheckFailed, Detail: fmt.Sprintf("panic: %v", v)}
+					decs[i] = Decision{Kind: reclaim.KindBlob, Digest: it.Blob, Reason: reclaim.ReasonCheckFailed, Detail: fmt.Sprintf("panic: %v", v)}
 				}
 			}()
 			if gctx.Err() != nil {
 				// not reviewed: the item comes back after its lease
-				decs[i] = Decision{Kind: KindBlob, Digest: it.Blob, Reason: CheckFailed, Detail: "tick cancelled"}
+				decs[i] = Decision{Kind: reclaim.KindBlob, Digest: it.Blob, Reason: reclaim.ReasonCheckFailed, Detail: "tick cancelled"}
 				return nil
 			}
 			scratch[i] = &Report{}
@@ -266,7 +263,7 @@ func (r *Reclaimer) tick(ctx context.Context, rep *TickReport) {
 	_ = g.Wait()
 	failed := 0
 	for i, d := range decs {
-		if d.Reason == CheckFailed || d.Reason == DeleteFailed {
+		if d.Reason == reclaim.ReasonCheckFailed || d.Reason == reclaim.ReasonDeleteFailed {
 			failed++
 		}
 		if scratch[i] != nil {
@@ -294,21 +291,21 @@ func (r *Reclaimer) preconditions(ctx context.Context) (context.Context, *delete
 		return nil, nil, err
 	}
 	if !tr.linkdbOK {
-		return nil, nil, abort(AbortLinkDBIncomplete, errors.New(tr.linkdbNote))
+		return nil, nil, abort(reclaim.AbortLinkDBIncomplete, errors.New(tr.linkdbNote))
 	}
 	return ctx, &deleter{c: r.c, pol: policy{window: r.c.cfg.Window, now: tr.now, linkdbOK: true}}, nil
 }
 
 // review decides one item with the collection's blob step and settles it
 // in the queue.
-func (r *Reclaimer) review(ctx context.Context, dl *deleter, it ReviewItem, scratch *Report) Decision {
+func (r *Reclaimer) review(ctx context.Context, dl *deleter, it reclaim.ReviewItem, scratch *Report) Decision {
 	dec := dl.deleteBlob(ctx, it.Blob, scratch)
 	var qerr error
 	switch dec.Reason {
-	case Unreferenced, AlreadyGone, LinkedElsewhere, StillLinked:
+	case reclaim.ReasonUnreferenced, reclaim.ReasonAlreadyGone, reclaim.ReasonLinkedElsewhere, reclaim.ReasonStillLinked:
 		// Deleted, or linked: a later unlink queues it again.
 		qerr = r.q.Done(ctx, it)
-	case RecentlyAccessed:
+	case reclaim.ReasonRecentlyAccessed:
 		due := dl.pol.now.Add(r.c.cfg.Window)
 		if dec.LastAccess != nil {
 			due = dec.LastAccess.Add(r.c.cfg.Window)
@@ -317,7 +314,7 @@ func (r *Reclaimer) review(ctx context.Context, dl *deleter, it ReviewItem, scra
 		// before it: never re-claim before the next interval.
 		due = maxTime(due, dl.pol.now.Add(r.cfg.Interval))
 		qerr = r.q.Requeue(ctx, it, due)
-	case Fenced:
+	case reclaim.ReasonFenced:
 		// Someone else is deleting it right now; look again soon.
 		qerr = r.q.Requeue(ctx, it, dl.pol.now.Add(r.cfg.Interval))
 	default:
@@ -325,7 +322,7 @@ func (r *Reclaimer) review(ctx context.Context, dl *deleter, it ReviewItem, scra
 		// lease, which is the backoff for one bad blob.
 	}
 	if qerr != nil {
-		scratch.Errors = append(scratch.Errors, Decision{Kind: KindBlob, Digest: it.Blob, Reason: CheckFailed,
+		scratch.Errors = append(scratch.Errors, Decision{Kind: reclaim.KindBlob, Digest: it.Blob, Reason: reclaim.ReasonCheckFailed,
 			Detail: fmt.Sprintf("settle queue item: %v", qerr)})
 	}
 	return dec

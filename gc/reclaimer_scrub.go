@@ -11,6 +11,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -62,7 +63,7 @@ type ScrubReport struct {
 // scrub spends the tick's scrub budget.
 func (r *Reclaimer) scrub(ctx context.Context, rep *TickReport) {
 	n, cur := scrubBudget(r.cfg, r.c), r.cfg.ScrubCursor
-	if n <= 0 || rep.Abort == AbortRedisUnavailable {
+	if n <= 0 || rep.Abort == reclaim.AbortRedisUnavailable {
 		return
 	}
 	ctx = r.c.runContext(ctx)
@@ -106,12 +107,12 @@ func (r *Reclaimer) scrubRepo(ctx context.Context, repo string, sr *ScrubReport,
 	g.SetLimit(max(r.cfg.Workers, 1))
 	for _, set := range []struct {
 		dir  string
-		kind LinkKind
-	}{{layout.LayersDir(repo), LinkLayer}, {layout.RevisionsDir(repo), LinkManifest}} {
+		kind reclaim.LinkKind
+	}{{layout.LayersDir(repo), reclaim.LinkLayer}, {layout.RevisionsDir(repo), reclaim.LinkManifest}} {
 		err := listLinkDigests(ctx, r.c.driver, set.dir, func(d digest.Digest) {
 			g.Go(func() error {
 				links.Add(1)
-				ok, err := r.scrubLink(ctx, d, RepoLink{Repo: repo, Kind: set.kind})
+				ok, err := r.scrubLink(ctx, d, reclaim.RepoLink{Repo: repo, Kind: set.kind})
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -142,7 +143,7 @@ func (r *Reclaimer) scrubRepo(ctx context.Context, repo string, sr *ScrubReport,
 // scrubLink makes sure forward link (d, l) has its reverse link. repaired
 // is true when it wrote it; an error wrapping errHole means it was missing
 // and could not be written.
-func (r *Reclaimer) scrubLink(ctx context.Context, d digest.Digest, l RepoLink) (repaired bool, err error) {
+func (r *Reclaimer) scrubLink(ctx context.Context, d digest.Digest, l reclaim.RepoLink) (repaired bool, err error) {
 	fix := r.c.cfg.Repair
 	ok, err := fix.Has(ctx, d, l)
 	if ok || err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
@@ -33,7 +34,7 @@ func (c *memCursor) SetScrubCursor(_ context.Context, at string) error {
 
 // scrubFixture is three repositories a, b, c (one image each, sharing a
 // base layer) with their reverse links, and holes punched in a and c.
-func scrubFixture(t *testing.T, repair LinkRepairer, unmark func(context.Context) error) (*fixture, []RepoLink, []digest.Digest) {
+func scrubFixture(t *testing.T, repair LinkRepairer, unmark func(context.Context) error) (*fixture, []reclaim.RepoLink, []digest.Digest) {
 	t.Helper()
 	f := newFixture(t, func(c *Config) {
 		if repair == nil {
@@ -41,13 +42,13 @@ func scrubFixture(t *testing.T, repair LinkRepairer, unmark func(context.Context
 		}
 		withReverseLinks(repair, unmark)(c)
 	})
-	var holes []RepoLink
+	var holes []reclaim.RepoLink
 	var blobs []digest.Digest
 	for _, repo := range []string{"a", "b", "c"} {
 		img := f.image(repo, nil, "base", repo+" own layer")
 		f.tag(repo, "v1", img.Digest)
 		if repo != "b" {
-			holes = append(holes, RepoLink{Repo: repo, Kind: LinkLayer}, RepoLink{Repo: repo, Kind: LinkManifest})
+			holes = append(holes, reclaim.RepoLink{Repo: repo, Kind: reclaim.LinkLayer}, reclaim.RepoLink{Repo: repo, Kind: reclaim.LinkManifest})
 			blobs = append(blobs, digest.FromString("base"), img.Digest)
 		}
 	}
@@ -120,14 +121,14 @@ type unreadableFor struct {
 	blob digest.Digest
 }
 
-func (u unreadableFor) Has(ctx context.Context, d digest.Digest, l RepoLink) (bool, error) {
+func (u unreadableFor) Has(ctx context.Context, d digest.Digest, l reclaim.RepoLink) (bool, error) {
 	if d == u.blob {
 		return false, context.DeadlineExceeded
 	}
 	return u.ReverseLinks.Has(ctx, d, l)
 }
 
-func (u unreadableFor) Put(context.Context, digest.Digest, RepoLink) error {
+func (u unreadableFor) Put(context.Context, digest.Digest, reclaim.RepoLink) error {
 	return context.DeadlineExceeded
 }
 

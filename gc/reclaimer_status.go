@@ -3,6 +3,8 @@ package gc
 import (
 	"context"
 	"time"
+
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // TickReport is what one tick did.
@@ -10,7 +12,7 @@ type TickReport struct {
 	Started  time.Time
 	Duration time.Duration
 	// Abort is set when the tick stopped before claiming anything.
-	Abort     AbortReason
+	Abort     reclaim.AbortReason
 	Err       error
 	Decisions []Decision
 	// Failed is true when the tick counts as failing (backoff).
@@ -127,7 +129,7 @@ func (r *Reclaimer) Status(ctx context.Context) ReclaimerStatus {
 
 func firstFailure(decs []Decision) string {
 	for _, d := range decs {
-		if d.Reason == CheckFailed || d.Reason == DeleteFailed {
+		if d.Reason == reclaim.ReasonCheckFailed || d.Reason == reclaim.ReasonDeleteFailed {
 			return d.Digest.String() + ": " + d.Detail
 		}
 	}

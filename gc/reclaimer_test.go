@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -33,7 +34,7 @@ func (q *fakeQueue) add(d digest.Digest, due time.Time) {
 	delete(q.leases, d)
 }
 
-func (q *fakeQueue) Claim(ctx context.Context, n int, lease time.Duration) ([]ReviewItem, error) {
+func (q *fakeQueue) Claim(ctx context.Context, n int, lease time.Duration) ([]reclaim.ReviewItem, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.claims++
@@ -41,7 +42,7 @@ func (q *fakeQueue) Claim(ctx context.Context, n int, lease time.Duration) ([]Re
 		return nil, q.claimErr
 	}
 	now := q.clock()
-	var out []ReviewItem
+	var out []reclaim.ReviewItem
 	for d, t := range q.due {
 		if len(out) == n {
 			break
@@ -49,13 +50,13 @@ func (q *fakeQueue) Claim(ctx context.Context, n int, lease time.Duration) ([]Re
 		if !t.After(now) {
 			q.next++
 			q.due[d], q.leases[d] = now.Add(lease), q.next
-			out = append(out, ReviewItem{Blob: d, Due: t, Lease: q.next})
+			out = append(out, reclaim.ReviewItem{Blob: d, Due: t, Lease: q.next})
 		}
 	}
 	return out, nil
 }
 
-func (q *fakeQueue) Done(ctx context.Context, it ReviewItem) error {
+func (q *fakeQueue) Done(ctx context.Context, it reclaim.ReviewItem) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.leases[it.Blob] == it.Lease {
@@ -65,7 +66,7 @@ func (q *fakeQueue) Done(ctx context.Context, it ReviewItem) error {
 	return nil
 }
 
-func (q *fakeQueue) Requeue(ctx context.Context, it ReviewItem, due time.Time) error {
+func (q *fakeQueue) Requeue(ctx context.Context, it reclaim.ReviewItem, due time.Time) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.leases[it.Blob] == it.Lease {
@@ -111,7 +112,7 @@ func TestReclaimerDecidesEachItem(t *testing.T) {
 	orphan := f.blob("orphan: upload committed, manifest never came")
 	linked := f.layer("app", "still linked by app")
 	recent := f.blob("pulled a moment ago")
-	f.tr.access[Object{Blob: recent.Digest}] = now.Add(-time.Minute)
+	f.tr.access[reclaim.Object{Blob: recent.Digest}] = now.Add(-time.Minute)
 	missing := digest.FromString("never existed")
 	for _, d := range []digest.Digest{orphan.Digest, linked.Digest, recent.Digest, missing} {
 		q.add(d, now)
@@ -124,8 +125,8 @@ func TestReclaimerDecidesEachItem(t *testing.T) {
 	if rep.Err != nil || rep.Abort != "" {
 		t.Fatalf("tick: abort=%q err=%v", rep.Abort, rep.Err)
 	}
-	want := map[digest.Digest]Reason{orphan.Digest: Unreferenced, linked.Digest: LinkedElsewhere,
-		recent.Digest: RecentlyAccessed, missing: AlreadyGone}
+	want := map[digest.Digest]reclaim.Reason{orphan.Digest: reclaim.ReasonUnreferenced, linked.Digest: reclaim.ReasonLinkedElsewhere,
+		recent.Digest: reclaim.ReasonRecentlyAccessed, missing: reclaim.ReasonAlreadyGone}
 	if len(rep.Decisions) != len(want) {
 		t.Fatalf("reviewed %d items, want %d: %+v", len(rep.Decisions), len(want), rep.Decisions)
 	}
@@ -188,9 +189,9 @@ func TestReclaimerAccessAtTheFenceWins(t *testing.T) {
 	f := newFixture(t)
 	q, orphan := queuedBlob(f, "orphan about to be mounted")
 	// A client statted the blob after the check and before the fence.
-	f.tr.onFence = func(o Object) { f.tr.touch(o) }
+	f.tr.onFence = func(o reclaim.Object) { f.tr.touch(o) }
 	rep := newTestReclaimer(t, f, q, true).Tick(context.Background())
-	if len(rep.Decisions) != 1 || rep.Decisions[0].Reason != RecentlyAccessed {
+	if len(rep.Decisions) != 1 || rep.Decisions[0].Reason != reclaim.ReasonRecentlyAccessed {
 		t.Fatalf("decisions = %+v", rep.Decisions)
 	}
 	if !f.exists(layout.BlobDataPath(orphan)) {
@@ -206,9 +207,9 @@ func TestReclaimerLinkAtTheFenceWins(t *testing.T) {
 	q, orphan := queuedBlob(f, "orphan about to be linked")
 	// A push linked it between the first check and the fence (without an
 	// access record, the worst case): the re-check under the fence sees it.
-	f.tr.onFence = func(o Object) { f.put(layout.LayerLinkDir("late", orphan)+"/link", []byte(orphan)) }
+	f.tr.onFence = func(o reclaim.Object) { f.put(layout.LayerLinkDir("late", orphan)+"/link", []byte(orphan)) }
 	rep := newTestReclaimer(t, f, q, true).Tick(context.Background())
-	if len(rep.Decisions) != 1 || rep.Decisions[0].Reason != LinkedElsewhere || !f.exists(layout.BlobDataPath(orphan)) {
+	if len(rep.Decisions) != 1 || rep.Decisions[0].Reason != reclaim.ReasonLinkedElsewhere || !f.exists(layout.BlobDataPath(orphan)) {
 		t.Fatalf("decisions = %+v", rep.Decisions)
 	}
 }
@@ -219,7 +220,7 @@ func TestReclaimerFailuresKeepAndBackOff(t *testing.T) {
 	f.c.driver = failingDelete{StorageDriver: f.d, path: layout.BlobDir(orphan)}
 	r := newTestReclaimer(t, f, q, true)
 	rep := r.Tick(context.Background())
-	if len(rep.Decisions) != 1 || rep.Decisions[0].Reason != DeleteFailed || !rep.Failed {
+	if len(rep.Decisions) != 1 || rep.Decisions[0].Reason != reclaim.ReasonDeleteFailed || !rep.Failed {
 		t.Fatalf("tick = %+v", rep)
 	}
 	// Left claimed: it comes back after the lease, not at once.

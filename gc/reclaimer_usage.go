@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -36,7 +37,7 @@ const (
 // refreshUsage spends the tick's usage budget.
 func (r *Reclaimer) refreshUsage(ctx context.Context, rep *TickReport) {
 	st, budget := r.c.cfg.Usage, r.cfg.UsageRefresh
-	if st == nil || budget <= 0 || rep.Abort == AbortRedisUnavailable {
+	if st == nil || budget <= 0 || rep.Abort == reclaim.AbortRedisUnavailable {
 		return
 	}
 	refresh := func(repo string) bool {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // TestReclaimerRefreshesUsage: each tick refreshes at most UsageRefresh
@@ -20,7 +22,7 @@ func TestReclaimerRefreshesUsage(t *testing.T) {
 	ctx := context.Background()
 	now := u.tr.clock()
 	put := func(repo string, at time.Time) {
-		if err := u.usage.PutUsage(ctx, Usage{Repository: repo, ComputedAt: at}, false); err != nil {
+		if err := u.usage.PutUsage(ctx, reclaim.Usage{Repository: repo, ComputedAt: at}, false); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -22,11 +23,11 @@ func (r *run) reconcile(ctx context.Context) {
 	c := r.c
 	runs, err := c.recorder.RepositoryRuns(ctx, r.pol.repo, "run "+r.rep.RunID)
 	if err != nil {
-		r.rep.Errors = append(r.rep.Errors, Decision{Kind: KindRun, Reason: CheckFailed, Detail: fmt.Sprintf("reconcile interrupted runs: %v", err)})
+		r.rep.Errors = append(r.rep.Errors, Decision{Kind: reclaim.KindRun, Reason: reclaim.ReasonCheckFailed, Detail: fmt.Sprintf("reconcile interrupted runs: %v", err)})
 		return
 	}
 	for _, st := range runs {
-		if st.Status != string(StatusInterrupted) || st.ReconciledBy != "" || st.ID == r.rep.RunID {
+		if st.Status != reclaim.StatusInterrupted || st.ReconciledBy != "" || st.ID == r.rep.RunID {
 			continue
 		}
 		rec, err := r.recheck(ctx, st)
@@ -35,7 +36,7 @@ func (r *run) reconcile(ctx context.Context) {
 		}
 		if err != nil {
 			// Not marked: the next run reconciles it again.
-			r.rep.Errors = append(r.rep.Errors, Decision{Kind: KindRun, Reason: CheckFailed,
+			r.rep.Errors = append(r.rep.Errors, Decision{Kind: reclaim.KindRun, Reason: reclaim.ReasonCheckFailed,
 				Detail: fmt.Sprintf("reconcile interrupted run %s: %v", st.ID, err)})
 		}
 		r.rep.Reconciled = append(r.rep.Reconciled, rec)
@@ -45,8 +46,8 @@ func (r *run) reconcile(ctx context.Context) {
 // recheck looks again at what interrupted run st may have half done: the
 // last object it wrote ahead of a delete, and every blob whose link it
 // removed or was about to remove.
-func (r *run) recheck(ctx context.Context, st RunState) (Reconciliation, error) {
-	rec := Reconciliation{RunID: st.ID, Step: RunStep(st.Step), LastObject: lastObject(st),
+func (r *run) recheck(ctx context.Context, st reclaim.RunState) (Reconciliation, error) {
+	rec := Reconciliation{RunID: st.ID, Step: st.Step, LastObject: lastObject(st),
 		DeletionsStarted: st.DeletionsStarted, Rechecked: []Recheck{}, OrphansQueued: []digest.Digest{}}
 	blobs := map[digest.Digest]bool{}
 	for _, u := range st.Unlinked {
@@ -54,7 +55,7 @@ func (r *run) recheck(ctx context.Context, st RunState) (Reconciliation, error) 
 			blobs[d] = true
 		}
 	}
-	if o := rec.LastObject; o != nil && o.Kind != KindBlob {
+	if o := rec.LastObject; o != nil && o.Kind != reclaim.KindBlob {
 		f, err := r.recheckLink(ctx, *o)
 		if err != nil {
 			return rec, err
@@ -69,7 +70,7 @@ func (r *run) recheck(ctx context.Context, st RunState) (Reconciliation, error) 
 		if err != nil {
 			return rec, err
 		}
-		rec.Rechecked = append(rec.Rechecked, Recheck{ObjectRef: ObjectRef{Kind: KindBlob, Digest: b}, Finding: f})
+		rec.Rechecked = append(rec.Rechecked, Recheck{ObjectRef: ObjectRef{Kind: reclaim.KindBlob, Digest: b}, Finding: f})
 		if orphan {
 			orphans = append(orphans, b)
 		}
@@ -90,9 +91,9 @@ func (r *run) recheck(ctx context.Context, st RunState) (Reconciliation, error) 
 // recheckLink: the link's delete may have been cut short after the forward
 // link and before its reverse link (a leak, never a loss).
 func (r *run) recheckLink(ctx context.Context, o ObjectRef) (string, error) {
-	k := LinkLayer
-	if o.Kind == KindManifest {
-		k = LinkManifest
+	k := reclaim.LinkLayer
+	if o.Kind == reclaim.KindManifest {
+		k = reclaim.LinkManifest
 	}
 	repo := r.pol.repo
 	_, err := r.c.driver.Stat(ctx, layout.ForwardLinkPath(repo, o.Digest, k))
@@ -106,10 +107,10 @@ func (r *run) recheckLink(ctx context.Context, o ObjectRef) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("re-check reverse links of %s: %w", o.Digest, err)
 	}
-	if slices.ContainsFunc(links, func(l RepoLink) bool { return l.Repo == repo && l.Kind == k }) {
+	if slices.ContainsFunc(links, func(l reclaim.RepoLink) bool { return l.Repo == repo && l.Kind == k }) {
 		return "link deleted, its reverse link left: a leak that keeps the blob (`registry linkdb verify` reports it, `linkdb rebuild` removes it)", nil
 	}
-	if o.Kind == KindManifest {
+	if o.Kind == reclaim.KindManifest {
 		return "revision deleted; its tag history and referrers entries, removed after it, may be left", nil
 	}
 	return "link deleted", nil

@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -43,10 +44,10 @@ const (
 // LinkRepair is a forward link of the run's repository that was found
 // without its reverse link.
 type LinkRepair struct {
-	Digest  digest.Digest `json:"digest"`
-	Link    LinkKind      `json:"link"`
-	Outcome string        `json:"outcome"`
-	Detail  string        `json:"detail,omitempty"`
+	Digest  digest.Digest    `json:"digest"`
+	Link    reclaim.LinkKind `json:"link"`
+	Outcome string           `json:"outcome"`
+	Detail  string           `json:"detail,omitempty"`
 }
 
 // errHole: a reverse link is missing and could not be written back.
@@ -56,21 +57,21 @@ var errHole = errors.New("this repository's reverse link is missing and could no
 // repository to d has its reverse link in links (a complete listing), and
 // fills the holes. It returns the links with those it filled, or an error
 // that keeps the blob.
-func (gt *gatherer) repairOwn(ctx context.Context, d digest.Digest, links []RepoLink) ([]RepoLink, error) {
+func (gt *gatherer) repairOwn(ctx context.Context, d digest.Digest, links []reclaim.RepoLink) ([]reclaim.RepoLink, error) {
 	if gt.s == nil {
 		return links, nil
 	}
 	repo := gt.pol.repo
-	var kinds []LinkKind
+	var kinds []reclaim.LinkKind
 	if gt.s.layers[d] {
-		kinds = append(kinds, LinkLayer)
+		kinds = append(kinds, reclaim.LinkLayer)
 	}
 	if _, ok := gt.s.revisions[d]; ok {
-		kinds = append(kinds, LinkManifest)
+		kinds = append(kinds, reclaim.LinkManifest)
 	}
 	var holeErr error
 	for _, k := range kinds {
-		l := RepoLink{Repo: repo, Kind: k}
+		l := reclaim.RepoLink{Repo: repo, Kind: k}
 		if hasLink(links, l) {
 			continue
 		}
@@ -128,7 +129,7 @@ func (gt *gatherer) unmark(ctx context.Context) {
 	}
 }
 
-func hasLink(links []RepoLink, l RepoLink) bool {
+func hasLink(links []reclaim.RepoLink, l reclaim.RepoLink) bool {
 	for _, x := range links {
 		if x.Repo == l.Repo && x.Kind == l.Kind {
 			return true
@@ -151,13 +152,13 @@ func (r *run) repaired(f *facts) {
 	r.rep.ReverseLinksRepaired = append(r.rep.ReverseLinksRepaired, f.repairs...)
 	for _, rp := range f.repairs {
 		if rp.Outcome == RepairFailed {
-			r.rep.Errors = append(r.rep.Errors, Decision{Kind: KindBlob, Digest: rp.Digest, Reason: CheckFailed,
+			r.rep.Errors = append(r.rep.Errors, Decision{Kind: reclaim.KindBlob, Digest: rp.Digest, Reason: reclaim.ReasonCheckFailed,
 				Detail: fmt.Sprintf("reverse link of %s %s missing, writing it failed: %s", r.pol.repo, rp.Link, rp.Detail)})
 		}
 	}
 	if f.unmarked && r.pol.linkdbOK {
 		r.pol.linkdbOK = false
 		r.pol.linkdbNote = "a reverse link of this repository was missing and could not be written back; the link database is marked incomplete: run `registry linkdb verify --repair`"
-		r.rep.Blockers = append(r.rep.Blockers, Blocker{Reason: AbortLinkDBIncomplete, Blocks: BlocksBlobs, Detail: r.pol.linkdbNote})
+		r.rep.Blockers = append(r.rep.Blockers, Blocker{Reason: reclaim.AbortLinkDBIncomplete, Blocks: BlocksBlobs, Detail: r.pol.linkdbNote})
 	}
 }

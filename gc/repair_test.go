@@ -8,6 +8,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
@@ -41,18 +42,18 @@ func TestCollectWritesBackItsMissingReverseLink(t *testing.T) {
 	f := newFixture(t, func(c *Config) { withReverseLinks(linkdb.NewReverseLinks(c.Driver), nil)(c) })
 	img := f.image("k8s", nil, "pulled-by-digest")
 	writeReverseLinks(f)
-	own := RepoLink{Repo: "k8s", Kind: LinkManifest}
+	own := reclaim.RepoLink{Repo: "k8s", Kind: reclaim.LinkManifest}
 	links := linkdb.NewReverseLinks(f.d)
 	if err := links.Delete(context.Background(), img.Digest, own); err != nil {
 		t.Fatal(err)
 	}
-	f.tr.touch(Object{Blob: img.Digest, Repo: "k8s", Kind: LinkManifest})
+	f.tr.touch(reclaim.Object{Blob: img.Digest, Repo: "k8s", Kind: reclaim.LinkManifest})
 
 	dry, err := f.c.Collect(context.Background(), "k8s", RunOptions{DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rp, ok := repairOf(dry, img.Digest); !ok || rp.Outcome != RepairWouldWrite || rp.Link != LinkManifest {
+	if rp, ok := repairOf(dry, img.Digest); !ok || rp.Outcome != RepairWouldWrite || rp.Link != reclaim.LinkManifest {
 		t.Fatalf("dry run: repairs %+v", dry.ReverseLinksRepaired)
 	}
 	if ok, _ := links.Has(context.Background(), img.Digest, own); ok {
@@ -62,7 +63,7 @@ func TestCollectWritesBackItsMissingReverseLink(t *testing.T) {
 	if rp, ok := repairOf(rep, img.Digest); !ok || rp.Outcome != RepairWritten {
 		t.Fatalf("collect: repairs %+v", rep.ReverseLinksRepaired)
 	}
-	if reasonOf(rep, KindManifest, img.Digest) != RecentlyAccessed {
+	if reasonOf(rep, reclaim.KindManifest, img.Digest) != reclaim.ReasonRecentlyAccessed {
 		t.Fatalf("%s", summary(rep))
 	}
 	if ok, err := links.Has(context.Background(), img.Digest, own); !ok || err != nil {
@@ -76,9 +77,11 @@ func TestCollectWritesBackItsMissingReverseLink(t *testing.T) {
 
 type failingPut struct{}
 
-func (failingPut) Has(context.Context, digest.Digest, RepoLink) (bool, error) { return false, nil }
+func (failingPut) Has(context.Context, digest.Digest, reclaim.RepoLink) (bool, error) {
+	return false, nil
+}
 
-func (failingPut) Put(context.Context, digest.Digest, RepoLink) error {
+func (failingPut) Put(context.Context, digest.Digest, reclaim.RepoLink) error {
 	return errors.New("storage says no")
 }
 
@@ -91,7 +94,7 @@ func TestCollectThatCannotRepairMarksLinkDBIncomplete(t *testing.T) {
 	img := f.image("k8s", nil, "layer-a", "layer-b")
 	writeReverseLinks(f)
 	hole := digest.FromString("layer-a")
-	if err := linkdb.NewReverseLinks(f.d).Delete(context.Background(), hole, RepoLink{Repo: "k8s", Kind: LinkLayer}); err != nil {
+	if err := linkdb.NewReverseLinks(f.d).Delete(context.Background(), hole, reclaim.RepoLink{Repo: "k8s", Kind: reclaim.LinkLayer}); err != nil {
 		t.Fatal(err)
 	}
 	f.tr.now = f.tr.now.Add(2 * time.Hour)
@@ -109,15 +112,15 @@ func TestCollectThatCannotRepairMarksLinkDBIncomplete(t *testing.T) {
 	if len(rep.BlobsDeleted) != 0 || !f.exists(layout.BlobDataPath(hole)) {
 		t.Fatalf("blobs deleted after the database was marked incomplete: %s", summary(rep))
 	}
-	if reasonOf(rep, KindBlob, hole) != LinkDBIncomplete || reasonOf(rep, KindBlob, img.Digest) != LinkDBIncomplete {
-		t.Errorf("hole kept as %s, manifest blob as %s", reasonOf(rep, KindBlob, hole), reasonOf(rep, KindBlob, img.Digest))
+	if reasonOf(rep, reclaim.KindBlob, hole) != reclaim.ReasonLinkDBIncomplete || reasonOf(rep, reclaim.KindBlob, img.Digest) != reclaim.ReasonLinkDBIncomplete {
+		t.Errorf("hole kept as %s, manifest blob as %s", reasonOf(rep, reclaim.KindBlob, hole), reasonOf(rep, reclaim.KindBlob, img.Digest))
 	}
 	if len(rep.Errors) != 1 || rep.Errors[0].Digest != hole {
 		t.Errorf("errors %+v, want the failed repair", rep.Errors)
 	}
 	blocked := false
 	for _, b := range rep.Blockers {
-		blocked = blocked || (b.Reason == AbortLinkDBIncomplete && b.Blocks == BlocksBlobs)
+		blocked = blocked || (b.Reason == reclaim.AbortLinkDBIncomplete && b.Blocks == BlocksBlobs)
 	}
 	if !blocked {
 		t.Errorf("blockers %+v", rep.Blockers)

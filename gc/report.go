@@ -5,13 +5,14 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // Decision is the one verdict a run reaches about one object.
 type Decision struct {
-	Kind   ObjectKind    `json:"kind"`
-	Digest digest.Digest `json:"digest"`
-	Reason Reason        `json:"reason"`
+	Kind   reclaim.ObjectKind `json:"kind"`
+	Digest digest.Digest      `json:"digest"`
+	Reason reclaim.Reason     `json:"reason"`
 	// Size in bytes, for blobs (and manifests) when known.
 	Size int64 `json:"size,omitempty"`
 	// LastAccess recorded by the tracker, when there is one.
@@ -33,45 +34,16 @@ func (d Decision) MarshalJSON() ([]byte, error) {
 	}{plain(d), d.Reason.Message()})
 }
 
-// RunStatus is where a run stands. Like Reason it is a closed set whose
-// strings are the API: the JSON report and the metrics use them.
-type RunStatus string
-
-// The states of a run.
-const (
-	StatusRunning RunStatus = "running" // begun, not finished
-	StatusDone    RunStatus = "done"    // finished; its report is complete
-	StatusAborted RunStatus = "aborted" // a precondition failed; nothing was deleted
-	StatusFailed  RunStatus = "failed"  // stopped by an error (a lost lock); what it deleted before is reported
-	// StatusInterrupted: its process died (killed, OOM, node lost) while
-	// it ran; Interruption says where. Found by the next reader of its
-	// record (docs/gc-protocol.md, "Interrupted runs").
-	StatusInterrupted RunStatus = "interrupted"
-)
-
-// RunStep is the part of a run in progress. A run writes each step ahead
-// of it, and the object of each delete ahead of the delete.
-type RunStep string
-
-// The steps of a run, in order. Nothing is changed before StepManifests.
-const (
-	StepSnapshot   RunStep = "snapshot"    // preconditions and the snapshot of the repository
-	StepPlan       RunStep = "plan"        // gathering facts and deciding
-	StepManifests  RunStep = "manifests"   // deleting manifest revisions
-	StepLayerLinks RunStep = "layer_links" // deleting layer links
-	StepBlobs      RunStep = "blobs"       // deleting blobs whose links the run removed
-)
-
 // ObjectRef names one object.
 type ObjectRef struct {
-	Kind   ObjectKind    `json:"kind"`
-	Digest digest.Digest `json:"digest"`
+	Kind   reclaim.ObjectKind `json:"kind"`
+	Digest digest.Digest      `json:"digest"`
 }
 
 // Interruption is where an interrupted run died.
 type Interruption struct {
 	// Step it was in.
-	Step RunStep `json:"step"`
+	Step reclaim.RunStep `json:"step"`
 	// LastObject is the last object it wrote ahead of a delete (null: it
 	// deleted nothing, or its record does not say). The delete of that
 	// object may have been sent, done, or cut short.
@@ -90,10 +62,10 @@ type Interruption struct {
 // Reconciliation is what a run did, before its own work, about an
 // interrupted run of the same repository.
 type Reconciliation struct {
-	RunID            string     `json:"run_id"`
-	Step             RunStep    `json:"step"`
-	LastObject       *ObjectRef `json:"last_object"`
-	DeletionsStarted *bool      `json:"deletions_started"`
+	RunID            string          `json:"run_id"`
+	Step             reclaim.RunStep `json:"step"`
+	LastObject       *ObjectRef      `json:"last_object"`
+	DeletionsStarted *bool           `json:"deletions_started"`
 	// Rechecked are the objects the interrupted run may have half done,
 	// each with what was found.
 	Rechecked []Recheck `json:"rechecked"`
@@ -119,15 +91,15 @@ type Timings struct {
 // Report is the result of one run. In a dry run the *_deleted lists and
 // bytes_freed say what a real run would delete now.
 type Report struct {
-	RunID      string    `json:"run_id"`
-	Repository string    `json:"repository"`
-	DryRun     bool      `json:"dry_run"`
-	PlanID     string    `json:"plan_id,omitempty"`
-	Status     RunStatus `json:"status"`
-	Abort      string    `json:"abort_reason,omitempty"`
-	StartedAt  time.Time `json:"started_at"`
-	FinishedAt time.Time `json:"finished_at,omitzero"`
-	WindowSecs int64     `json:"window_seconds"`
+	RunID      string            `json:"run_id"`
+	Repository string            `json:"repository"`
+	DryRun     bool              `json:"dry_run"`
+	PlanID     string            `json:"plan_id,omitempty"`
+	Status     reclaim.RunStatus `json:"status"`
+	Abort      string            `json:"abort_reason,omitempty"`
+	StartedAt  time.Time         `json:"started_at"`
+	FinishedAt time.Time         `json:"finished_at,omitzero"`
+	WindowSecs int64             `json:"window_seconds"`
 	// Blockers are the preconditions of a real run that did not hold. A
 	// dry run lists them and plans anyway: its deleted lists are what a
 	// real run would delete once the run-wide blockers clear.
@@ -152,7 +124,7 @@ type Report struct {
 	Timings Timings `json:"timings"`
 
 	// Step is the step a running run is in (empty once it ended).
-	Step RunStep `json:"step,omitempty"`
+	Step reclaim.RunStep `json:"step,omitempty"`
 	// Interruption is set on an interrupted run.
 	Interruption *Interruption `json:"interruption,omitempty"`
 	// Reconciled lists the interrupted runs of the repository this run
@@ -170,17 +142,17 @@ func (r *Report) add(d Decision) {
 	r.decisions = append(r.decisions, d)
 	if !d.Deleted() {
 		r.Kept = append(r.Kept, d)
-		if d.Reason == DeleteFailed || d.Reason == CheckFailed {
+		if d.Reason == reclaim.ReasonDeleteFailed || d.Reason == reclaim.ReasonCheckFailed {
 			r.Errors = append(r.Errors, d)
 		}
 		return
 	}
 	switch d.Kind {
-	case KindManifest:
+	case reclaim.KindManifest:
 		r.ManifestsDeleted = append(r.ManifestsDeleted, d.Digest)
-	case KindLayerLink:
+	case reclaim.KindLayerLink:
 		r.LayersUnlinked = append(r.LayersUnlinked, d.Digest)
-	case KindBlob:
+	case reclaim.KindBlob:
 		r.BlobsDeleted = append(r.BlobsDeleted, d.Digest)
 		r.BytesFreed += d.Size
 	}
@@ -191,7 +163,7 @@ func newReport(runID, repo string, dryRun bool, window time.Duration, now time.T
 		RunID:            runID,
 		Repository:       repo,
 		DryRun:           dryRun,
-		Status:           StatusRunning,
+		Status:           reclaim.StatusRunning,
 		StartedAt:        now,
 		WindowSecs:       int64(window / time.Second),
 		ManifestsDeleted: []digest.Digest{},

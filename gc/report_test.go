@@ -7,22 +7,23 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // goldenReport fills every field of a report the way a run does.
-func goldenReport(status RunStatus) *Report {
+func goldenReport(status reclaim.RunStatus) *Report {
 	rep := newReport("r1", "team/app", false, time.Hour, t0)
 	la := t0.Add(-2 * time.Hour)
-	rep.add(Decision{Kind: KindManifest, Digest: digest.FromString("m"), Reason: Tagged, Size: 7, Detail: "tag v1"})
-	rep.add(Decision{Kind: KindLayerLink, Digest: digest.FromString("l"), Reason: Unreferenced, LastAccess: &la})
-	rep.add(Decision{Kind: KindBlob, Digest: digest.FromString("l"), Reason: Unreferenced, Size: 42})
-	rep.add(Decision{Kind: KindBlob, Digest: digest.FromString("b"), Reason: DeleteFailed, Detail: "boom"})
-	rep.Changed = []Decision{{Kind: KindManifest, Digest: digest.FromString("m"), Reason: Tagged}}
+	rep.add(Decision{Kind: reclaim.KindManifest, Digest: digest.FromString("m"), Reason: reclaim.ReasonTagged, Size: 7, Detail: "tag v1"})
+	rep.add(Decision{Kind: reclaim.KindLayerLink, Digest: digest.FromString("l"), Reason: reclaim.ReasonUnreferenced, LastAccess: &la})
+	rep.add(Decision{Kind: reclaim.KindBlob, Digest: digest.FromString("l"), Reason: reclaim.ReasonUnreferenced, Size: 42})
+	rep.add(Decision{Kind: reclaim.KindBlob, Digest: digest.FromString("b"), Reason: reclaim.ReasonDeleteFailed, Detail: "boom"})
+	rep.Changed = []Decision{{Kind: reclaim.KindManifest, Digest: digest.FromString("m"), Reason: reclaim.ReasonTagged}}
 	rep.PlanID, rep.Abort, rep.FinishedAt = "p1", "redis_evicts", t0.Add(time.Second)
 	rep.Timings = Timings{SnapshotMS: 1, PlanMS: 2, SweepMS: 3, TotalMS: 6}
 	until := t0.Add(time.Hour)
-	rep.Blockers = append(rep.Blockers, Blocker{Reason: AbortRedisRecordingTooShort, Blocks: BlocksRun, Detail: "recording since", Until: &until},
-		Blocker{Reason: AbortLinkDBIncomplete, Blocks: BlocksBlobs})
+	rep.Blockers = append(rep.Blockers, Blocker{Reason: reclaim.AbortRedisRecordingTooShort, Blocks: BlocksRun, Detail: "recording since", Until: &until},
+		Blocker{Reason: reclaim.AbortLinkDBIncomplete, Blocks: BlocksBlobs})
 	rep.Status = status
 	return rep
 }
@@ -32,7 +33,7 @@ const reportGolden = `{"run_id":"r1","repository":"team/app","dry_run":false,"pl
 
 // The report's JSON is an API: these bytes must not change.
 func TestReportJSONIsStable(t *testing.T) {
-	for _, status := range []RunStatus{StatusRunning, StatusDone, StatusAborted, StatusFailed} {
+	for _, status := range []reclaim.RunStatus{reclaim.StatusRunning, reclaim.StatusDone, reclaim.StatusAborted, reclaim.StatusFailed} {
 		b, err := json.Marshal(goldenReport(status))
 		if err != nil {
 			t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -16,17 +17,17 @@ import (
 func TestAbortsDeleteNothing(t *testing.T) {
 	for name, tc := range map[string]struct {
 		setup func(*fixture)
-		want  AbortReason
+		want  reclaim.AbortReason
 	}{
-		"unparsable manifest": {func(f *fixture) { f.rawManifest("x", []byte(`{"schemaVersion":2,`)) }, AbortManifestUnreadable},
+		"unparsable manifest": {func(f *fixture) { f.rawManifest("x", []byte(`{"schemaVersion":2,`)) }, reclaim.AbortManifestUnreadable},
 		"invalid manifest": {func(f *fixture) {
 			f.rawManifest("x", []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":"nope"}`))
-		}, AbortManifestUnreadable},
+		}, reclaim.AbortManifestUnreadable},
 		"manifest blob missing": {func(f *fixture) {
 			d := digest.FromString("missing")
 			f.put(layout.RevisionDir("x", d)+"/link", []byte(d))
-		}, AbortManifestUnreadable},
-		"unreadable tag": {func(f *fixture) { f.put(layout.TagCurrentPath("x", "bad"), []byte("not a digest")) }, AbortStorageUnreadable},
+		}, reclaim.AbortManifestUnreadable},
+		"unreadable tag": {func(f *fixture) { f.put(layout.TagCurrentPath("x", "bad"), []byte("not a digest")) }, reclaim.AbortStorageUnreadable},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t)
@@ -40,7 +41,7 @@ func TestAbortsDeleteNothing(t *testing.T) {
 
 // checkAborts runs a dry run and a real run of repo, and checks that both
 // abort for want, are stored as aborted, change nothing and leave no lock.
-func (f *fixture) checkAborts(repo string, want AbortReason) {
+func (f *fixture) checkAborts(repo string, want reclaim.AbortReason) {
 	t := f.t
 	t.Helper()
 	before := f.tree()
@@ -87,8 +88,8 @@ func TestPlanThenApply(t *testing.T) {
 	if !has(rep.ManifestsDeleted, a.Digest) || has(rep.ManifestsDeleted, b.Digest) {
 		t.Fatalf("%s", summary(rep))
 	}
-	if reasonOf(rep, KindLayerLink, orphan.Digest) != NotInPlan {
-		t.Fatalf("orphan: %s", reasonOf(rep, KindLayerLink, orphan.Digest))
+	if reasonOf(rep, reclaim.KindLayerLink, orphan.Digest) != reclaim.ReasonNotInPlan {
+		t.Fatalf("orphan: %s", reasonOf(rep, reclaim.KindLayerLink, orphan.Digest))
 	}
 	changed := map[digest.Digest]bool{}
 	for _, d := range rep.Changed {
@@ -121,7 +122,7 @@ func TestRequestErrors(t *testing.T) {
 		t.Errorf("unknown repo: %v", err)
 	}
 	_, unlock, _ := f.tr.LockRepository(ctx, "busy", time.Minute)
-	if _, err := f.c.Collect(ctx, "busy", RunOptions{}); !errors.Is(err, ErrRepositoryBusy) {
+	if _, err := f.c.Collect(ctx, "busy", RunOptions{}); !errors.Is(err, reclaim.ErrRepositoryBusy) {
 		t.Errorf("busy: %v", err)
 	}
 	if _, err := f.c.Collect(ctx, "busy", RunOptions{DryRun: true}); err != nil {
@@ -138,7 +139,7 @@ func TestStartRunsInBackground(t *testing.T) {
 	var unlocked atomic.Bool
 	f.tr.onUnlock = func(string) { unlocked.Store(true) }
 	id, err := f.c.Start(context.Background(), "bg", RunOptions{}, func(rep *Report, err error) {
-		if err != nil || rep.Status != StatusDone || !unlocked.Load() {
+		if err != nil || rep.Status != reclaim.StatusDone || !unlocked.Load() {
 			t.Errorf("done called with %v, %v (unlocked %v)", rep, err, unlocked.Load())
 		}
 		finished <- rep.RunID

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // Run records (docs/gc-protocol.md, "Interrupted runs"). With a tracker that
@@ -25,31 +26,31 @@ type runLog struct {
 
 // step writes s ahead of the step. Best effort: the deletes of the step
 // write it again, and must succeed.
-func (l *runLog) step(ctx context.Context, s RunStep) {
+func (l *runLog) step(ctx context.Context, s reclaim.RunStep) {
 	if l == nil {
 		return
 	}
 	l.r.rep.Step = s
 	l.r.c.store(l.r.rep)
-	if err := l.h.Progress(ctx, RunProgress{Step: string(s)}); err != nil && l.err == nil {
+	if err := l.h.Progress(ctx, reclaim.RunProgress{Step: s}); err != nil && l.err == nil {
 		l.err = err
 	}
 }
 
 // ahead writes the delete of d (of kind k) ahead of it; on error the delete
 // must not happen.
-func (l *runLog) ahead(ctx context.Context, k ObjectKind, d digest.Digest) error {
+func (l *runLog) ahead(ctx context.Context, k reclaim.ObjectKind, d digest.Digest) error {
 	if l == nil {
 		return nil
 	}
-	p := RunProgress{Kind: string(k), Object: d.String(), Deleting: true}
+	p := reclaim.RunProgress{Kind: k, Object: d.String(), Deleting: true}
 	switch k {
-	case KindManifest:
-		p.Step, p.Unlinks = string(StepManifests), d.String()
-	case KindLayerLink:
-		p.Step, p.Unlinks = string(StepLayerLinks), d.String()
+	case reclaim.KindManifest:
+		p.Step, p.Unlinks = reclaim.StepManifests, d.String()
+	case reclaim.KindLayerLink:
+		p.Step, p.Unlinks = reclaim.StepLayerLinks, d.String()
 	default:
-		p.Step = string(StepBlobs)
+		p.Step = reclaim.StepBlobs
 	}
 	if err := l.h.Progress(ctx, p); err != nil {
 		return fmt.Errorf("record the delete ahead: %w", err)
@@ -66,10 +67,10 @@ func (l *runLog) end(ctx context.Context) {
 	rep.Step = ""
 	b, err := json.Marshal(rep)
 	if err == nil {
-		err = l.h.End(context.WithoutCancel(ctx), string(rep.Status), b)
+		err = l.h.End(context.WithoutCancel(ctx), rep.Status, b)
 	}
 	if err != nil {
-		rep.Errors = append(rep.Errors, Decision{Kind: KindRun, Reason: CheckFailed,
+		rep.Errors = append(rep.Errors, Decision{Kind: reclaim.KindRun, Reason: reclaim.ReasonCheckFailed,
 			Detail: fmt.Sprintf("store the run record: %v (other instances may read this run as interrupted)", err)})
 	}
 }
@@ -95,8 +96,8 @@ func (c *Collector) LookupRun(ctx context.Context, id string) (*Report, bool, er
 
 // reportOf is the report a run record holds: its final report once it
 // ended, else what the record says of it.
-func reportOf(st RunState) (*Report, error) {
-	if len(st.Report) > 0 && st.Status != string(StatusInterrupted) {
+func reportOf(st reclaim.RunState) (*Report, error) {
+	if len(st.Report) > 0 && st.Status != reclaim.StatusInterrupted {
 		var rep Report
 		if err := json.Unmarshal(st.Report, &rep); err != nil {
 			return nil, fmt.Errorf("run %s: stored report: %w", st.ID, err)
@@ -105,20 +106,20 @@ func reportOf(st RunState) (*Report, error) {
 	}
 	rep := newReport(st.ID, st.Repo, false, 0, st.StartedAt)
 	rep.WindowSecs = 0
-	rep.Status = RunStatus(st.Status)
+	rep.Status = st.Status
 	switch rep.Status {
-	case StatusRunning:
-		rep.Step = RunStep(st.Step)
-	case StatusInterrupted:
-		rep.Interruption = &Interruption{Step: RunStep(st.Step), LastObject: lastObject(st),
+	case reclaim.StatusRunning:
+		rep.Step = st.Step
+	case reclaim.StatusInterrupted:
+		rep.Interruption = &Interruption{Step: st.Step, LastObject: lastObject(st),
 			DeletionsStarted: st.DeletionsStarted, DetectedAt: st.InterruptedAt, DetectedBy: st.MarkedBy, ReconciledBy: st.ReconciledBy}
 	}
 	return rep, nil
 }
 
-func lastObject(st RunState) *ObjectRef {
+func lastObject(st reclaim.RunState) *ObjectRef {
 	if st.LastObject == "" {
 		return nil
 	}
-	return &ObjectRef{Kind: ObjectKind(st.LastKind), Digest: digest.Digest(st.LastObject)}
+	return &ObjectRef{Kind: st.LastKind, Digest: digest.Digest(st.LastObject)}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"strings"
+
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // Runs returns the reports of the runs this collector remembers (the last
@@ -25,7 +27,7 @@ func (c *Collector) Runs() []*Report {
 // registry's most recent runs, of every repository and instance, newest
 // first, marking dead ones as LoadRun does.
 type RecentRunReader interface {
-	RecentRuns(ctx context.Context, n int, marker string) ([]RunState, error)
+	RecentRuns(ctx context.Context, n int, marker string) ([]reclaim.RunState, error)
 }
 
 // RecentRuns returns the runs this collector remembers together with up

@@ -9,6 +9,7 @@ import (
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"golang.org/x/sync/errgroup"
 )
@@ -86,14 +87,14 @@ func readSnapshot(ctx context.Context, d storagedriver.StorageDriver, repo strin
 		revDirs: map[digest.Digest]string{}, currentDirs: map[string]string{}, tagSeen: map[string]bool{}}
 	noManifests, err := walkEnd(ctx, d, layout.ManifestsDir(repo), d.Walk(ctx, layout.ManifestsDir(repo), w.visit))
 	if err != nil {
-		return nil, abort(AbortStorageUnreadable, fmt.Errorf("walk manifests of %s: %w", repo, err))
+		return nil, abort(reclaim.AbortStorageUnreadable, fmt.Errorf("walk manifests of %s: %w", repo, err))
 	}
 	if err := w.probeUnseen(ctx, d); err != nil {
 		return nil, err
 	}
 	noLayers, err := walkLayers(ctx, d, s)
 	if err != nil {
-		return nil, abort(AbortStorageUnreadable, fmt.Errorf("walk layers of %s: %w", repo, err))
+		return nil, abort(reclaim.AbortStorageUnreadable, fmt.Errorf("walk layers of %s: %w", repo, err))
 	}
 	if noManifests && noLayers {
 		return nil, fmt.Errorf("%w: %s", ErrRepositoryNotFound, repo)
@@ -162,7 +163,7 @@ func (w *manifestWalk) probeUnseen(ctx context.Context, d storagedriver.StorageD
 		}
 		present, err := probeLink(ctx, d, w.revDirs[dg])
 		if err != nil {
-			return abort(AbortStorageUnreadable, fmt.Errorf("revision %s of %s: %w", dg, repo, err))
+			return abort(reclaim.AbortStorageUnreadable, fmt.Errorf("revision %s of %s: %w", dg, repo, err))
 		}
 		if present { // written since the walk passed
 			w.s.revisions[dg] = &manifestInfo{digest: dg}
@@ -174,7 +175,7 @@ func (w *manifestWalk) probeUnseen(ctx context.Context, d storagedriver.StorageD
 		}
 		present, err := probeLink(ctx, d, p)
 		if err != nil {
-			return abort(AbortStorageUnreadable, fmt.Errorf("tag %s:%s: %w", repo, tag, err))
+			return abort(reclaim.AbortStorageUnreadable, fmt.Errorf("tag %s:%s: %w", repo, tag, err))
 		}
 		if present {
 			w.tagNames = append(w.tagNames, tag)
@@ -208,7 +209,7 @@ func readContents(ctx context.Context, d storagedriver.StorageDriver, s *snapsho
 				return nil // the tag was deleted while we walked
 			}
 			if err != nil {
-				return abort(AbortStorageUnreadable, fmt.Errorf("read tag %s:%s: %w", s.repo, tag, err))
+				return abort(reclaim.AbortStorageUnreadable, fmt.Errorf("read tag %s:%s: %w", s.repo, tag, err))
 			}
 			mu.Lock()
 			s.tags[tag] = dg

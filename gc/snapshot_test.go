@@ -7,6 +7,7 @@ import (
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -58,7 +59,7 @@ func TestSnapshotWalkCutByConcurrentDeleteIsReadAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := reasonOf(rep, KindManifest, tagged.Digest); r != Tagged {
+	if r := reasonOf(rep, reclaim.KindManifest, tagged.Digest); r != reclaim.ReasonTagged {
 		t.Fatalf("tagged manifest: %s; deleted %s", r, summary(rep))
 	}
 	for _, l := range []string{taggedLayer, "config of " + taggedLayer} {

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -18,16 +19,16 @@ const sweepBatch = 64
 // reported; the run goes on.
 func (dl *deleter) sweep(ctx context.Context, p *planned, rep *Report) {
 	for _, dec := range p.decisions {
-		if dec.Kind != KindBlob && !dec.Deleted() {
+		if dec.Kind != reclaim.KindBlob && !dec.Deleted() {
 			rep.add(dec)
 		}
 	}
 	removed := map[digest.Digest]bool{} // blobs whose link this run removed
-	dl.log.step(ctx, StepManifests)
+	dl.log.step(ctx, reclaim.StepManifests)
 	deleted := dl.sweepManifests(ctx, p, rep, removed)
-	dl.log.step(ctx, StepLayerLinks)
+	dl.log.step(ctx, reclaim.StepLayerLinks)
 	dl.sweepLayers(ctx, p, rep, deleted, removed)
-	dl.log.step(ctx, StepBlobs)
+	dl.log.step(ctx, reclaim.StepBlobs)
 	for _, b := range sortedDigests(removed) {
 		rep.add(dl.deleteBlob(ctx, b, rep))
 	}
@@ -52,13 +53,13 @@ func (dl *deleter) sweepManifests(ctx context.Context, p *planned, rep *Report, 
 			if !ok {
 				continue
 			}
-			dec, kept := since.keeps(KindManifest, m)
+			dec, kept := since.keeps(reclaim.KindManifest, m)
 			if kept {
 				dec.Size = p.s.revisions[m].size
 			} else {
 				dec = dl.deleteManifest(ctx, p.s, m, h, tags, tagErr, rep)
 			}
-			dl.release(ctx, rep, KindManifest, m, h)
+			dl.release(ctx, rep, reclaim.KindManifest, m, h)
 			if dec.Deleted() {
 				deleted[m], removed[m] = true, true
 			}
@@ -94,9 +95,9 @@ func (dl *deleter) fenceManifests(ctx context.Context, s *snapshot, batch []dige
 			rep.add(keptByParent(s, m, parent))
 			continue
 		}
-		h, r, detail := dl.fence(ctx, Object{Blob: m, Repo: dl.pol.repo, Kind: LinkManifest})
+		h, r, detail := dl.fence(ctx, reclaim.Object{Blob: m, Repo: dl.pol.repo, Kind: reclaim.LinkManifest})
 		if r != reasonInvalid {
-			rep.add(Decision{Kind: KindManifest, Digest: m, Reason: r, Detail: detail, Size: s.revisions[m].size})
+			rep.add(Decision{Kind: reclaim.KindManifest, Digest: m, Reason: r, Detail: detail, Size: s.revisions[m].size})
 			continue
 		}
 		held[m] = h
@@ -119,7 +120,7 @@ func (dl *deleter) sweepLayers(ctx context.Context, p *planned, rep *Report, del
 	var todo []digest.Digest
 	for _, l := range p.layers {
 		if refd[l] || unknown {
-			rep.add(Decision{Kind: KindLayerLink, Digest: l, Reason: Referenced, Detail: "referenced by a manifest kept during the sweep"})
+			rep.add(Decision{Kind: reclaim.KindLayerLink, Digest: l, Reason: reclaim.ReasonReferenced, Detail: "referenced by a manifest kept during the sweep"})
 			continue
 		}
 		todo = append(todo, l)
@@ -134,9 +135,9 @@ func (dl *deleter) sweepLayers(ctx context.Context, p *planned, rep *Report, del
 func (dl *deleter) sweepLayerBatch(ctx context.Context, p *planned, rep *Report, batch []digest.Digest, deleted, removed map[digest.Digest]bool) {
 	held := map[digest.Digest]Hold{}
 	for _, l := range batch {
-		h, r, detail := dl.fence(ctx, Object{Blob: l, Repo: dl.pol.repo, Kind: LinkLayer})
+		h, r, detail := dl.fence(ctx, reclaim.Object{Blob: l, Repo: dl.pol.repo, Kind: reclaim.LinkLayer})
 		if r != reasonInvalid {
-			rep.add(Decision{Kind: KindLayerLink, Digest: l, Reason: r, Detail: detail})
+			rep.add(Decision{Kind: reclaim.KindLayerLink, Digest: l, Reason: r, Detail: detail})
 			continue
 		}
 		held[l] = h
@@ -150,11 +151,11 @@ func (dl *deleter) sweepLayerBatch(ctx context.Context, p *planned, rep *Report,
 		if !ok {
 			continue
 		}
-		dec, kept := since.keeps(KindLayerLink, l)
+		dec, kept := since.keeps(reclaim.KindLayerLink, l)
 		if !kept {
-			dec = dl.deleteDir(ctx, KindLayerLink, l, layout.LayerLinkDir(dl.pol.repo, l), h)
+			dec = dl.deleteDir(ctx, reclaim.KindLayerLink, l, layout.LayerLinkDir(dl.pol.repo, l), h)
 		}
-		dl.release(ctx, rep, KindLayerLink, l, h)
+		dl.release(ctx, rep, reclaim.KindLayerLink, l, h)
 		if dec.Deleted() {
 			removed[l] = true
 		}
@@ -183,9 +184,9 @@ func survivingParent(parents []digest.Digest, deleted map[digest.Digest]bool) (d
 }
 
 func keptByParent(s *snapshot, m, parent digest.Digest) Decision {
-	dec := Decision{Kind: KindManifest, Digest: m, Reason: IndexChild, Detail: "kept by " + parent.String(), Size: s.revisions[m].size}
+	dec := Decision{Kind: reclaim.KindManifest, Digest: m, Reason: reclaim.ReasonIndexChild, Detail: "kept by " + parent.String(), Size: s.revisions[m].size}
 	if parent == s.revisions[m].subject {
-		dec.Reason = Referrer
+		dec.Reason = reclaim.ReasonReferrer
 	}
 	return dec
 }

@@ -5,14 +5,15 @@ import (
 	"testing"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // A client racing the sweep: between the plan and the fence.
 
 // atFence runs do when the sweep is about to fence o.
-func (f *fixture) atFence(o Object, do func()) {
-	f.tr.onFence = func(got Object) {
+func (f *fixture) atFence(o reclaim.Object, do func()) {
+	f.tr.onFence = func(got reclaim.Object) {
 		if got == o {
 			do()
 		}
@@ -34,14 +35,14 @@ func TestAccessAtTheLastMomentWinsOverTheSweep(t *testing.T) {
 	ix := f.index("race", f.image("race", nil, "child-layer"))
 	// A client pulls the index by digest after the plan, just before GC
 	// fences it: the index and (through it) its child must survive.
-	o := Object{Blob: ix.Digest, Repo: "race", Kind: LinkManifest}
+	o := reclaim.Object{Blob: ix.Digest, Repo: "race", Kind: reclaim.LinkManifest}
 	f.atFence(o, func() { f.tr.touch(o) })
 	rep := f.run("race")
 	if len(rep.ManifestsDeleted) != 0 || len(rep.LayersUnlinked) != 0 || len(rep.BlobsDeleted) != 0 {
 		t.Fatalf("%s", summary(rep))
 	}
-	if reasonOf(rep, KindManifest, ix.Digest) != RecentlyAccessed {
-		t.Fatalf("index: %s", reasonOf(rep, KindManifest, ix.Digest))
+	if reasonOf(rep, reclaim.KindManifest, ix.Digest) != reclaim.ReasonRecentlyAccessed {
+		t.Fatalf("index: %s", reasonOf(rep, reclaim.KindManifest, ix.Digest))
 	}
 	checkOneDecisionEach(t, rep)
 }
@@ -52,9 +53,9 @@ func TestRelinkUnderTheFenceKeepsBlob(t *testing.T) {
 	// Another repository mounts the blob after the plan and before the
 	// blob's fence (the mount touched the blob... but say the record was
 	// lost): the re-list under the fence must see the new link.
-	f.atFence(Object{Blob: l.Digest}, func() { f.put(layout.LayerLinkDir("dst", l.Digest)+"/link", []byte(l.Digest)) })
+	f.atFence(reclaim.Object{Blob: l.Digest}, func() { f.put(layout.LayerLinkDir("dst", l.Digest)+"/link", []byte(l.Digest)) })
 	rep := f.run("src")
-	if reasonOf(rep, KindBlob, l.Digest) != LinkedElsewhere || !f.exists(layout.BlobDataPath(l.Digest)) {
+	if reasonOf(rep, reclaim.KindBlob, l.Digest) != reclaim.ReasonLinkedElsewhere || !f.exists(layout.BlobDataPath(l.Digest)) {
 		t.Fatalf("%s", summary(rep))
 	}
 }
@@ -62,9 +63,9 @@ func TestRelinkUnderTheFenceKeepsBlob(t *testing.T) {
 func TestTaggedAfterPlanIsKept(t *testing.T) {
 	f := newFixture(t)
 	img := f.image("t", nil, "l")
-	f.atFence(Object{Blob: img.Digest, Repo: "t", Kind: LinkManifest}, func() { f.tag("t", "late", img.Digest) })
+	f.atFence(reclaim.Object{Blob: img.Digest, Repo: "t", Kind: reclaim.LinkManifest}, func() { f.tag("t", "late", img.Digest) })
 	rep := f.run("t")
-	if reasonOf(rep, KindManifest, img.Digest) != Tagged || len(rep.LayersUnlinked) != 0 {
+	if reasonOf(rep, reclaim.KindManifest, img.Digest) != reclaim.ReasonTagged || len(rep.LayersUnlinked) != 0 {
 		t.Fatalf("%s", summary(rep))
 	}
 }
@@ -74,10 +75,10 @@ func TestReferrerKeptWhenItsSubjectSurvivesTheSweep(t *testing.T) {
 	subject := f.image("s", nil, "subject-layer")
 	sig := f.image("s", &subject, "signature")
 	// The subject is pulled by digest between the plan and its fence.
-	o := Object{Blob: subject.Digest, Repo: "s", Kind: LinkManifest}
+	o := reclaim.Object{Blob: subject.Digest, Repo: "s", Kind: reclaim.LinkManifest}
 	f.atFence(o, func() { f.tr.touch(o) })
 	rep := f.run("s")
-	if reasonOf(rep, KindManifest, subject.Digest) != RecentlyAccessed || reasonOf(rep, KindManifest, sig.Digest) != Referrer {
+	if reasonOf(rep, reclaim.KindManifest, subject.Digest) != reclaim.ReasonRecentlyAccessed || reasonOf(rep, reclaim.KindManifest, sig.Digest) != reclaim.ReasonReferrer {
 		t.Fatalf("%s", summary(rep))
 	}
 	if len(rep.LayersUnlinked) != 0 || len(rep.BlobsDeleted) != 0 {
@@ -100,18 +101,18 @@ func TestExpiredFenceDeletesNothing(t *testing.T) {
 	if f.tree() != before {
 		t.Fatal("dry run changed storage")
 	}
-	f.tr.expire = func(Object) bool { return true }
+	f.tr.expire = func(reclaim.Object) bool { return true }
 	rep := f.run("r")
-	if got := reasonOf(rep, KindManifest, img.Digest); got != FenceLost {
-		t.Fatalf("manifest reason %v, want %v\n%s", got, FenceLost, summary(rep))
+	if got := reasonOf(rep, reclaim.KindManifest, img.Digest); got != reclaim.ReasonFenceLost {
+		t.Fatalf("manifest reason %v, want %v\n%s", got, reclaim.ReasonFenceLost, summary(rep))
 	}
 	// The manifest survives, so its layers are still referenced; the stray
 	// link goes through its own fence, which expires too.
-	if got := reasonOf(rep, KindLayerLink, digest.FromString("only-here")); got != Referenced {
-		t.Fatalf("layer link reason %v, want %v\n%s", got, Referenced, summary(rep))
+	if got := reasonOf(rep, reclaim.KindLayerLink, digest.FromString("only-here")); got != reclaim.ReasonReferenced {
+		t.Fatalf("layer link reason %v, want %v\n%s", got, reclaim.ReasonReferenced, summary(rep))
 	}
-	if got := reasonOf(rep, KindLayerLink, stray.Digest); got != FenceLost {
-		t.Fatalf("layer link reason %v, want %v\n%s", got, FenceLost, summary(rep))
+	if got := reasonOf(rep, reclaim.KindLayerLink, stray.Digest); got != reclaim.ReasonFenceLost {
+		t.Fatalf("layer link reason %v, want %v\n%s", got, reclaim.ReasonFenceLost, summary(rep))
 	}
 	if f.tree() != before {
 		t.Fatalf("storage changed under expired fences\n%s", summary(rep))
@@ -128,9 +129,9 @@ func TestReferrerEntryWrittenAfterThePlanGoesWithIt(t *testing.T) {
 	subject := f.image("s", nil, "subject-layer")
 	sig := f.image("s", &subject, "signature")
 	entry := layout.ReferrerLinkPath("s", subject.Digest, sig.Digest)
-	f.atFence(Object{Blob: sig.Digest, Repo: "s", Kind: LinkManifest}, func() { f.put(entry, []byte(sig.Digest)) })
+	f.atFence(reclaim.Object{Blob: sig.Digest, Repo: "s", Kind: reclaim.LinkManifest}, func() { f.put(entry, []byte(sig.Digest)) })
 	rep := f.run("s")
-	if reasonOf(rep, KindManifest, sig.Digest) != Unreferenced || reasonOf(rep, KindManifest, subject.Digest) != Unreferenced {
+	if reasonOf(rep, reclaim.KindManifest, sig.Digest) != reclaim.ReasonUnreferenced || reasonOf(rep, reclaim.KindManifest, subject.Digest) != reclaim.ReasonUnreferenced {
 		t.Fatalf("%s", summary(rep))
 	}
 	if f.exists(entry) {

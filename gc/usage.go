@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"golang.org/x/sync/errgroup"
 )
@@ -28,19 +29,13 @@ import (
 // so both numbers are lower bounds of what a walk of the whole storage
 // would find at that moment (TestUsageAgainstBruteForce).
 
-// Usage is a repository's estimate (storage/layout's type).
-type Usage = layout.Usage
-
-// UsageClaim is a repository claimed from the usage store's due set.
-type UsageClaim = layout.UsageClaim
-
 // UsageStore keeps each repository's Usage where every instance reads it,
 // ranked (storage/tracker's UsageStore). The collector writes to it; the
 // reclaimer also walks it to choose what to refresh.
 type UsageStore interface {
 	// PutUsage stores u and ranks it; due marks the record stale at once
 	// (a capped collect: more is reclaimable than it says).
-	PutUsage(ctx context.Context, u Usage, due bool) error
+	PutUsage(ctx context.Context, u reclaim.Usage, due bool) error
 	// DeleteUsage drops repo's record and ranks (the repository is gone).
 	DeleteUsage(ctx context.Context, repo string) error
 	// MarkUsageDue marks repo's record stale.
@@ -48,8 +43,8 @@ type UsageStore interface {
 	// ClaimDueUsage takes up to n repositories marked due and holds them
 	// for lease; DoneDueUsage unmarks one, unless it was marked again
 	// since the claim.
-	ClaimDueUsage(ctx context.Context, n int, lease time.Duration) ([]UsageClaim, error)
-	DoneDueUsage(ctx context.Context, c UsageClaim) error
+	ClaimDueUsage(ctx context.Context, n int, lease time.Duration) ([]reclaim.UsageClaim, error)
+	DoneDueUsage(ctx context.Context, c reclaim.UsageClaim) error
 	// StaleUsage lists up to n repositories whose record was computed
 	// before, oldest first.
 	StaleUsage(ctx context.Context, n int, before time.Time) ([]string, error)
@@ -67,15 +62,15 @@ var ErrNoUsageStore = errors.New("gc: no usage store configured")
 // Usage estimates repo now (one dry run and its checks: one repository's
 // cost), stores the estimate and returns it with the dry run's report,
 // which Run and Runs list like any other.
-func (c *Collector) Usage(ctx context.Context, repo string) (Usage, *Report, error) {
+func (c *Collector) Usage(ctx context.Context, repo string) (reclaim.Usage, *Report, error) {
 	return c.estimate(ctx, repo, false)
 }
 
 // estimate is Usage; an unlisted dry run (the reclaimer's) is kept out of
 // the runs, and its estimate names no run.
-func (c *Collector) estimate(ctx context.Context, repo string, unlisted bool) (Usage, *Report, error) {
+func (c *Collector) estimate(ctx context.Context, repo string, unlisted bool) (reclaim.Usage, *Report, error) {
 	if c.cfg.Usage == nil {
-		return Usage{}, nil, ErrNoUsageStore
+		return reclaim.Usage{}, nil, ErrNoUsageStore
 	}
 	var r *run
 	var rep *Report
@@ -93,16 +88,16 @@ func (c *Collector) estimate(ctx context.Context, repo string, unlisted bool) (U
 		err = c.bounded(ctx, repo, walk)
 	}
 	if r == nil {
-		return Usage{}, nil, err
+		return reclaim.Usage{}, nil, err
 	}
 	if errors.Is(err, ErrRepositoryNotFound) {
 		// gone: its record must not rank (nor be refreshed) for ever
 		if derr := c.cfg.Usage.DeleteUsage(ctx, repo); derr != nil {
-			return Usage{}, rep, derr
+			return reclaim.Usage{}, rep, derr
 		}
 	}
 	if err != nil {
-		return Usage{}, rep, err
+		return reclaim.Usage{}, rep, err
 	}
 	return r.usage, rep, r.usageErr
 }
@@ -146,8 +141,8 @@ type blobUsage struct {
 // repository links (its manifests and layer links; after a real run,
 // those it kept), the plan's blob decisions where they settle a blob, and
 // a check of every other one.
-func (c *Collector) usageOf(ctx context.Context, pol policy, rep *Report) Usage {
-	u := Usage{Repository: rep.Repository, ComputedAt: rep.FinishedAt, RunID: rep.RunID,
+func (c *Collector) usageOf(ctx context.Context, pol policy, rep *Report) reclaim.Usage {
+	u := reclaim.Usage{Repository: rep.Repository, ComputedAt: rep.FinishedAt, RunID: rep.RunID,
 		LinkDBComplete: pol.linkdbOK, Blockers: []string{}}
 	blocked := false
 	for _, b := range rep.Blockers {
@@ -158,26 +153,26 @@ func (c *Collector) usageOf(ctx context.Context, pol policy, rep *Report) Usage 
 	sizes := map[digest.Digest]int64{} // manifests: the length of the content read
 	linked := map[digest.Digest]bool{}
 	for _, d := range rep.Decisions() {
-		u.Capped = u.Capped || d.Reason == Capped
+		u.Capped = u.Capped || d.Reason == reclaim.ReasonCapped
 		switch {
-		case d.Kind == KindBlob && d.Reason == LinkedElsewhere:
+		case d.Kind == reclaim.KindBlob && d.Reason == reclaim.ReasonLinkedElsewhere:
 			known[d.Digest] = blobUsage{class: shared}
-		case d.Kind == KindBlob && d.Reason == Unreferenced && rep.DryRun:
+		case d.Kind == reclaim.KindBlob && d.Reason == reclaim.ReasonUnreferenced && rep.DryRun:
 			known[d.Digest] = blobUsage{class: exclusive, size: d.Size}
 			if !blocked {
 				u.ReclaimableBlobs++
 				u.ReclaimableBytes += d.Size
 			}
-		case d.Kind == KindBlob, d.Deleted() && !rep.DryRun:
+		case d.Kind == reclaim.KindBlob, d.Deleted() && !rep.DryRun:
 			// another blob decision settles nothing (the check below
 			// does); what a real run deleted is linked no more
-		case d.Kind == KindManifest:
+		case d.Kind == reclaim.KindManifest:
 			u.Manifests++
 			if d.Deleted() {
 				u.ManifestsDeletable++
 			}
 			linked[d.Digest], sizes[d.Digest] = true, d.Size
-		case d.Kind == KindLayerLink:
+		case d.Kind == reclaim.KindLayerLink:
 			linked[d.Digest] = true
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // memUsage is an in-memory UsageStore on a settable clock. Its due set is
@@ -15,19 +16,19 @@ import (
 type memUsage struct {
 	mu     sync.Mutex
 	clock  func() time.Time
-	recs   map[string]Usage
+	recs   map[string]reclaim.Usage
 	due    *fakeQueue
 	cursor string
 	puts   int
 }
 
 func newMemUsage(clock func() time.Time) *memUsage {
-	return &memUsage{clock: clock, recs: map[string]Usage{}, due: newFakeQueue(clock)}
+	return &memUsage{clock: clock, recs: map[string]reclaim.Usage{}, due: newFakeQueue(clock)}
 }
 
 func dueKey(repo string) digest.Digest { return digest.Digest(repo) }
 
-func (m *memUsage) PutUsage(ctx context.Context, u Usage, due bool) error {
+func (m *memUsage) PutUsage(ctx context.Context, u reclaim.Usage, due bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.puts++
@@ -54,17 +55,17 @@ func (m *memUsage) MarkUsageDue(ctx context.Context, repo string) error {
 	return nil
 }
 
-func (m *memUsage) ClaimDueUsage(ctx context.Context, n int, lease time.Duration) ([]UsageClaim, error) {
+func (m *memUsage) ClaimDueUsage(ctx context.Context, n int, lease time.Duration) ([]reclaim.UsageClaim, error) {
 	items, err := m.due.Claim(ctx, n, lease)
-	out := make([]UsageClaim, 0, len(items))
+	out := make([]reclaim.UsageClaim, 0, len(items))
 	for _, it := range items {
-		out = append(out, UsageClaim{Repo: string(it.Blob), Lease: it.Lease})
+		out = append(out, reclaim.UsageClaim{Repo: string(it.Blob), Lease: it.Lease})
 	}
 	return out, err
 }
 
-func (m *memUsage) DoneDueUsage(ctx context.Context, c UsageClaim) error {
-	return m.due.Done(ctx, ReviewItem{Blob: dueKey(c.Repo), Lease: c.Lease})
+func (m *memUsage) DoneDueUsage(ctx context.Context, c reclaim.UsageClaim) error {
+	return m.due.Done(ctx, reclaim.ReviewItem{Blob: dueKey(c.Repo), Lease: c.Lease})
 }
 
 func (m *memUsage) StaleUsage(ctx context.Context, n int, before time.Time) ([]string, error) {
@@ -105,7 +106,7 @@ func (m *memUsage) SetUsageCursor(ctx context.Context, c string) error {
 	return nil
 }
 
-func (m *memUsage) record(repo string) (Usage, bool) {
+func (m *memUsage) record(repo string) (reclaim.Usage, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	u, ok := m.recs[repo]

@@ -12,6 +12,7 @@ import (
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	rstorage "github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
@@ -142,7 +143,7 @@ var usageCases = []usageCase{
 		bad := u.image(usageRepo, nil, "corrupt").Digest
 		// another repository's reverse link path holds a directory
 		u.afterLinks = func() {
-			u.put(layout.ReverseLinkPath(bad, "other/repo", layout.LinkManifest)+"/x", []byte("not a link"))
+			u.put(layout.ReverseLinkPath(bad, "other/repo", reclaim.LinkManifest)+"/x", []byte("not a link"))
 		}
 	}, 1, true},
 	{"an unknown size", func(u *usageFixture) {
@@ -154,7 +155,7 @@ var usageCases = []usageCase{
 		u.tag(usageRepo, "v1", u.image(usageRepo, nil, "kept").Digest)
 		pulled := u.image(usageRepo, nil, "pulled by digest").Digest
 		u.image(usageRepo, nil, "forgotten")
-		u.tr.touch(Object{Blob: pulled, Repo: usageRepo, Kind: LinkManifest})
+		u.tr.touch(reclaim.Object{Blob: pulled, Repo: usageRepo, Kind: reclaim.LinkManifest})
 	}, 0, true},
 	{"the link database incomplete", func(u *usageFixture) {
 		u.tag(usageRepo, "v1", u.image(usageRepo, nil, "kept").Digest)
@@ -308,7 +309,7 @@ func TestUsageWhileBlockedReclaimsNothing(t *testing.T) {
 	}
 	exclusive, _ := truth(t, u.d, "team/app")
 	if est.ReclaimableBytes != 0 || est.ReclaimableBlobs != 0 || est.ManifestsDeletable != 1 || est.ExclusiveBytes != exclusive ||
-		len(est.Blockers) != 1 || est.Blockers[0] != string(AbortRedisRecordingTooShort) {
+		len(est.Blockers) != 1 || est.Blockers[0] != string(reclaim.AbortRedisRecordingTooShort) {
 		t.Fatalf("blocked estimate %+v; want nothing reclaimable, blocker redis_recording_too_short, exclusive %d", est, exclusive)
 	}
 }
@@ -317,7 +318,7 @@ func TestUsageWhileBlockedReclaimsNothing(t *testing.T) {
 // longer exists drops its record.
 func TestUsageOfAGoneRepositoryIsDropped(t *testing.T) {
 	u := newUsageFixture(t)
-	u.usage.PutUsage(context.Background(), Usage{Repository: "gone/repo", ReclaimableBytes: 5}, false) //nolint:errcheck
+	u.usage.PutUsage(context.Background(), reclaim.Usage{Repository: "gone/repo", ReclaimableBytes: 5}, false) //nolint:errcheck
 	if _, _, err := u.c.Usage(context.Background(), "gone/repo"); !errors.Is(err, ErrRepositoryNotFound) {
 		t.Fatalf("Usage of a missing repository: %v", err)
 	}

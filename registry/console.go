@@ -9,6 +9,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/console"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/storage/layout"
@@ -29,7 +30,7 @@ import (
 // endpoint and the GC API read.
 func (s *Server) newConsole(api *gcAPI, next http.Handler) http.Handler {
 	c := &consoleData{s: s, api: api}
-	var ranked func(ctx context.Context, by string, n int) ([]gc.Usage, int64, error)
+	var ranked func(ctx context.Context, by string, n int) ([]reclaim.Usage, int64, error)
 	if b := api.backend; b != nil && b.Usage != nil {
 		ranked = b.Usage.Top
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/crosssite"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/retention"
 )
 
@@ -84,7 +85,7 @@ func statusOf(err error) (int, apiError) {
 		return http.StatusNotFound, apiError{"MANIFEST_UNKNOWN", err.Error(), nil}
 	case errors.Is(err, errPinRace):
 		return http.StatusConflict, apiError{"GC_DELETING", err.Error(), nil}
-	case errors.Is(err, retention.ErrUnavailable), errors.Is(err, gc.ErrTrackerUnavailable):
+	case errors.Is(err, retention.ErrUnavailable), errors.Is(err, reclaim.ErrTrackerUnavailable):
 		return http.StatusServiceUnavailable, apiError{"UNAVAILABLE", err.Error(), nil}
 	case errors.Is(err, errUsageUnknown):
 		return http.StatusNotFound, apiError{"USAGE_UNKNOWN", err.Error(), nil}
@@ -94,7 +95,7 @@ func statusOf(err error) (int, apiError) {
 		return http.StatusNotFound, apiError{"RUN_UNKNOWN", err.Error(), nil}
 	case errors.Is(err, errNotFound):
 		return http.StatusNotFound, apiError{"NOT_FOUND", err.Error(), nil}
-	case errors.Is(err, gc.ErrRepositoryBusy):
+	case errors.Is(err, reclaim.ErrRepositoryBusy):
 		return http.StatusConflict, apiError{"GC_BUSY", err.Error(), nil}
 	case errors.Is(err, errTooMany), errors.Is(err, gc.ErrTooManyDryRuns):
 		return http.StatusTooManyRequests, apiError{"TOO_MANY_REQUESTS", err.Error(), nil}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/redisdb"
 	"github.com/reclaim-registry/reclaim/storage/tracker"
@@ -255,7 +256,7 @@ func (h *gcAPI) collect(w http.ResponseWriter, r *http.Request, repo, planID str
 			observeAbort(err)
 			return hidePlan(err, o.PlanID)
 		}
-		writeJSON(w, http.StatusAccepted, map[string]any{"run_id": id, "repository": repo, "status": "running",
+		writeJSON(w, http.StatusAccepted, map[string]any{"run_id": id, "repository": repo, "status": reclaim.StatusRunning,
 			"status_url": gcPrefix + "runs/" + id})
 		return nil
 	}

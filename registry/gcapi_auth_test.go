@@ -17,6 +17,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
@@ -130,13 +131,13 @@ func TestCollectRequiresDeleteScope(t *testing.T) {
 type notRecording struct{}
 
 func (notRecording) RecordingSince(context.Context) (t0 time.Time, err error) {
-	return t0, gc.ErrNotRecording
+	return t0, reclaim.ErrNotRecording
 }
-func (notRecording) LastAccess(context.Context, gc.Object) (time.Time, bool, error) {
+func (notRecording) LastAccess(context.Context, reclaim.Object) (time.Time, bool, error) {
 	return time.Time{}, false, nil
 }
-func (notRecording) Fence(context.Context, gc.Object, time.Duration, time.Duration) (gc.Hold, error) {
-	return nil, gc.ErrFenced
+func (notRecording) Fence(context.Context, reclaim.Object, time.Duration, time.Duration) (gc.Hold, error) {
+	return nil, reclaim.ErrFenced
 }
 func (notRecording) LockRepository(ctx context.Context, _ string, _ time.Duration) (context.Context, func(), error) {
 	return ctx, func() {}, nil
@@ -144,4 +145,4 @@ func (notRecording) LockRepository(ctx context.Context, _ string, _ time.Duratio
 
 type noLinks struct{}
 
-func (noLinks) List(context.Context, digest.Digest) ([]gc.RepoLink, error) { return nil, nil }
+func (noLinks) List(context.Context, digest.Digest) ([]reclaim.RepoLink, error) { return nil, nil }

@@ -18,6 +18,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
@@ -232,9 +233,9 @@ func (c *corruptRegistry) assertKept(t *testing.T, s *scene) {
 	}
 }
 
-func blobReason(rep *gc.Report, d digest.Digest) (gc.Reason, string) {
+func blobReason(rep *gc.Report, d digest.Digest) (reclaim.Reason, string) {
 	for _, k := range rep.Kept {
-		if k.Kind == gc.KindBlob && k.Digest == d {
+		if k.Kind == reclaim.KindBlob && k.Digest == d {
 			return k.Reason, k.Detail
 		}
 	}
@@ -257,7 +258,7 @@ func makeDir(t *testing.T, full string) {
 func TestE2EReverseLinkDirectoryKeepsSharedBlob(t *testing.T) {
 	c := startCorrupt(t)
 	s := buildScene(t, c)
-	makeDir(t, c.file(layout.ReverseLinkPath(s.shared, "corrupt/b", layout.LinkLayer)))
+	makeDir(t, c.file(layout.ReverseLinkPath(s.shared, "corrupt/b", reclaim.LinkLayer)))
 
 	out := c.collectBoth(t, "corrupt/a")
 	if out.abort != "" {
@@ -270,7 +271,7 @@ func TestE2EReverseLinkDirectoryKeepsSharedBlob(t *testing.T) {
 		t.Errorf("the untagged manifest should go: %v", out.rep.ManifestsDeleted)
 	}
 	r, detail := blobReason(out.rep, s.shared)
-	if r != gc.CheckFailed || !strings.Contains(detail, "corrupt/b") || !strings.Contains(detail, "directory") {
+	if r != reclaim.ReasonCheckFailed || !strings.Contains(detail, "corrupt/b") || !strings.Contains(detail, "directory") {
 		t.Errorf("shared blob kept as %v %q, want check_failed naming corrupt/b's directory", r, detail)
 	}
 	c.assertKept(t, s)
@@ -288,7 +289,7 @@ func TestE2ERevisionLinkDirectoryAborts(t *testing.T) {
 	s := buildScene(t, c)
 	makeDir(t, c.file(layout.RevisionLinkPath("corrupt/b", s.b)))
 
-	assertAbort(t, c.gcRegistry, "corrupt/b", string(gc.AbortStorageUnreadable))
+	assertAbort(t, c.gcRegistry, "corrupt/b", string(reclaim.AbortStorageUnreadable))
 	c.assertKept(t, s)
 	if v := c.verify(t); v.Counts[linkdb.Corrupt] == 0 || v.ExitCode != linkdb.ExitDataLoss {
 		t.Errorf("verify: exit %d, counts %v", v.ExitCode, v.Counts)
@@ -303,7 +304,7 @@ func TestE2ETagCurrentLinkDirectoryAborts(t *testing.T) {
 	s := buildScene(t, c)
 	makeDir(t, c.file(layout.TagCurrentPath("corrupt/b", "v1")))
 
-	assertAbort(t, c.gcRegistry, "corrupt/b", string(gc.AbortStorageUnreadable))
+	assertAbort(t, c.gcRegistry, "corrupt/b", string(reclaim.AbortStorageUnreadable))
 	c.assertKept(t, s)
 	if v := c.verify(t); v.Counts[linkdb.Corrupt] == 0 || v.ExitCode != linkdb.ExitDataLoss {
 		t.Errorf("verify: exit %d, counts %v", v.ExitCode, v.Counts)
@@ -327,7 +328,7 @@ func TestE2ECorruptStorage(t *testing.T) {
 		name string
 		path func(s *scene) string
 	}{
-		{"reverse link", func(s *scene) string { return layout.ReverseLinkPath(s.shared, "corrupt/b", layout.LinkLayer) }},
+		{"reverse link", func(s *scene) string { return layout.ReverseLinkPath(s.shared, "corrupt/b", reclaim.LinkLayer) }},
 		{"layer link", func(s *scene) string { return layout.LayerLinkPath("corrupt/b", s.shared) }},
 		{"revision link", func(s *scene) string { return layout.RevisionLinkPath("corrupt/b", s.b) }},
 		{"tag current link", func(s *scene) string { return layout.TagCurrentPath("corrupt/b", "v1") }},

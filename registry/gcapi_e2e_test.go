@@ -23,6 +23,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
@@ -180,11 +181,11 @@ func (g *gcRegistry) checkLinks(t *testing.T) {
 		p := layout.Classify(fi.Path())
 		switch p.Kind {
 		case layout.KindLayerLink, layout.KindRevisionLink:
-			k := layout.LinkLayer
+			k := reclaim.LinkLayer
 			if p.Kind == layout.KindRevisionLink {
-				k = layout.LinkManifest
+				k = reclaim.LinkManifest
 			}
-			ok, err := links.Has(ctx, p.Digest, layout.RepoLink{Repo: p.Repo, Kind: k})
+			ok, err := links.Has(ctx, p.Digest, reclaim.RepoLink{Repo: p.Repo, Kind: k})
 			if err != nil {
 				return err
 			}
@@ -259,7 +260,7 @@ func contains(ds []digest.Digest, h ggcrv1.Hash) bool {
 	return false
 }
 
-func reasonOf(rep *gc.Report, kind gc.ObjectKind, h ggcrv1.Hash) string {
+func reasonOf(rep *gc.Report, kind reclaim.ObjectKind, h ggcrv1.Hash) string {
 	for _, k := range rep.Kept {
 		if k.Kind == kind && k.Digest.String() == h.String() {
 			return k.Reason.String()
@@ -361,7 +362,7 @@ func TestE2ESharedBaseAndTagOverwrite(t *testing.T) {
 	if !contains(rep.LayersUnlinked, digestOf(t, base)) || contains(rep.BlobsDeleted, digestOf(t, base)) {
 		t.Fatalf("base: unlinked=%v deleted=%v", rep.LayersUnlinked, rep.BlobsDeleted)
 	}
-	if r := reasonOf(rep, gc.KindBlob, digestOf(t, base)); r != "linked_elsewhere" {
+	if r := reasonOf(rep, reclaim.KindBlob, digestOf(t, base)); r != "linked_elsewhere" {
 		t.Fatalf("base blob reason %q", r)
 	}
 	registrytest.AssertPullable(t, g.Registry, "team/b:v1")
@@ -380,11 +381,11 @@ func TestE2EIndexChildrenAndReferrers(t *testing.T) {
 	}
 	im, _ := idx.IndexManifest()
 	for _, c := range im.Manifests {
-		if r := reasonOf(rep, gc.KindManifest, c.Digest); r != "index_child" {
+		if r := reasonOf(rep, reclaim.KindManifest, c.Digest); r != "index_child" {
 			t.Errorf("child %s: %q", c.Digest, r)
 		}
 	}
-	if r := reasonOf(rep, gc.KindManifest, art.Digest); r != "referrer" {
+	if r := reasonOf(rep, reclaim.KindManifest, art.Digest); r != "referrer" {
 		t.Errorf("referrer: %q", r)
 	}
 	if n := referrersCount(t, g, "multi/arch", idxDesc.Digest); n != 1 {
@@ -442,7 +443,7 @@ func TestE2ERecentlyPulledUntaggedManifestKept(t *testing.T) {
 	// A node pulls the old image by digest, as Kubernetes does.
 	registrytest.AssertPullable(t, g.Registry, "k8s/app@"+old.String())
 	rep := g.collect(t, "k8s/app")
-	if r := reasonOf(rep, gc.KindManifest, old); r != "recently_accessed" {
+	if r := reasonOf(rep, reclaim.KindManifest, old); r != "recently_accessed" {
 		t.Fatalf("pulled manifest: %q (%+v)", r, rep.ManifestsDeleted)
 	}
 	if len(rep.LayersUnlinked) != 0 {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/metrics"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // GC metrics, in Prometheus' default registry (served by Distribution's
@@ -37,12 +38,12 @@ func observe(rep *gc.Report, err error) {
 	for _, rp := range rep.ReverseLinksRepaired {
 		metricRepaired.WithLabelValues(rp.Outcome).Inc()
 	}
-	if rep.DryRun || rep.Status != "done" {
+	if rep.DryRun || rep.Status != reclaim.StatusDone {
 		return
 	}
-	metricDeleted.WithLabelValues(string(gc.KindManifest)).Add(float64(len(rep.ManifestsDeleted)))
-	metricDeleted.WithLabelValues(string(gc.KindLayerLink)).Add(float64(len(rep.LayersUnlinked)))
-	metricDeleted.WithLabelValues(string(gc.KindBlob)).Add(float64(len(rep.BlobsDeleted)))
+	metricDeleted.WithLabelValues(string(reclaim.KindManifest)).Add(float64(len(rep.ManifestsDeleted)))
+	metricDeleted.WithLabelValues(string(reclaim.KindLayerLink)).Add(float64(len(rep.LayersUnlinked)))
+	metricDeleted.WithLabelValues(string(reclaim.KindBlob)).Add(float64(len(rep.BlobsDeleted)))
 	metricBytesFreed.Add(float64(rep.BytesFreed))
 	for _, k := range rep.Kept {
 		metricKept.WithLabelValues(string(k.Kind), k.Reason.String()).Inc()
@@ -54,7 +55,7 @@ func observeAbort(err error) {
 	switch {
 	case errors.As(err, &ae):
 		metricAborts.WithLabelValues(string(ae.Reason)).Inc()
-	case errors.Is(err, gc.ErrRepositoryBusy):
+	case errors.Is(err, reclaim.ErrRepositoryBusy):
 		metricAborts.WithLabelValues("repository_busy").Inc()
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/storage/layout"
@@ -33,7 +34,7 @@ func (g *gcRegistry) pin(t *testing.T, repo string, ref fmt.Stringer, body strin
 func keptAs(t *testing.T, rep *gc.Report, d digest.Digest) gc.Decision {
 	t.Helper()
 	for _, k := range rep.Kept {
-		if k.Kind == gc.KindManifest && k.Digest == d {
+		if k.Kind == reclaim.KindManifest && k.Digest == d {
 			return k
 		}
 	}
@@ -62,7 +63,7 @@ func TestE2EPinKeepsUntaggedManifest(t *testing.T) {
 		t.Fatalf("GET pins: %d %s", code, body)
 	}
 	rep := g.collect(t, "pin/app")
-	if k := keptAs(t, rep, d); k.Reason != gc.Pinned {
+	if k := keptAs(t, rep, d); k.Reason != reclaim.ReasonPinned {
 		t.Fatalf("kept as %s, want pinned", k.Reason)
 	}
 	if !stored(t, g, "pin/app", d) {
@@ -112,10 +113,10 @@ func TestE2EPinAfterPlanIsRespected(t *testing.T) {
 	}
 	code, body := g.post(t, "/gc/v1/repositories/late/app/plans/"+plan+"/apply?dry_run=false")
 	rep := decodeReport(t, body)
-	if code != http.StatusOK || keptAs(t, rep, d).Reason != gc.Pinned || !stored(t, g, "late/app", d) {
+	if code != http.StatusOK || keptAs(t, rep, d).Reason != reclaim.ReasonPinned || !stored(t, g, "late/app", d) {
 		t.Fatalf("apply: %d %s", code, body)
 	}
-	if len(rep.Changed) == 0 || rep.Changed[0].Digest != d || rep.Changed[0].Reason != gc.Pinned {
+	if len(rep.Changed) == 0 || rep.Changed[0].Digest != d || rep.Changed[0].Reason != reclaim.ReasonPinned {
 		t.Fatalf("changed %+v, want %s pinned", rep.Changed, d)
 	}
 }
@@ -145,7 +146,7 @@ func TestE2EPinUnderTheFenceIsRespected(t *testing.T) {
 		t.Fatalf("PUT under the fence: %s", body)
 	}
 	rep := decodeReport(t, rb)
-	if k := keptAs(t, rep, d); code != http.StatusOK || k.Reason != gc.Pinned || k.Detail != "pinned since the plan" || !stored(t, g, "race/app", d) {
+	if k := keptAs(t, rep, d); code != http.StatusOK || k.Reason != reclaim.ReasonPinned || k.Detail != "pinned since the plan" || !stored(t, g, "race/app", d) {
 		t.Fatalf("collect: %d %+v", code, k)
 	}
 	if code, body := g.pin(t, "race/app", d, `{"note":"deployed"}`); code != http.StatusOK {

@@ -9,6 +9,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
@@ -27,7 +28,7 @@ func TestE2EPreviewWhileRecordingTooShort(t *testing.T) {
 		registrytest.WithStorageMiddleware("reclaim", reclaimOptions(t, time.Hour, "")))
 	g := &gcRegistry{Registry: r, raw: rawDriver(t, r)}
 	start := time.Now()
-	dry := assertBlocked(t, g, "prev/app", string(gc.AbortRedisRecordingTooShort))
+	dry := assertBlocked(t, g, "prev/app", string(reclaim.AbortRedisRecordingTooShort))
 	if len(dry.ManifestsDeleted) != 1 || dry.ManifestsDeleted[0] != d || len(dry.BlobsDeleted) == 0 {
 		t.Fatalf("preview deletes %v (blobs %v), want the untagged %s and its blobs", dry.ManifestsDeleted, dry.BlobsDeleted, d)
 	}
@@ -46,11 +47,11 @@ func TestE2EPreviewWhileRecordingTooShort(t *testing.T) {
 	if code != http.StatusOK || json.Unmarshal(body, &resp) != nil {
 		t.Fatalf("plan: %d %s", code, body)
 	}
-	if len(resp.Plan.Manifests) != 1 || !hasBlocker(&resp.Report, string(gc.AbortRedisRecordingTooShort), gc.BlocksRun) {
+	if len(resp.Plan.Manifests) != 1 || !hasBlocker(&resp.Report, string(reclaim.AbortRedisRecordingTooShort), gc.BlocksRun) {
 		t.Fatalf("plan: %s", body)
 	}
 	code, body = g.post(t, "/gc/v1/repositories/prev/app/plans/"+resp.Plan.ID+"/apply?dry_run=false")
-	if c, reason := decodeErr(t, body); code != http.StatusServiceUnavailable || c != "GC_ABORTED" || reason != string(gc.AbortRedisRecordingTooShort) {
+	if c, reason := decodeErr(t, body); code != http.StatusServiceUnavailable || c != "GC_ABORTED" || reason != string(reclaim.AbortRedisRecordingTooShort) {
 		t.Fatalf("apply: %d %s", code, body)
 	}
 	if !stored(t, g, "prev/app", d) {
@@ -74,7 +75,7 @@ func TestE2EPreviewListsLinkDBIncomplete(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep := g.collect(t, "inc/app") // a dry run, then a real run that agrees
-	if !hasBlocker(rep, string(gc.AbortLinkDBIncomplete), gc.BlocksBlobs) || len(rep.BlobsDeleted) != 0 {
+	if !hasBlocker(rep, string(reclaim.AbortLinkDBIncomplete), gc.BlocksBlobs) || len(rep.BlobsDeleted) != 0 {
 		t.Fatalf("report: blockers %+v, blobs deleted %v", rep.Blockers, rep.BlobsDeleted)
 	}
 	if !containsDigest(rep.ManifestsDeleted, d) {

@@ -14,6 +14,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
@@ -76,7 +77,7 @@ func TestE2ERaceCollectVsRepushOfCollectedManifest(t *testing.T) {
 		if contains(rep.LayersUnlinked, d) || contains(rep.BlobsDeleted, d) {
 			t.Errorf("%s, referenced by r:v1 pushed during the sweep, was unlinked or deleted: layers %v blobs %v", d, rep.LayersUnlinked, rep.BlobsDeleted)
 		}
-		if r := reasonOf(rep, gc.KindLayerLink, d); r != "referenced" {
+		if r := reasonOf(rep, reclaim.KindLayerLink, d); r != "referenced" {
 			t.Errorf("layer link %s kept as %q, want referenced", d, r)
 		}
 	}

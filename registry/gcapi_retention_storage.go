@@ -10,6 +10,7 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
@@ -99,7 +100,7 @@ func (s retentionStorage) DeleteTag(ctx context.Context, repo, tag string, want 
 	defer func() { _ = s.fences.Release(context.WithoutCancel(ctx), f) }()
 	// and marks the manifest, which a pin by digest asks about after it
 	// wrote the pin: the pins read below sees the pin, or the pin is 409
-	mf, err := s.fences.Mark(ctx, layout.Object{Blob: want, Repo: repo, Kind: layout.LinkManifest}, tagFenceLease)
+	mf, err := s.fences.Mark(ctx, reclaim.Object{Blob: want, Repo: repo, Kind: reclaim.LinkManifest}, tagFenceLease)
 	if err != nil {
 		return retention.ChangedCheckFail, "fence manifest: " + err.Error()
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/redisdb"
 	"github.com/reclaim-registry/reclaim/storage"
@@ -94,7 +95,7 @@ func hasVersion(d storagedriver.StorageDriver) func(ctx context.Context, repo st
 // manifestFenced is gcBackend.Fenced on the tracker.
 func manifestFenced(t *tracker.Tracker) func(ctx context.Context, repo string, d digest.Digest) (bool, error) {
 	return func(ctx context.Context, repo string, d digest.Digest) (bool, error) {
-		return t.Fenced(ctx, gc.Object{Blob: d, Repo: repo, Kind: gc.LinkManifest})
+		return t.Fenced(ctx, reclaim.Object{Blob: d, Repo: repo, Kind: reclaim.LinkManifest})
 	}
 }
 
@@ -156,7 +157,7 @@ var (
 	_ gc.UsageStore   = (*tracker.UsageStore)(nil)
 )
 
-func (a gcTracker) Fence(ctx context.Context, o gc.Object, window, lease time.Duration) (gc.Hold, error) {
+func (a gcTracker) Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (gc.Hold, error) {
 	f, err := a.Tracker.Fence(ctx, o, window, lease)
 	if err != nil {
 		return nil, err

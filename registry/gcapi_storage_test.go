@@ -10,8 +10,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/reclaim-registry/reclaim/gc"
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
@@ -30,19 +29,19 @@ func TestTrackerAdapterSentinels(t *testing.T) {
 	ctx := context.Background()
 	const w = time.Minute
 
-	if _, err := tr.RecordingSince(ctx); !errors.Is(err, gc.ErrNotRecording) {
+	if _, err := tr.RecordingSince(ctx); !errors.Is(err, reclaim.ErrNotRecording) {
 		t.Fatalf("no epoch: %v", err)
 	}
 	if err := st.StartRecording(ctx); err != nil {
 		t.Fatal(err)
 	}
 	m.SetTime(time.Now().Add(time.Hour)) // the epoch is now an hour old
-	o := gc.Object{Blob: digest.FromString("b"), Repo: "r", Kind: gc.LinkLayer}
+	o := reclaim.Object{Blob: digest.FromString("b"), Repo: "r", Kind: reclaim.LinkLayer}
 	hold, err := tr.Fence(ctx, o, w, time.Minute)
 	if err != nil {
 		t.Fatalf("fence: %v", err)
 	}
-	if _, err := tr.Fence(ctx, o, w, time.Minute); !errors.Is(err, gc.ErrFenced) {
+	if _, err := tr.Fence(ctx, o, w, time.Minute); !errors.Is(err, reclaim.ErrFenced) {
 		t.Fatalf("second fence: %v", err)
 	}
 	if err := hold.Confirm(ctx); err != nil {
@@ -51,24 +50,24 @@ func TestTrackerAdapterSentinels(t *testing.T) {
 	if err := hold.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := hold.Confirm(ctx); !errors.Is(err, gc.ErrFenceLost) {
+	if err := hold.Confirm(ctx); !errors.Is(err, reclaim.ErrFenceLost) {
 		t.Fatalf("confirm a released fence: %v", err)
 	}
 	// A fence whose lease ran out must not be confirmed: a writer may have
 	// passed meanwhile.
-	other := gc.Object{Blob: digest.FromString("c")}
+	other := reclaim.Object{Blob: digest.FromString("c")}
 	expiring, err := tr.Fence(ctx, other, w, time.Minute)
 	if err != nil {
 		t.Fatalf("fence: %v", err)
 	}
 	m.FastForward(2 * time.Minute)
-	if err := expiring.Confirm(ctx); !errors.Is(err, gc.ErrFenceLost) {
+	if err := expiring.Confirm(ctx); !errors.Is(err, reclaim.ErrFenceLost) {
 		t.Fatalf("confirm an expired fence: %v", err)
 	}
-	if err := st.Touch(ctx, layout.Object{Blob: o.Blob, Repo: o.Repo, Kind: layout.LinkLayer}); err != nil {
+	if err := st.Touch(ctx, reclaim.Object{Blob: o.Blob, Repo: o.Repo, Kind: reclaim.LinkLayer}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tr.Fence(ctx, o, w, time.Minute); !errors.Is(err, gc.ErrRecentlyAccessed) {
+	if _, err := tr.Fence(ctx, o, w, time.Minute); !errors.Is(err, reclaim.ErrRecentlyAccessed) {
 		t.Fatalf("fence after access: %v", err)
 	}
 	if at, ok, err := tr.LastAccess(ctx, o); err != nil || !ok || at.IsZero() {
@@ -78,12 +77,12 @@ func TestTrackerAdapterSentinels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := tr.LockRepository(ctx, "r", time.Minute); !errors.Is(err, gc.ErrRepositoryBusy) {
+	if _, _, err := tr.LockRepository(ctx, "r", time.Minute); !errors.Is(err, reclaim.ErrRepositoryBusy) {
 		t.Fatalf("second lock: %v", err)
 	}
 	unlock()
 	m.Close()
-	if _, err := tr.RecordingSince(ctx); !errors.Is(err, gc.ErrTrackerUnavailable) {
+	if _, err := tr.RecordingSince(ctx); !errors.Is(err, reclaim.ErrTrackerUnavailable) {
 		t.Fatalf("redis down: %v", err)
 	}
 }

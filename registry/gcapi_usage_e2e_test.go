@@ -7,15 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
-	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 type usageTop struct {
-	By           string         `json:"by"`
-	Top          int            `json:"top"`
-	Ranked       int64          `json:"ranked"`
-	Repositories []layout.Usage `json:"repositories"`
+	By           string          `json:"by"`
+	Top          int             `json:"top"`
+	Ranked       int64           `json:"ranked"`
+	Repositories []reclaim.Usage `json:"repositories"`
 }
 
 func (g *gcRegistry) get(t *testing.T, path string) (int, []byte) {
@@ -24,10 +24,10 @@ func (g *gcRegistry) get(t *testing.T, path string) (int, []byte) {
 	return code, body
 }
 
-func (g *gcRegistry) usage(t *testing.T, repo, query string) layout.Usage {
+func (g *gcRegistry) usage(t *testing.T, repo, query string) reclaim.Usage {
 	t.Helper()
 	code, body := g.get(t, "/gc/v1/repositories/"+repo+"/usage"+query)
-	var u layout.Usage
+	var u reclaim.Usage
 	if code != http.StatusOK || json.Unmarshal(body, &u) != nil {
 		t.Fatalf("usage of %s%s: %d %s", repo, query, code, body)
 	}
@@ -51,7 +51,7 @@ func TestUsageEndpoints(t *testing.T) {
 	if c, _ := decodeErr(t, body); code != http.StatusNotFound || c != "NAME_UNKNOWN" {
 		t.Fatalf("usage of a missing repository: %d %s; want 404 NAME_UNKNOWN", code, body)
 	}
-	est := map[string]layout.Usage{}
+	est := map[string]reclaim.Usage{}
 	for _, repo := range repos {
 		u := g.usage(t, repo, "?refresh=true")
 		if u.Repository != repo || u.ReclaimableBytes == 0 || u.ExclusiveBytes < u.ReclaimableBytes || u.ManifestsDeletable != 1 ||
@@ -147,7 +147,7 @@ func TestReclaimerRefreshesUsageE2E(t *testing.T) {
 				case refresh == 0:
 					return
 				case code == http.StatusOK:
-					var u layout.Usage
+					var u reclaim.Usage
 					if json.Unmarshal(body, &u) != nil {
 						t.Fatalf("the reclaimer's estimate: %s", body)
 					}

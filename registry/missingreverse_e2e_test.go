@@ -9,6 +9,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
@@ -27,7 +28,7 @@ func missingReverse(t *testing.T, g *gcRegistry) ggcrv1.Hash {
 	push(t, g, "cor/b:v1", registrytest.Image(t, shared, layer(t)))
 	push(t, g, "cor/c:v1", registrytest.Image(t, shared, layer(t)))
 	d := digest.Digest(digestOf(t, shared).String())
-	rl := filepath.Join(g.Root, layout.ReverseLinkPath(d, "cor/b", layout.LinkLayer))
+	rl := filepath.Join(g.Root, layout.ReverseLinkPath(d, "cor/b", reclaim.LinkLayer))
 	if err := os.Remove(rl); err != nil {
 		t.Fatalf("delete cor/b's reverse link: %v", err)
 	}
@@ -60,7 +61,7 @@ func TestE2EMissingReverseLinkScrubbedByReclaimerTick(t *testing.T) {
 	if contains(rep.BlobsDeleted, shared) {
 		t.Fatalf("the collect of cor/c deleted the layer cor/b:v1 uses; kept: %+v", rep.Kept)
 	}
-	if r := reasonOf(rep, gc.KindBlob, shared); r != gc.LinkedElsewhere.String() {
+	if r := reasonOf(rep, reclaim.KindBlob, shared); r != reclaim.ReasonLinkedElsewhere.String() {
 		t.Errorf("shared layer kept as %q, want linked_elsewhere", r)
 	}
 	registrytest.AssertPullable(t, g.Registry, "cor/b:v1")
@@ -89,7 +90,7 @@ func TestE2EMissingReverseLinkFoundByVerify(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("dry run: %d %s", code, body)
 	}
-	if dry := decodeReport(t, body); !hasBlocker(dry, string(gc.AbortLinkDBIncomplete), gc.BlocksBlobs) {
+	if dry := decodeReport(t, body); !hasBlocker(dry, string(reclaim.AbortLinkDBIncomplete), gc.BlocksBlobs) {
 		t.Errorf("dry run after verify found missing_reverse: blockers %+v, want linkdb_incomplete", dry.Blockers)
 	}
 	code, body = g.collectRaw(t, "cor/c", false)
@@ -111,7 +112,7 @@ func TestE2EMissingReverseLinkFoundByVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 	dec, err := rc.Review(t.Context(), digest.Digest(shared.String()))
-	if err != nil || dec.Reason != gc.LinkedElsewhere {
+	if err != nil || dec.Reason != reclaim.ReasonLinkedElsewhere {
 		t.Errorf("review of the shared layer after the rebuild: %+v %v, want linked_elsewhere", dec, err)
 	}
 	g.checkLinks(t)

@@ -9,6 +9,7 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/internal/rlog"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
@@ -18,9 +19,9 @@ var ErrRetryable = errors.New("storage: retry later")
 
 // pathLinks is the link object of a forward link path, nil for any other
 // path: a driver call on a link records (or checks) the link with its blob.
-func pathLinks(p layout.Path) []layout.Object {
+func pathLinks(p layout.Path) []reclaim.Object {
 	if isLink(p.Kind) {
-		return []layout.Object{linkObject(p)}
+		return []reclaim.Object{linkObject(p)}
 	}
 	return nil
 }
@@ -28,9 +29,9 @@ func pathLinks(p layout.Path) []layout.Object {
 // extra returns the objects a request adds to every fence check: the layer
 // link an upload commit or a mount is about to write. Checking it together
 // with the blob saves the separate round trip the link write would cost.
-func extra(info requestInfo, blob digest.Digest) []layout.Object {
+func extra(info requestInfo, blob digest.Digest) []reclaim.Object {
 	if (info.intent == intentCommit || info.intent == intentMount) && layout.ValidRepo(info.repo) {
-		return []layout.Object{{Blob: blob, Repo: info.repo, Kind: layout.LinkLayer}}
+		return []reclaim.Object{{Blob: blob, Repo: info.repo, Kind: reclaim.LinkLayer}}
 	}
 	return nil
 }
@@ -52,7 +53,7 @@ func (d *driver) before(ctx context.Context, path string, p layout.Path) (readAf
 			// manifest itself (Distribution stats it before writing it and
 			// its revision link): check the revision link now too, so the
 			// link write that follows needs no round trip of its own.
-			links = append(links, layout.Object{Blob: p.Digest, Repo: info.repo, Kind: layout.LinkManifest})
+			links = append(links, reclaim.Object{Blob: p.Digest, Repo: info.repo, Kind: reclaim.LinkManifest})
 		}
 		// A tombstone needs no answer here: the storage call this guards
 		// asks the storage itself, and a stall after it is the link
@@ -87,16 +88,16 @@ func (d *driver) after(ctx context.Context, path string, p layout.Path) error {
 //
 // gone holds the deletion tombstones found on the objects, if any
 // (descriptors.go).
-func (d *driver) guard(ctx context.Context, blob digest.Digest, links []layout.Object) (gone []tracker.Tombstone, err error) {
+func (d *driver) guard(ctx context.Context, blob digest.Digest, links []reclaim.Object) (gone []tracker.Tombstone, err error) {
 	return d.guardWait(ctx, blob, links, d.env.opts.FenceWait)
 }
 
 // mountCheck is the fence check of a mount. It does not wait: a fence
 // makes the source unknown (fenced), the client uploads instead, and that
 // is no refusal of the request.
-func (d *driver) mountCheck(ctx context.Context, blob digest.Digest, links []layout.Object) (gone []tracker.Tombstone, fenced bool, err error) {
+func (d *driver) mountCheck(ctx context.Context, blob digest.Digest, links []reclaim.Object) (gone []tracker.Tombstone, fenced bool, err error) {
 	gone, err = d.guardWait(ctx, blob, links, 0)
-	if errors.Is(err, layout.ErrFenced) {
+	if errors.Is(err, reclaim.ErrFenced) {
 		scopeOf(ctx).unrefuse()
 		return nil, true, nil
 	}
@@ -111,14 +112,14 @@ func (d *driver) mountCheck(ctx context.Context, blob digest.Digest, links []lay
 // Within a request, a check that found no fence and no tombstone set the
 // access time, and GC refuses to fence anything accessed within its window,
 // so the request's later steps need no second round trip.
-func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []layout.Object, wait time.Duration) (gone []tracker.Tombstone, err error) {
+func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []reclaim.Object, wait time.Duration) (gone []tracker.Tombstone, err error) {
 	if accessRecordsOff(ctx) {
 		return nil, nil
 	}
 	if err := d.indexChildren(ctx); err != nil { // a manifest PUT checks its index children first
 		return nil, err
 	}
-	objs := append([]layout.Object{{Blob: blob}}, links...)
+	objs := append([]reclaim.Object{{Blob: blob}}, links...)
 	s := scopeOf(ctx)
 	s.noteLinks(links)
 	s.waitEarlyCheck(blob) // the same check may be in flight (early.go)
@@ -141,7 +142,7 @@ func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []layo
 			}
 			return gone, nil
 		}
-		if !errors.Is(err, layout.ErrFenced) || !time.Now().Before(deadline) {
+		if !errors.Is(err, reclaim.ErrFenced) || !time.Now().Before(deadline) {
 			return nil, refuse(ctx, blob, err)
 		}
 		waited = true
@@ -156,7 +157,7 @@ func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []layo
 // refuse fails the request's fence check: it answers 503 (Handler).
 func refuse(ctx context.Context, blob digest.Digest, err error) error {
 	scopeOf(ctx).refuse()
-	if errors.Is(err, layout.ErrFenced) {
+	if errors.Is(err, reclaim.ErrFenced) {
 		metricFenceWaits.WithLabelValues("refused").Inc()
 		metricRefusals.WithLabelValues("fenced").Inc()
 		rlog.From(ctx).WithField("blob", blob).Info("reclaim: write refused, object is being garbage-collected")
@@ -170,11 +171,11 @@ func refuse(ctx context.Context, blob digest.Digest, err error) error {
 // It reports whether the blob or link is fenced (being deleted): the caller
 // then answers "not found" instead of serving something half-deleted.
 // gone holds the deletion tombstones found, if any (see descriptors.go).
-func (d *driver) read(ctx context.Context, blob digest.Digest, links []layout.Object) (fenced bool, gone []tracker.Tombstone) {
+func (d *driver) read(ctx context.Context, blob digest.Digest, links []reclaim.Object) (fenced bool, gone []tracker.Tombstone) {
 	if accessRecordsOff(ctx) {
 		return false, nil
 	}
-	objs := append([]layout.Object{{Blob: blob}}, links...)
+	objs := append([]reclaim.Object{{Blob: blob}}, links...)
 	if d.env.dedup.recent(objs) {
 		metricTouchesDeduped.Inc()
 		return false, nil
@@ -182,7 +183,7 @@ func (d *driver) read(ctx context.Context, blob digest.Digest, links []layout.Ob
 	start := time.Now()
 	gone, err := d.env.Tracker.TouchBlob(ctx, blob, links)
 	switch {
-	case errors.Is(err, layout.ErrFenced):
+	case errors.Is(err, reclaim.ErrFenced):
 		return true, nil
 	case err != nil:
 		// serving comes first: the tracker has noted the gap

@@ -4,15 +4,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // accessTimes remembers when objects had their access recorded.
-type accessTimes map[layout.Object]time.Time
+type accessTimes map[reclaim.Object]time.Time
 
 // oldest returns the age at now of the oldest record among objs; ok is
 // false when one of them has none.
-func (a accessTimes) oldest(objs []layout.Object, now time.Time) (age time.Duration, ok bool) {
+func (a accessTimes) oldest(objs []reclaim.Object, now time.Time) (age time.Duration, ok bool) {
 	for _, o := range objs {
 		t, seen := a[o]
 		if !seen {
@@ -23,7 +23,7 @@ func (a accessTimes) oldest(objs []layout.Object, now time.Time) (age time.Durat
 	return age, true
 }
 
-func (a accessTimes) set(objs []layout.Object, at time.Time) {
+func (a accessTimes) set(objs []reclaim.Object, at time.Time) {
 	for _, o := range objs {
 		a[o] = at
 	}
@@ -39,7 +39,7 @@ type dedup struct {
 
 const dedupMaxEntries = 1 << 16
 
-func (d *dedup) recent(objs []layout.Object) bool {
+func (d *dedup) recent(objs []reclaim.Object) bool {
 	if d.interval <= 0 {
 		return false
 	}
@@ -51,13 +51,13 @@ func (d *dedup) recent(objs []layout.Object) bool {
 
 // forget drops o, so the next access of it goes to Redis (and sees the
 // tombstone just written).
-func (d *dedup) forget(o layout.Object) {
+func (d *dedup) forget(o reclaim.Object) {
 	d.mu.Lock()
 	delete(d.seen, o)
 	d.mu.Unlock()
 }
 
-func (d *dedup) record(objs []layout.Object, at time.Time) {
+func (d *dedup) record(objs []reclaim.Object, at time.Time) {
 	if d.interval <= 0 {
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
@@ -53,31 +54,31 @@ func (descriptorFactory) BlobAccessController(svc distribution.BlobDescriptorSer
 // answer is remembered per call site (its program counter; a binary has a
 // fixed, small number of them) instead of resolving the frame's function
 // name every time.
-func callerKind() layout.LinkKind {
+func callerKind() reclaim.LinkKind {
 	var pcs [1]uintptr
 	if runtime.Callers(3, pcs[:]) == 0 {
 		return ""
 	}
 	if k, ok := callerKinds.Load(pcs[0]); ok {
-		return k.(layout.LinkKind)
+		return k.(reclaim.LinkKind)
 	}
 	f, _ := runtime.CallersFrames(pcs[:]).Next()
-	var k layout.LinkKind
+	var k reclaim.LinkKind
 	switch {
 	case strings.HasSuffix(f.Function, "storage.(*repository).Blobs"):
-		k = layout.LinkLayer
+		k = reclaim.LinkLayer
 	case strings.HasSuffix(f.Function, "storage.(*repository).Manifests"):
-		k = layout.LinkManifest
+		k = reclaim.LinkManifest
 	}
 	callerKinds.Store(pcs[0], k)
 	return k
 }
 
-var callerKinds sync.Map // program counter -> layout.LinkKind
+var callerKinds sync.Map // program counter -> reclaim.LinkKind
 
 type descriptors struct {
 	distribution.BlobDescriptorService
-	kind layout.LinkKind
+	kind reclaim.LinkKind
 }
 
 func (s *descriptors) Stat(ctx context.Context, dgst digest.Digest) (v1.Descriptor, error) {
@@ -133,20 +134,20 @@ func (s *descriptors) Stat(ctx context.Context, dgst digest.Digest) (v1.Descript
 // manifest route revision links), and a manifest PUT, which verifies both
 // kinds, records and checks both. An extra access record only makes GC
 // keep more.
-func (s *descriptors) links(info requestInfo, repo string, dgst digest.Digest) []layout.Object {
+func (s *descriptors) links(info requestInfo, repo string, dgst digest.Digest) []reclaim.Object {
 	if !layout.ValidRepo(repo) {
 		return nil
 	}
-	link := func(k layout.LinkKind) layout.Object { return layout.Object{Blob: dgst, Repo: repo, Kind: k} }
+	link := func(k reclaim.LinkKind) reclaim.Object { return reclaim.Object{Blob: dgst, Repo: repo, Kind: k} }
 	switch {
 	case s.kind != "":
-		return []layout.Object{link(s.kind)}
+		return []reclaim.Object{link(s.kind)}
 	case info.intent == intentReference:
-		return []layout.Object{link(layout.LinkLayer), link(layout.LinkManifest)}
+		return []reclaim.Object{link(reclaim.LinkLayer), link(reclaim.LinkManifest)}
 	case info.route == v2.RouteNameManifest:
-		return []layout.Object{link(layout.LinkManifest)}
+		return []reclaim.Object{link(reclaim.LinkManifest)}
 	}
-	return []layout.Object{link(layout.LinkLayer)}
+	return []reclaim.Object{link(reclaim.LinkLayer)}
 }
 
 // verify checks the storage behind a possibly stale cache answer: the blob

@@ -6,6 +6,7 @@ import (
 
 	diststorage "github.com/distribution/distribution/v3/registry/storage"
 	"github.com/distribution/reference"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -46,13 +47,13 @@ func TestDescriptorKindFromCaller(t *testing.T) {
 		t.Fatalf("Exists = %v %v", ok, err)
 	}
 	for _, tc := range []struct {
-		o    layout.Object
+		o    reclaim.Object
 		want bool
 	}{
-		{layout.Object{Blob: dA, Repo: "r", Kind: layout.LinkLayer}, true},
-		{layout.Object{Blob: dA, Repo: "r", Kind: layout.LinkManifest}, false},
-		{layout.Object{Blob: dB, Repo: "r", Kind: layout.LinkManifest}, true},
-		{layout.Object{Blob: dB, Repo: "r", Kind: layout.LinkLayer}, false},
+		{reclaim.Object{Blob: dA, Repo: "r", Kind: reclaim.LinkLayer}, true},
+		{reclaim.Object{Blob: dA, Repo: "r", Kind: reclaim.LinkManifest}, false},
+		{reclaim.Object{Blob: dB, Repo: "r", Kind: reclaim.LinkManifest}, true},
+		{reclaim.Object{Blob: dB, Repo: "r", Kind: reclaim.LinkLayer}, false},
 	} {
 		_, ok, err := a.env.Tracker.LastAccess(ctx, tc.o)
 		if err != nil || ok != tc.want {

@@ -24,7 +24,7 @@
 //   - Reads record access best effort: with Redis down, pulls keep working and
 //     the recording epoch moves forward when Redis comes back, so GC does not
 //     trust the gap. Writes that need a fence check fail with a retryable error
-//     (ErrFenced, layout.ErrTrackerUnavailable) that Handler turns into HTTP 503.
+//     (ErrFenced, reclaim.ErrTrackerUnavailable) that Handler turns into HTTP 503.
 //   - The upload purger and upstream's garbage-collect get the raw driver;
 //     cmd/registry guards garbage-collect.
 //   - Distribution's blob descriptor cache answers HEADs without a driver

@@ -8,6 +8,7 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/internal/rlog"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
@@ -43,7 +44,7 @@ import (
 // earlyKey names one reverse link of this request.
 type earlyKey struct {
 	blob digest.Digest
-	link layout.RepoLink
+	link reclaim.RepoLink
 }
 
 // earlyLink is one background fence check and reverse-link write.
@@ -57,7 +58,7 @@ type earlyLink struct {
 
 // startEarly starts the background fence check and reverse-link write of
 // (blob, l) for the request of ctx, once per request.
-func (d *driver) startEarly(ctx context.Context, blob digest.Digest, l layout.RepoLink) {
+func (d *driver) startEarly(ctx context.Context, blob digest.Digest, l reclaim.RepoLink) {
 	s := scopeOf(ctx)
 	if s == nil || accessRecordsOff(ctx) || blob.Validate() != nil || !layout.ValidRepo(l.Repo) {
 		return
@@ -77,10 +78,10 @@ func (d *driver) startEarly(ctx context.Context, blob digest.Digest, l layout.Re
 	ctx = context.WithoutCancel(ctx)
 	go func() {
 		defer close(e.done)
-		links := []layout.Object{{Blob: blob, Repo: l.Repo, Kind: l.Kind}}
+		links := []reclaim.Object{{Blob: blob, Repo: l.Repo, Kind: l.Kind}}
 		d.prefetch(ctx, []tracker.BlobTouch{{Blob: blob, Links: links}})
 		close(e.checked)
-		if !s.covered(append([]layout.Object{{Blob: blob}}, links...), d.env.opts.Dedup) {
+		if !s.covered(append([]reclaim.Object{{Blob: blob}}, links...), d.env.opts.Dedup) {
 			return // fenced, a tombstone, or Redis failing: the request's own checks decide
 		}
 		created, err := d.ensureReverse(ctx, blob, l)
@@ -113,7 +114,7 @@ func (s *scope) waitEarlyCheck(blob digest.Digest) {
 
 // useEarly waits for an early reverse link of (blob, l) and reports whether
 // it was written.
-func (s *scope) useEarly(blob digest.Digest, l layout.RepoLink) bool {
+func (s *scope) useEarly(blob digest.Digest, l reclaim.RepoLink) bool {
 	if s == nil {
 		return false
 	}
@@ -129,7 +130,7 @@ func (s *scope) useEarly(blob digest.Digest, l layout.RepoLink) bool {
 
 // usedEarly marks the early reverse link of (blob, l), if any, as the one
 // of a forward link this request wrote: the request's end leaves it alone.
-func (s *scope) usedEarly(blob digest.Digest, l layout.RepoLink) {
+func (s *scope) usedEarly(blob digest.Digest, l reclaim.RepoLink) {
 	if s == nil {
 		return
 	}
@@ -170,7 +171,7 @@ func (e *Env) takeBack(ctx context.Context, k earlyKey) {
 		return
 	}
 	fwd := layout.LayerLinkPath(k.link.Repo, k.blob)
-	if k.link.Kind == layout.LinkManifest {
+	if k.link.Kind == reclaim.LinkManifest {
 		fwd = layout.RevisionLinkPath(k.link.Repo, k.blob)
 	}
 	if _, err := e.Raw.Stat(ctx, fwd); errors.As(err, new(storagedriver.PathNotFoundError)) {
@@ -198,7 +199,7 @@ func (d *driver) commitEarly(ctx context.Context) {
 	if err != nil || dg.Algorithm() != digest.SHA256 {
 		return
 	}
-	d.startEarly(ctx, dg, layout.RepoLink{Repo: info.repo, Kind: layout.LinkLayer})
+	d.startEarly(ctx, dg, reclaim.RepoLink{Repo: info.repo, Kind: reclaim.LinkLayer})
 }
 
 // Writer is where an upload commit's request first reaches the storage

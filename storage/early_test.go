@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/opencontainers/go-digest"
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -22,7 +22,7 @@ func TestEarlyReverseLinkTakenBack(t *testing.T) {
 		if code := a.commitUpload(t, "r", wrong, "hello"); code != http.StatusBadRequest {
 			t.Fatalf("commit with a wrong digest: %d, want 400", code)
 		}
-		if has, err := a.env.Links.Has(ctx, wrong, layout.RepoLink{Repo: "r", Kind: layout.LinkLayer}); has || err != nil {
+		if has, err := a.env.Links.Has(ctx, wrong, reclaim.RepoLink{Repo: "r", Kind: reclaim.LinkLayer}); has || err != nil {
 			t.Fatalf("a failed commit left its early reverse link: %v %v", has, err)
 		}
 		// a manifest PUT into a repository that links none of its blobs
@@ -31,13 +31,13 @@ func TestEarlyReverseLinkTakenBack(t *testing.T) {
 		if code := a.putManifest("r2", "v1", img); code != http.StatusBadRequest {
 			t.Fatalf("manifest PUT with missing references: %d, want 400", code)
 		}
-		if has, err := a.env.Links.Has(ctx, m, layout.RepoLink{Repo: "r2", Kind: layout.LinkManifest}); has || err != nil {
+		if has, err := a.env.Links.Has(ctx, m, reclaim.RepoLink{Repo: "r2", Kind: reclaim.LinkManifest}); has || err != nil {
 			t.Fatalf("a failed manifest PUT left its early reverse link: %v %v", has, err)
 		}
 		checkLinkDB(t, a.env.Raw)
 		// the take-back looks at the forward link after its delete: a
 		// forward link written meanwhile keeps its reverse link
-		k := earlyKey{blob: m, link: layout.RepoLink{Repo: "r", Kind: layout.LinkManifest}}
+		k := earlyKey{blob: m, link: reclaim.RepoLink{Repo: "r", Kind: reclaim.LinkManifest}}
 		a.env.takeBack(ctx, k)
 		if has, err := a.env.Links.Has(ctx, m, k.link); !has || err != nil {
 			t.Fatalf("take-back removed the reverse link of an existing forward link: %v %v", has, err)
@@ -45,7 +45,7 @@ func TestEarlyReverseLinkTakenBack(t *testing.T) {
 		checkLinkDB(t, a.env.Raw)
 		// an early reverse link the request found there (not written by
 		// it) is not its own to take back: a failed commit leaves it
-		there := layout.RepoLink{Repo: "r3", Kind: layout.LinkLayer}
+		there := reclaim.RepoLink{Repo: "r3", Kind: reclaim.LinkLayer}
 		if err := a.env.Links.Put(ctx, wrong, there); err != nil {
 			t.Fatal(err)
 		}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/internal/rlog"
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
@@ -157,7 +157,7 @@ func (e *Env) Close() error {
 // keys when its cache is "redis". The middleware calls it for every forward
 // link or blob it sees deleted; GC deleting through Env.Driver needs nothing
 // else.
-func (e *Env) Evict(ctx context.Context, o layout.Object) error {
+func (e *Env) Evict(ctx context.Context, o reclaim.Object) error {
 	e.dedup.forget(o)
 	err := e.Tracker.MarkGone(ctx, o)
 	if e.distCache != nil {
@@ -165,11 +165,11 @@ func (e *Env) Evict(ctx context.Context, o layout.Object) error {
 		if o.Repo != "" {
 			keys = []string{"repository::" + o.Repo + "::blobs::" + o.Blob.String()}
 			if cerr := e.distCache.SRem(ctx, "repository::"+o.Repo+"::blobs", o.Blob.String()).Err(); cerr != nil {
-				err = errors.Join(err, fmt.Errorf("%w: %v", layout.ErrTrackerUnavailable, cerr))
+				err = errors.Join(err, fmt.Errorf("%w: %v", reclaim.ErrTrackerUnavailable, cerr))
 			}
 		}
 		if cerr := e.distCache.Del(ctx, keys...).Err(); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("%w: %v", layout.ErrTrackerUnavailable, cerr))
+			err = errors.Join(err, fmt.Errorf("%w: %v", reclaim.ErrTrackerUnavailable, cerr))
 		}
 	}
 	return err

@@ -13,6 +13,7 @@ import (
 	"github.com/distribution/distribution/v3/manifest/manifestlist"
 	"github.com/distribution/distribution/v3/manifest/ocischema"
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/referrers"
 	"github.com/reclaim-registry/reclaim/storage/tracker"
@@ -134,7 +135,7 @@ func (d *driver) checkChildren(ctx context.Context, w *indexWatch) error {
 	repo, _ := ctx.Value("vars.name").(string)
 	children := indexChildrenOf(m)
 	md := digest.FromBytes(payload) // what Distribution stores the manifest under
-	self := layout.RepoLink{Repo: repo, Kind: layout.LinkManifest}
+	self := reclaim.RepoLink{Repo: repo, Kind: reclaim.LinkManifest}
 	w.digest = md
 	if children == nil {
 		if layout.ValidRepo(repo) {
@@ -152,10 +153,10 @@ func (d *driver) checkChildren(ctx context.Context, w *indexWatch) error {
 	if !layout.ValidRepo(repo) {
 		return fmt.Errorf("%w: no repository in the request (%q)", errIndexUnchecked, repo)
 	}
-	childLinks := func(c digest.Digest) []layout.Object {
-		return []layout.Object{
-			{Blob: c, Repo: repo, Kind: layout.LinkManifest},
-			{Blob: c, Repo: repo, Kind: layout.LinkLayer},
+	childLinks := func(c digest.Digest) []reclaim.Object {
+		return []reclaim.Object{
+			{Blob: c, Repo: repo, Kind: reclaim.LinkManifest},
+			{Blob: c, Repo: repo, Kind: reclaim.LinkLayer},
 		}
 	}
 	touches := make([]tracker.BlobTouch, len(children))

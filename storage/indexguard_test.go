@@ -22,6 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/referrers"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
@@ -115,8 +116,8 @@ func (a *testApp) forgetDedup() {
 	a.env.dedup.mu.Unlock()
 }
 
-func childObjects(repo string, c digest.Digest) []layout.Object {
-	return []layout.Object{{Blob: c}, {Blob: c, Repo: repo, Kind: layout.LinkManifest}, {Blob: c, Repo: repo, Kind: layout.LinkLayer}}
+func childObjects(repo string, c digest.Digest) []reclaim.Object {
+	return []reclaim.Object{{Blob: c}, {Blob: c, Repo: repo, Kind: reclaim.LinkManifest}, {Blob: c, Repo: repo, Kind: reclaim.LinkLayer}}
 }
 
 // The children of an index PUT are fence-checked whatever Distribution's
@@ -165,7 +166,7 @@ func testChildFencedFirst(t *testing.T, a *testApp, b storagetest.Backend, mt ty
 	ti := pushIndexChildren(t, a, mt, 2)
 	a.age(t)
 	child := ti.children[1]
-	f := a.fence(t, layout.Object{Blob: child, Repo: "r", Kind: layout.LinkManifest})
+	f := a.fence(t, reclaim.Object{Blob: child, Repo: "r", Kind: reclaim.LinkManifest})
 	code, retry := a.putIndex(t, ti)
 	if code != http.StatusServiceUnavailable || retry == "" {
 		t.Fatalf("index PUT while GC fences a child's revision link: %d (Retry-After %q), want 503 with Retry-After", code, retry)
@@ -175,7 +176,7 @@ func testChildFencedFirst(t *testing.T, a *testApp, b storagetest.Backend, mt ty
 			t.Errorf("refused index PUT left %s (stat: %v)", p, err)
 		}
 	}
-	if has, err := a.env.Links.Has(ctx, ti.digest, layout.RepoLink{Repo: "r", Kind: layout.LinkManifest}); err != nil || has {
+	if has, err := a.env.Links.Has(ctx, ti.digest, reclaim.RepoLink{Repo: "r", Kind: reclaim.LinkManifest}); err != nil || has {
 		t.Errorf("refused index PUT left the index's reverse link (%v, %v)", has, err)
 	}
 	// GC looked again and kept the child: the retry goes through.
@@ -225,7 +226,7 @@ func testIndexTouchesFirst(t *testing.T, a *testApp, b storagetest.Backend, mt t
 			if f != nil {
 				_ = a.env.Tracker.Release(ctx, f)
 			}
-			if !errors.Is(err, layout.ErrRecentlyAccessed) {
+			if !errors.Is(err, reclaim.ErrRecentlyAccessed) {
 				t.Errorf("GC fence on %v while the index PUT is about to link: %v, want ErrRecentlyAccessed", o, err)
 			}
 		}
@@ -346,7 +347,7 @@ func TestIndexChildrenAfterAuth(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, c := range ti.children {
-		if _, ok, err := a.env.Tracker.LastAccess(ctx, layout.Object{Blob: c}); ok || err != nil {
+		if _, ok, err := a.env.Tracker.LastAccess(ctx, reclaim.Object{Blob: c}); ok || err != nil {
 			t.Errorf("anonymous index PUT recorded access to child %s (%v)", c, err)
 		}
 	}
@@ -354,7 +355,7 @@ func TestIndexChildrenAfterAuth(t *testing.T) {
 		t.Fatalf("authenticated index PUT: %d, want 201", code)
 	}
 	for _, c := range ti.children {
-		if _, ok, err := a.env.Tracker.LastAccess(ctx, layout.Object{Blob: c, Repo: "r", Kind: layout.LinkManifest}); !ok || err != nil {
+		if _, ok, err := a.env.Tracker.LastAccess(ctx, reclaim.Object{Blob: c, Repo: "r", Kind: reclaim.LinkManifest}); !ok || err != nil {
 			t.Errorf("authenticated index PUT did not record child %s (%v)", c, err)
 		}
 	}

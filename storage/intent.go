@@ -10,7 +10,7 @@ import (
 	v2 "github.com/distribution/distribution/v3/registry/api/v2"
 	"github.com/gorilla/mux"
 	"github.com/opencontainers/go-digest"
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 type ctxKey int
@@ -169,7 +169,7 @@ func scopeOf(ctx context.Context) *scope {
 // within maxAge. A successful check at t records an access at t, and GC
 // refuses to fence an object accessed within its window, so no fence can
 // appear on those objects for a window after t.
-func (s *scope) covered(objs []layout.Object, maxAge time.Duration) bool {
+func (s *scope) covered(objs []reclaim.Object, maxAge time.Duration) bool {
 	if s == nil {
 		return false
 	}
@@ -179,7 +179,7 @@ func (s *scope) covered(objs []layout.Object, maxAge time.Duration) bool {
 	return ok && age <= maxAge
 }
 
-func (s *scope) record(objs []layout.Object, at time.Time) {
+func (s *scope) record(objs []reclaim.Object, at time.Time) {
 	if s == nil {
 		return
 	}
@@ -192,7 +192,7 @@ func (s *scope) record(objs []layout.Object, at time.Time) {
 }
 
 // noteLinks remembers the blobs of link objects among objs.
-func (s *scope) noteLinks(objs []layout.Object) {
+func (s *scope) noteLinks(objs []reclaim.Object) {
 	if s == nil {
 		return
 	}

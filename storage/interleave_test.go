@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 	"github.com/reclaim-registry/reclaim/storage/tracker"
@@ -55,7 +56,7 @@ func watchFenced(a *testApp) *storagetest.Fenced {
 	return storagetest.WatchFenced(a.env.Tracker.Client())
 }
 
-func (a *testApp) fence(t *testing.T, o layout.Object) *tracker.Fence {
+func (a *testApp) fence(t *testing.T, o reclaim.Object) *tracker.Fence {
 	t.Helper()
 	f, err := a.env.Tracker.Fence(context.Background(), o, testWindow, time.Minute)
 	if err != nil {
@@ -144,14 +145,14 @@ func accessBeforeFence(t *testing.T, a *testApp) {
 	ctx := context.Background()
 	_, x := a.pushImage(t, "r:v1")
 	// a window long enough for a slow push on a loaded machine
-	for _, o := range []layout.Object{{Blob: x}, {Blob: x, Repo: "r", Kind: layout.LinkLayer}} {
-		if _, err := a.env.Tracker.Fence(ctx, o, 10*time.Second, time.Minute); !errors.Is(err, layout.ErrRecentlyAccessed) {
+	for _, o := range []reclaim.Object{{Blob: x}, {Blob: x, Repo: "r", Kind: reclaim.LinkLayer}} {
+		if _, err := a.env.Tracker.Fence(ctx, o, 10*time.Second, time.Minute); !errors.Is(err, reclaim.ErrRecentlyAccessed) {
 			t.Fatalf("fence %v right after the push: %v", o, err)
 		}
 	}
 	a.age(t)
 	a.headBlob("r", x) // a pull renews the protection
-	if _, err := a.env.Tracker.Fence(ctx, layout.Object{Blob: x}, testWindow, time.Minute); !errors.Is(err, layout.ErrRecentlyAccessed) {
+	if _, err := a.env.Tracker.Fence(ctx, reclaim.Object{Blob: x}, testWindow, time.Minute); !errors.Is(err, reclaim.ErrRecentlyAccessed) {
 		t.Fatalf("fence right after a HEAD: %v", err)
 	}
 }
@@ -164,7 +165,7 @@ func uploadCommitMeetsBlobFence(t *testing.T, a *testApp) {
 	img, x := a.pushImage(t, "old:v1")
 	a.gcDelete(t, layout.LayerLinkPath("old", x)) // old no longer links x
 	a.age(t)
-	f := a.fence(t, layout.Object{Blob: x})
+	f := a.fence(t, reclaim.Object{Blob: x})
 	err := a.push("new:v1", img, noRetry)
 	if statusOf(err) != http.StatusServiceUnavailable {
 		t.Fatalf("push during fence: %v, want 503", err)
@@ -172,7 +173,7 @@ func uploadCommitMeetsBlobFence(t *testing.T, a *testApp) {
 	if _, err := a.env.Links.List(ctx, x); err != nil {
 		t.Fatal(err)
 	}
-	if has, _ := a.env.Links.Has(ctx, x, layout.RepoLink{Repo: "new", Kind: layout.LinkLayer}); has {
+	if has, _ := a.env.Links.Has(ctx, x, reclaim.RepoLink{Repo: "new", Kind: reclaim.LinkLayer}); has {
 		t.Fatal("a refused commit left a reverse link")
 	}
 	a.gcDelete(t, layout.BlobDir(x))
@@ -193,7 +194,7 @@ func uploadCommitWaitsOutFence(t *testing.T, a *testApp) {
 	if err := a.env.Tracker.StartRecording(ctx); err != nil {
 		t.Fatal(err)
 	}
-	f := a.fence(t, layout.Object{Blob: x})
+	f := a.fence(t, reclaim.Object{Blob: x})
 	waiting := watchFenced(a)
 	go func() {
 		<-waiting.C // the commit met the fence and polls
@@ -224,7 +225,7 @@ func manifestPutMeetsLinkFence(t *testing.T, a *testApp) {
 	}
 	x := layerDigest(t, img, 1)
 	a.age(t)
-	f := a.fence(t, layout.Object{Blob: x, Repo: "r", Kind: layout.LinkLayer})
+	f := a.fence(t, reclaim.Object{Blob: x, Repo: "r", Kind: reclaim.LinkLayer})
 	err := remote.Put(a.ref("r:v1"), img, noRetry)
 	if statusOf(err) != http.StatusServiceUnavailable {
 		t.Fatalf("manifest PUT during link fence: %v, want 503", err)
@@ -250,7 +251,7 @@ func tagMoveMeetsRevisionFence(t *testing.T, a *testApp) {
 	a.pushRandom("r:v1", 1) // img1 is now untagged
 	m1, _ := imageDigests(t, img1)
 	a.age(t)
-	f := a.fence(t, layout.Object{Blob: m1, Repo: "r", Kind: layout.LinkManifest})
+	f := a.fence(t, reclaim.Object{Blob: m1, Repo: "r", Kind: reclaim.LinkManifest})
 	if err := remote.Tag(a.ref("r:v1").Context().Tag("again"), img1, noRetry); statusOf(err) != http.StatusServiceUnavailable {
 		t.Fatalf("re-tag during revision fence: %v, want 503", err)
 	}
@@ -275,7 +276,7 @@ func indexChildMeetsFence(t *testing.T, a *testApp) {
 	}
 	a.age(t)
 	child := digest.Digest(im.Manifests[0].Digest.String())
-	f := a.fence(t, layout.Object{Blob: child, Repo: "r", Kind: layout.LinkManifest})
+	f := a.fence(t, reclaim.Object{Blob: child, Repo: "r", Kind: reclaim.LinkManifest})
 	if err := remote.Put(a.ref("r:idx"), idx, noRetry); statusOf(err) != http.StatusServiceUnavailable {
 		t.Fatalf("index PUT during child fence: %v, want 503", err)
 	}
@@ -292,11 +293,11 @@ func mountMeetsFence(t *testing.T, a *testApp) {
 	ctx := context.Background()
 	_, x := a.pushImage(t, "src:v1")
 	a.age(t)
-	f := a.fence(t, layout.Object{Blob: x})
+	f := a.fence(t, reclaim.Object{Blob: x})
 	if code := a.mount("dst", "src", x); code != http.StatusAccepted {
 		t.Fatalf("mount during fence = %d, want 202", code)
 	}
-	if has, _ := a.env.Links.Has(ctx, x, layout.RepoLink{Repo: "dst", Kind: layout.LinkLayer}); has {
+	if has, _ := a.env.Links.Has(ctx, x, reclaim.RepoLink{Repo: "dst", Kind: reclaim.LinkLayer}); has {
 		t.Fatal("mount linked a fenced blob")
 	}
 	a.release(t, f)
@@ -315,7 +316,7 @@ func pullMeetsBlobFence(t *testing.T, a *testApp) {
 		t.Fatalf("HEAD = %d", code)
 	}
 	a.age(t)
-	f := a.fence(t, layout.Object{Blob: x})
+	f := a.fence(t, reclaim.Object{Blob: x})
 	if code := a.headBlob("r", x); code != http.StatusNotFound {
 		t.Fatalf("HEAD during fence = %d, want 404", code)
 	}

@@ -9,13 +9,14 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/internal/rlog"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
 
 // linkObject is the tracker object of a forward (or reverse) link path.
-func linkObject(p layout.Path) layout.Object {
-	return layout.Object{Blob: p.Digest, Repo: p.Repo, Kind: p.LinkSet()}
+func linkObject(p layout.Path) reclaim.Object {
+	return reclaim.Object{Blob: p.Digest, Repo: p.Repo, Kind: p.LinkSet()}
 }
 
 // putLink writes a forward link: fence check, reverse link (unless this
@@ -25,9 +26,9 @@ func linkObject(p layout.Path) layout.Object {
 // same link may have removed it between the two writes (see unlink).
 func (d *driver) putLink(ctx context.Context, path string, p layout.Path, content []byte) error {
 	l := linkObject(p)
-	rl := layout.RepoLink{Repo: l.Repo, Kind: l.Kind}
+	rl := reclaim.RepoLink{Repo: l.Repo, Kind: l.Kind}
 	checked := d.env.now()
-	gone, err := d.guard(ctx, p.Digest, []layout.Object{l})
+	gone, err := d.guard(ctx, p.Digest, []reclaim.Object{l})
 	if err != nil {
 		return err
 	}
@@ -44,7 +45,7 @@ func (d *driver) putLink(ctx context.Context, path string, p layout.Path, conten
 			return err // invariant: no forward link without its reverse link
 		}
 	}
-	if err := d.dataBehind(ctx, checked, len(gone) > 0, p.Digest, []layout.Object{l}, layout.BlobDataPath(p.Digest)); err != nil {
+	if err := d.dataBehind(ctx, checked, len(gone) > 0, p.Digest, []reclaim.Object{l}, layout.BlobDataPath(p.Digest)); err != nil {
 		if created {
 			d.env.takeBack(context.WithoutCancel(ctx), earlyKey{blob: p.Digest, link: rl})
 		}
@@ -80,8 +81,8 @@ func (d *driver) putLink(ctx context.Context, path string, p layout.Path, conten
 // storage decide, and data that is gone withdraws the dangling forward
 // link (the client is answered 503 and pushes again) instead of a 201
 // for an image that 404s.
-func (d *driver) dataAfter(ctx context.Context, path string, p layout.Path, l layout.Object) error {
-	err := d.dataBehind(ctx, time.Time{}, false, p.Digest, []layout.Object{l}, layout.BlobDataPath(p.Digest))
+func (d *driver) dataAfter(ctx context.Context, path string, p layout.Path, l reclaim.Object) error {
+	err := d.dataBehind(ctx, time.Time{}, false, p.Digest, []reclaim.Object{l}, layout.BlobDataPath(p.Digest))
 	if errors.Is(err, errCollected) {
 		if derr := d.Delete(context.WithoutCancel(ctx), path); derr != nil && !errors.As(derr, new(storagedriver.PathNotFoundError)) {
 			rlog.From(ctx).WithError(derr).Error("reclaim: a link to collected data could not be withdrawn (linkdb verify lists it as broken_forward)")
@@ -109,7 +110,7 @@ func (d *driver) dataAfter(ctx context.Context, path string, p layout.Path, l la
 // fence came first and the touch waits it out; a delete that happened
 // leaves its tombstone (written before the delete), and a tombstone makes
 // the storage decide: gone fails the write with a retryable 503.
-func (d *driver) dataBehind(ctx context.Context, checked time.Time, gone bool, blob digest.Digest, links []layout.Object, dependsOn string) error {
+func (d *driver) dataBehind(ctx context.Context, checked time.Time, gone bool, blob digest.Digest, links []reclaim.Object, dependsOn string) error {
 	if accessRecordsOff(ctx) {
 		return nil
 	}
@@ -132,7 +133,7 @@ func (d *driver) dataBehind(ctx context.Context, checked time.Time, gone bool, b
 // re-uploaded layer its layer link): the case-9 look after the forward
 // write needs only that the reverse link was there before it, not that
 // this request wrote it. created reports whether it was written now.
-func (d *driver) ensureReverse(ctx context.Context, blob digest.Digest, l layout.RepoLink) (created bool, err error) {
+func (d *driver) ensureReverse(ctx context.Context, blob digest.Digest, l reclaim.RepoLink) (created bool, err error) {
 	found, err := d.links.Ensure(ctx, blob, l)
 	switch {
 	case err != nil:
@@ -198,7 +199,7 @@ func (d *driver) forwardLinksUnder(ctx context.Context, dir string) ([]layout.Pa
 // linkdb verify reports and rebuild removes, never a loss.
 func (d *driver) unlink(ctx context.Context, p layout.Path) {
 	l := linkObject(p)
-	rl := layout.RepoLink{Repo: l.Repo, Kind: l.Kind}
+	rl := reclaim.RepoLink{Repo: l.Repo, Kind: l.Kind}
 	if ctx.Err() != nil {
 		// The delete was called off (GC lost its fence or passed its
 		// deadline) and the forward delete finished anyway (a driver that
@@ -247,7 +248,7 @@ func (d *driver) checkTagTarget(ctx context.Context, repo string, content []byte
 		return nil // not a link Distribution writes, or GC's own bookkeeping
 	}
 	// A tombstone needs no answer: the Stat below asks the storage anyway.
-	if _, err := d.guard(ctx, m, []layout.Object{{Blob: m, Repo: repo, Kind: layout.LinkManifest}}); err != nil {
+	if _, err := d.guard(ctx, m, []reclaim.Object{{Blob: m, Repo: repo, Kind: reclaim.LinkManifest}}); err != nil {
 		return err
 	}
 	_, err = d.StorageDriver.Stat(ctx, layout.RevisionLinkPath(repo, m))
@@ -277,7 +278,7 @@ func (d *driver) tagWritten(ctx context.Context, path string, p layout.Path, con
 	if err != nil || accessRecordsOff(ctx) || !layout.ValidRepo(p.Repo) || p.Tag == "" {
 		return nil // not a link Distribution writes, or GC's own bookkeeping
 	}
-	rev := []layout.Object{{Blob: m, Repo: p.Repo, Kind: layout.LinkManifest}}
+	rev := []reclaim.Object{{Blob: m, Repo: p.Repo, Kind: reclaim.LinkManifest}}
 	if err := d.dataBehind(ctx, checked, false, m, rev, layout.RevisionLinkPath(p.Repo, m)); err != nil {
 		return err
 	}
@@ -292,7 +293,7 @@ func (d *driver) tagWritten(ctx context.Context, path string, p layout.Path, con
 			break
 		}
 		if !time.Now().Before(deadline) {
-			return refuse(ctx, m, fmt.Errorf("%w: tag %s of %s is being deleted", layout.ErrFenced, p.Tag, p.Repo))
+			return refuse(ctx, m, fmt.Errorf("%w: tag %s of %s is being deleted", reclaim.ErrFenced, p.Tag, p.Repo))
 		}
 		waited = true
 		select {
@@ -327,7 +328,7 @@ func (d *driver) committed(ctx context.Context, blob digest.Digest) {
 	d.env.enqueue(ctx, "commit", blob)
 }
 
-func (d *driver) markGone(ctx context.Context, o layout.Object) {
+func (d *driver) markGone(ctx context.Context, o reclaim.Object) {
 	if err := d.env.Evict(ctx, o); err != nil {
 		rlog.From(ctx).WithError(err).Warn("reclaim: could not record deletion for the blob descriptor cache")
 	}

@@ -9,6 +9,7 @@ import (
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
@@ -204,7 +205,7 @@ func (d *driver) Delete(ctx context.Context, path string) error {
 }
 
 func (d *driver) deleteBlob(ctx context.Context, path string, blob digest.Digest) error {
-	o := layout.Object{Blob: blob}
+	o := reclaim.Object{Blob: blob}
 	if err := d.env.Evict(ctx, o); err != nil {
 		return fmt.Errorf("%w: delete %s: %w", ErrRetryable, path, err)
 	}

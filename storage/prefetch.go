@@ -7,7 +7,7 @@ import (
 	"github.com/distribution/distribution/v3/manifest/schema2"
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
@@ -48,8 +48,8 @@ func (d *driver) prefetch(ctx context.Context, touches []tracker.BlobTouch) {
 	}
 }
 
-func touchObjects(bt tracker.BlobTouch) []layout.Object {
-	return append([]layout.Object{{Blob: bt.Blob}}, bt.Links...)
+func touchObjects(bt tracker.BlobTouch) []reclaim.Object {
+	return append([]reclaim.Object{{Blob: bt.Blob}}, bt.Links...)
 }
 
 // imageManifestTouches are the checks the PUT of image manifest m (digest
@@ -58,14 +58,14 @@ func touchObjects(bt tracker.BlobTouch) []layout.Object {
 // the manifest with its revision link, which Distribution stats before it
 // writes the manifest's data and link (driver.before).
 func imageManifestTouches(repo string, md digest.Digest, m distribution.Manifest) []tracker.BlobTouch {
-	out := []tracker.BlobTouch{{Blob: md, Links: []layout.Object{{Blob: md, Repo: repo, Kind: layout.LinkManifest}}}}
+	out := []tracker.BlobTouch{{Blob: md, Links: []reclaim.Object{{Blob: md, Repo: repo, Kind: reclaim.LinkManifest}}}}
 	seen := map[digest.Digest]bool{md: true}
 	for _, ref := range m.References() {
 		if ref.Digest.Validate() != nil || seen[ref.Digest] || !verified(ref) {
 			continue
 		}
 		seen[ref.Digest] = true
-		out = append(out, tracker.BlobTouch{Blob: ref.Digest, Links: []layout.Object{{Blob: ref.Digest, Repo: repo, Kind: layout.LinkLayer}}})
+		out = append(out, tracker.BlobTouch{Blob: ref.Digest, Links: []reclaim.Object{{Blob: ref.Digest, Repo: repo, Kind: reclaim.LinkLayer}}})
 	}
 	return out
 }

@@ -17,6 +17,7 @@ import (
 	v1spec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
@@ -281,7 +282,7 @@ func raceCheckVsDelete(t *testing.T, a, b *testApp, do func(b *testApp, img v1.I
 	if err := remote.WriteLayer(a.ref("r:v1").Context(), layers[0]); err != nil {
 		t.Fatal(err)
 	}
-	link := layout.Object{Blob: x, Repo: "r", Kind: layout.LinkLayer}
+	link := reclaim.Object{Blob: x, Repo: "r", Kind: reclaim.LinkLayer}
 	if a.tombstone(t, link) == "" {
 		t.Fatal("no tombstone after the delete and re-upload (the setup is wrong)")
 	}
@@ -313,7 +314,7 @@ func raceCheckVsDelete(t *testing.T, a, b *testApp, do func(b *testApp, img v1.I
 }
 
 // tombstone is the value of o's deletion tombstone, "" when there is none.
-func (a *testApp) tombstone(t *testing.T, o layout.Object) string {
+func (a *testApp) tombstone(t *testing.T, o reclaim.Object) string {
 	t.Helper()
 	prefix := a.opts.prefix
 	if prefix == "" {
@@ -421,7 +422,7 @@ func TestTagWriteMeetsCollectedRevision(t *testing.T) {
 					// the push stalls for longer than the window; GC sees
 					// an untagged revision link nobody touched and deletes it
 					a.age(t)
-					f := a.fence(t, layout.Object{Blob: m, Repo: "r", Kind: layout.LinkManifest})
+					f := a.fence(t, reclaim.Object{Blob: m, Repo: "r", Kind: reclaim.LinkManifest})
 					a.gcDelete(t, layout.RevisionLinkPath("r", m))
 					a.release(t, f)
 				})

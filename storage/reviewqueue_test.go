@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -147,7 +148,7 @@ func TestUnlinkFinishesAfterCancel(t *testing.T) {
 	if code := a.do(http.MethodDelete, "/v2/cancelled/manifests/"+m.String()).StatusCode; code != http.StatusAccepted {
 		t.Fatalf("DELETE manifest: %d", code)
 	}
-	rev := layout.ReverseLinkPath(m, "cancelled", layout.LinkManifest)
+	rev := layout.ReverseLinkPath(m, "cancelled", reclaim.LinkManifest)
 	if _, err := a.env.Raw.Stat(ctx, rev); !layout.IsNotFound(err) {
 		t.Errorf("the reverse link of the deleted revision link is still there (%v): a stale reverse link", err)
 	}

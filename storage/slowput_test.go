@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
@@ -50,10 +51,10 @@ func TestSlowManifestPutMeetsCollectedLayer(t *testing.T) {
 // unreferenced: fence, delete the link, then the blob, release.
 func collectLayer(t *testing.T, a *testApp, repo string, layer digest.Digest) {
 	t.Helper()
-	f := a.fence(t, layout.Object{Blob: layer, Repo: repo, Kind: layout.LinkLayer})
+	f := a.fence(t, reclaim.Object{Blob: layer, Repo: repo, Kind: reclaim.LinkLayer})
 	a.gcDelete(t, layout.LayerLinkDir(repo, layer))
 	a.release(t, f)
-	f = a.fence(t, layout.Object{Blob: layer})
+	f = a.fence(t, reclaim.Object{Blob: layer})
 	a.gcDelete(t, layout.BlobDir(layer))
 	a.release(t, f)
 }
@@ -75,7 +76,7 @@ func TestSlowIndexPutMeetsCollectedChild(t *testing.T) {
 				g := storagetest.NewGate("PutContent", "/"+ti.digest.Encoded()+"/data")
 				code := paused(t, g, func() int { code, _ := a.putIndex(t, ti); return code }, func() {
 					a.age(t)
-					f := a.fence(t, layout.Object{Blob: c, Repo: "r", Kind: layout.LinkManifest})
+					f := a.fence(t, reclaim.Object{Blob: c, Repo: "r", Kind: reclaim.LinkManifest})
 					a.gcDelete(t, layout.RevisionDir("r", c))
 					a.release(t, f)
 				})

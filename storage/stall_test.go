@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
@@ -55,7 +56,7 @@ func inRequest(method, part string) func(ctx context.Context) bool {
 // deleted (a reverse link under the fence keeps the blob).
 func (a *testApp) reclaim(t *testing.T, blob digest.Digest) bool {
 	t.Helper()
-	f := a.fence(t, layout.Object{Blob: blob})
+	f := a.fence(t, reclaim.Object{Blob: blob})
 	defer a.release(t, f)
 	links, err := a.env.Links.List(context.Background(), blob)
 	if err != nil {
@@ -70,12 +71,12 @@ func (a *testApp) reclaim(t *testing.T, blob digest.Digest) bool {
 
 // unlinkAll plays a collect of repo that deletes its links to every digest
 // of ds (fence, delete, release each).
-func (a *testApp) unlinkAll(t *testing.T, repo string, kind layout.LinkKind, ds ...digest.Digest) {
+func (a *testApp) unlinkAll(t *testing.T, repo string, kind reclaim.LinkKind, ds ...digest.Digest) {
 	t.Helper()
 	for _, d := range ds {
-		f := a.fence(t, layout.Object{Blob: d, Repo: repo, Kind: kind})
+		f := a.fence(t, reclaim.Object{Blob: d, Repo: repo, Kind: kind})
 		dir := layout.LayerLinkDir(repo, d)
-		if kind == layout.LinkManifest {
+		if kind == reclaim.LinkManifest {
 			dir = layout.RevisionDir(repo, d)
 		}
 		a.gcDelete(t, dir)
@@ -106,7 +107,7 @@ func TestStalledManifestRepushMeetsReclaimer(t *testing.T) {
 		m, _ := imageDigests(t, img)
 		a.pushRandom("r:v1", 1) // the tag moves: M is untagged
 		a.age(t)
-		a.unlinkAll(t, "r", layout.LinkManifest, m)
+		a.unlinkAll(t, "r", reclaim.LinkManifest, m)
 
 		g := storagetest.NewGate("Stat", "/"+m.Encoded()+"/data")
 		g.Match = inRequest(http.MethodPut, "/manifests/")
@@ -155,7 +156,7 @@ func TestStalledCommitMeetsReclaimer(t *testing.T) {
 			t.Fatalf("DELETE = %d", code)
 		}
 		a.age(t)
-		a.unlinkAll(t, "r", layout.LinkLayer, blobs...)
+		a.unlinkAll(t, "r", reclaim.LinkLayer, blobs...)
 
 		g := storagetest.NewGate("Stat", "/"+layer.Encoded()+"/data")
 		g.Match = inRequest(http.MethodPut, "/blobs/uploads/")
@@ -197,8 +198,8 @@ func TestStalledMountMeetsReclaimer(t *testing.T) {
 		reclaimed := false
 		code := pausedAfter(t, g, func() int { return a.mount("t", "s", layer) }, func() {
 			a.age(t)
-			a.unlinkAll(t, "s", layout.LinkManifest, m)
-			a.unlinkAll(t, "s", layout.LinkLayer, blobs...)
+			a.unlinkAll(t, "s", reclaim.LinkManifest, m)
+			a.unlinkAll(t, "s", reclaim.LinkLayer, blobs...)
 			reclaimed = a.reclaim(t, layer)
 		})
 		if !reclaimed {
@@ -237,7 +238,7 @@ func TestLateLinkWriteMeetsReclaimer(t *testing.T) {
 		reclaimed := false
 		code := paused(t, g, func() int { return a.putManifest("r", "v2", img) }, func() {
 			a.age(t) // the write lands more than a window after the PUT's checks
-			a.unlinkAll(t, "r", layout.LinkManifest, m)
+			a.unlinkAll(t, "r", reclaim.LinkManifest, m)
 			reclaimed = a.reclaim(t, m)
 		})
 		if !reclaimed {

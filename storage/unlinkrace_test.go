@@ -8,6 +8,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
@@ -38,7 +39,7 @@ func TestUnlinkRace(t *testing.T) {
 		if !raced {
 			t.Fatal("hook never ran")
 		}
-		if has, _ := a.env.Links.Has(ctx, dA, layout.RepoLink{Repo: "r", Kind: layout.LinkLayer}); !has {
+		if has, _ := a.env.Links.Has(ctx, dA, reclaim.RepoLink{Repo: "r", Kind: reclaim.LinkLayer}); !has {
 			t.Fatal("forward link exists but its reverse link was lost")
 		}
 		checkLinkDB(t, a.env.Raw)
@@ -108,7 +109,7 @@ func TestUnlinkRaceWriterStraddles(t *testing.T) {
 		if err := <-writerDone; err != nil {
 			t.Fatal(err)
 		}
-		if has, _ := a.env.Links.Has(ctx, dA, layout.RepoLink{Repo: "r", Kind: layout.LinkLayer}); !has {
+		if has, _ := a.env.Links.Has(ctx, dA, reclaim.RepoLink{Repo: "r", Kind: reclaim.LinkLayer}); !has {
 			t.Fatal("forward link exists but its reverse link was lost")
 		}
 		checkLinkDB(t, a.env.Raw)

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // runGC runs `gc <args>` against srv and returns stdout, stderr and the
@@ -46,7 +47,7 @@ func sampleReport(dry bool) gc.Report {
 	return gc.Report{RunID: "r1", Repository: "team/app", DryRun: dry, Status: "done",
 		ManifestsDeleted: []digest.Digest{d}, LayersUnlinked: []digest.Digest{digest.FromString("l")},
 		BlobsDeleted: []digest.Digest{d, digest.FromString("l")}, BytesFreed: 3 << 20,
-		Kept:   []gc.Decision{{Kind: gc.KindManifest, Digest: digest.FromString("k"), Reason: gc.Tagged}},
+		Kept:   []gc.Decision{{Kind: reclaim.KindManifest, Digest: digest.FromString("k"), Reason: reclaim.ReasonTagged}},
 		Errors: []gc.Decision{}, Timings: gc.Timings{TotalMS: 12}}
 }
 
@@ -69,7 +70,7 @@ func TestGCCollectCLI(t *testing.T) {
 			w.Write([]byte(`{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`))
 		case strings.Contains(r.URL.Path, "/partial/"):
 			rep := sampleReport(false)
-			rep.Errors = []gc.Decision{{Kind: gc.KindBlob, Digest: digest.FromString("x"), Reason: gc.DeleteFailed, Detail: "disk on fire"}}
+			rep.Errors = []gc.Decision{{Kind: reclaim.KindBlob, Digest: digest.FromString("x"), Reason: reclaim.ReasonDeleteFailed, Detail: "disk on fire"}}
 			json.NewEncoder(w).Encode(rep)
 		default:
 			json.NewEncoder(w).Encode(sampleReport(r.URL.Query().Get("dry_run") == "true"))
@@ -132,7 +133,7 @@ func TestGCCollectCLIBlockedPreview(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rep := sampleReport(true)
 		until := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-		rep.Blockers = []gc.Blocker{{Reason: gc.AbortRedisRecordingTooShort, Blocks: gc.BlocksRun, Detail: "recording since", Until: &until}}
+		rep.Blockers = []gc.Blocker{{Reason: reclaim.AbortRedisRecordingTooShort, Blocks: gc.BlocksRun, Detail: "recording since", Until: &until}}
 		json.NewEncoder(w).Encode(rep)
 	}))
 	defer srv.Close()

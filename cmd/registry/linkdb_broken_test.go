@@ -8,6 +8,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -56,11 +57,11 @@ func TestLinkdbRebuildDryRunListsFindings(t *testing.T) {
 	cfg, root, d := linkdbStorage(t)
 	ok, gone, old := digest.FromString("layer"), digest.FromString("gone"), digest.FromString("old")
 	put(t, d, map[string]string{
-		layout.BlobDataPath(ok):                                   "layer",
-		layout.LayerLinkPath("team/app", ok):                      ok.String(),
-		layout.LayerLinkPath("team/app", gone):                    gone.String(),
-		layout.BlobDataPath(old):                                  "old",
-		layout.ReverseLinkPath(old, "team/old", layout.LinkLayer): old.String(),
+		layout.BlobDataPath(ok):                                    "layer",
+		layout.LayerLinkPath("team/app", ok):                       ok.String(),
+		layout.LayerLinkPath("team/app", gone):                     gone.String(),
+		layout.BlobDataPath(old):                                   "old",
+		layout.ReverseLinkPath(old, "team/old", reclaim.LinkLayer): old.String(),
 	})
 	before := tree(t, root)
 	defer runLinkdbFlag(t, "rebuild", "dry-run", "false")
@@ -72,7 +73,7 @@ func TestLinkdbRebuildDryRunListsFindings(t *testing.T) {
 	for _, want := range []string{
 		"missing_reverse", layout.LayerLinkPath("team/app", ok),
 		"broken_forward", layout.LayerLinkPath("team/app", gone), brokenRemedy,
-		"stale_reverse", layout.ReverseLinkPath(old, "team/old", layout.LinkLayer),
+		"stale_reverse", layout.ReverseLinkPath(old, "team/old", reclaim.LinkLayer),
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("rebuild --dry-run does not list %q", want)
@@ -125,7 +126,7 @@ func TestLinkdbDoesNotPrintFilesOutsideRoot(t *testing.T) {
 		layout.LayerLinkPath("team/app", blob): blob.String(),
 	})
 	links := map[string]string{
-		"reverse": layout.ReverseLinkPath(blob, "team/app", layout.LinkLayer),
+		"reverse": layout.ReverseLinkPath(blob, "team/app", reclaim.LinkLayer),
 		"tag":     layout.TagCurrentPath("team/app", "v1"),
 		"forward": layout.LayerLinkPath("team/other", blob),
 	}

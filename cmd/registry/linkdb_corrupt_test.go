@@ -12,6 +12,7 @@ import (
 	distregistry "github.com/distribution/distribution/v3/registry"
 	"github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
@@ -77,7 +78,7 @@ func runRebuildJSON(t *testing.T, cfg string) (int, rebuildJSON) {
 func TestLinkdbRebuildRewritesGarbageReverseLink(t *testing.T) {
 	cfg, root, d := linkdbStorage(t)
 	blob := digest.FromString("layer")
-	rl := layout.ReverseLinkPath(blob, "team/app", layout.LinkLayer)
+	rl := layout.ReverseLinkPath(blob, "team/app", reclaim.LinkLayer)
 	put(t, d, map[string]string{
 		layout.BlobDataPath(blob):              "layer",
 		layout.LayerLinkPath("team/app", blob): blob.String(),
@@ -123,7 +124,7 @@ func TestLinkdbRebuildDamageIsNotMarkedComplete(t *testing.T) {
 				layout.BlobDataPath(blob):              "layer",
 				layout.LayerLinkPath("team/app", blob): blob.String(),
 			})
-			rl := filepath.Join(root, filepath.FromSlash(layout.ReverseLinkPath(blob, "team/app", layout.LinkLayer)))
+			rl := filepath.Join(root, filepath.FromSlash(layout.ReverseLinkPath(blob, "team/app", reclaim.LinkLayer)))
 			if err := os.MkdirAll(rl, 0o755); err != nil {
 				t.Fatal(err)
 			}

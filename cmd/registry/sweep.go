@@ -21,6 +21,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry"
 	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
@@ -227,7 +228,7 @@ func (sw *sweeper) found(ctx context.Context, d digest.Digest, e *blobEntry) boo
 			fmt.Fprintf(sw.stderr, "gc sweep: %s: %v\n", d, err)
 		}
 		st.decisions[dec.Reason.String()]++
-		if dec.Reason == gc.CheckFailed || dec.Reason == gc.DeleteFailed {
+		if dec.Reason == reclaim.ReasonCheckFailed || dec.Reason == reclaim.ReasonDeleteFailed {
 			st.failed++
 		}
 		if sw.o.verbose {

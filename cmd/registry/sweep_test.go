@@ -14,6 +14,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 	"github.com/reclaim-registry/reclaim/storage/tracker"
@@ -45,7 +46,7 @@ func newSweepFixture(t *testing.T) *sweepFixture {
 		return d
 	}
 	f.linked, f.queued, f.lost = put("linked"), put("queued"), put("lost when redis lost its data")
-	if err := linkdb.NewReverseLinks(raw).Put(ctx, f.linked, layout.RepoLink{Repo: "app", Kind: layout.LinkLayer}); err != nil {
+	if err := linkdb.NewReverseLinks(raw).Put(ctx, f.linked, reclaim.RepoLink{Repo: "app", Kind: reclaim.LinkLayer}); err != nil {
 		t.Fatal(err)
 	}
 	if err := linkdb.MarkLinkDBComplete(ctx, raw, time.Now().Add(-time.Hour)); err != nil {

@@ -28,6 +28,7 @@ import (
 	"strings"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // Prefix is where the registry serves the console.
@@ -92,7 +93,7 @@ type Config struct {
 	// Ranked returns the usage estimates of the n repositories ranked
 	// highest by ("reclaimable" or "exclusive") and how many are ranked.
 	// Nil: the console shows no ranking.
-	Ranked func(ctx context.Context, by string, n int) ([]gc.Usage, int64, error)
+	Ranked func(ctx context.Context, by string, n int) ([]reclaim.Usage, int64, error)
 	// Retention lists the newest stored retention plans. Nil when
 	// retention is off: the page says so.
 	Retention func(ctx context.Context) ([]RetentionRow, error)

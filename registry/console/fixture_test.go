@@ -14,8 +14,8 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
-	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
 
@@ -119,7 +119,7 @@ func (f *fixture) killedRun(t *testing.T, repo string) digest.Digest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = l.Progress(ctx, layout.RunProgress{Step: "blobs", Kind: "blob", Object: blob.String(), Deleting: true})
+	err = l.Progress(ctx, reclaim.RunProgress{Step: "blobs", Kind: "blob", Object: blob.String(), Deleting: true})
 	l.Unlock()
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // Overview is the state the overview page shows, read by the registry from
@@ -77,19 +78,20 @@ type RetentionRow struct {
 
 // runRow is one run in a list.
 type runRow struct {
-	ID, Repository, Status, Abort string
-	DryRun                        bool
-	Started                       time.Time
-	DurationMS                    int64
-	Manifests, Layers, Blobs      int
-	BytesFreed                    int64
-	Errors                        int
-	FirstError                    string
-	DiedIn                        string // the step an interrupted run died in
+	ID, Repository, Abort    string
+	Status                   reclaim.RunStatus
+	DryRun                   bool
+	Started                  time.Time
+	DurationMS               int64
+	Manifests, Layers, Blobs int
+	BytesFreed               int64
+	Errors                   int
+	FirstError               string
+	DiedIn                   string // the step an interrupted run died in
 }
 
 func rowOf(r *gc.Report) runRow {
-	row := runRow{ID: r.RunID, Repository: r.Repository, Status: string(r.Status), Abort: r.Abort, DryRun: r.DryRun,
+	row := runRow{ID: r.RunID, Repository: r.Repository, Status: r.Status, Abort: r.Abort, DryRun: r.DryRun,
 		Started: r.StartedAt, Manifests: len(r.ManifestsDeleted), Layers: len(r.LayersUnlinked),
 		Blobs: len(r.BlobsDeleted), BytesFreed: r.BytesFreed, Errors: len(r.Errors)}
 	if r.Interruption != nil {
@@ -111,8 +113,8 @@ func rowOf(r *gc.Report) runRow {
 // refused is a run that a precondition stopped, one that failed, or one
 // whose process died (interrupted): each needs a look.
 func (r runRow) refused() bool {
-	return r.Status == string(gc.StatusAborted) || r.Status == string(gc.StatusFailed) ||
-		r.Status == string(gc.StatusInterrupted)
+	return r.Status == reclaim.StatusAborted || r.Status == reclaim.StatusFailed ||
+		r.Status == reclaim.StatusInterrupted
 }
 
 // totals sums what real runs finished since a time deleted.
@@ -125,7 +127,7 @@ type totals struct {
 func sumSince(runs []*gc.Report, since time.Time) totals {
 	var t totals
 	for _, r := range runs {
-		if r.DryRun || r.Status == gc.StatusAborted || r.FinishedAt.Before(since) || r.FinishedAt.IsZero() {
+		if r.DryRun || r.Status == reclaim.StatusAborted || r.FinishedAt.Before(since) || r.FinishedAt.IsZero() {
 			continue
 		}
 		t.Runs++
@@ -180,13 +182,13 @@ func countReasons(rows []planRow) []reasonCount {
 type ranking struct {
 	Available bool
 	By        string
-	Rows      []gc.Usage
+	Rows      []reclaim.Usage
 	Ranked    int64
 	Sum       int64 // of the rows' reclaimable (or exclusive) bytes
 	Error     string
 }
 
-func rankingOf(rows []gc.Usage, ranked int64, by string, err error) ranking {
+func rankingOf(rows []reclaim.Usage, ranked int64, by string, err error) ranking {
 	r := ranking{Available: true, By: by, Rows: rows, Ranked: ranked}
 	if err != nil {
 		r.Error = err.Error()

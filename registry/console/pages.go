@@ -10,6 +10,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/crosssite"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // page is one page's template set: the layout and the page's content.
@@ -92,7 +93,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	for _, rep := range runs {
 		row := rowOf(rep)
 		row.ID = pull(row)
-		if rep.Status == gc.StatusRunning {
+		if rep.Status == reclaim.StatusRunning {
 			d.Running++
 		}
 		if len(d.Recent) < 10 {
@@ -123,13 +124,27 @@ func (h *Handler) runs(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		row.ID = pull(row)
-		if status == "" || row.Status == status || status == "refused" && row.refused() {
+		if status == "" || string(row.Status) == status || status == statusRefused && row.refused() {
 			rows = append(rows, row)
 		}
 	}
 	h.render(w, http.StatusOK, "runs", view{Title: "Runs", Nav: "runs", Refresh: 30,
 		Data: map[string]any{"Rows": rows, "Status": status, "Repository": repo, "Note": note,
-			"Statuses": []string{"running", "done", "aborted", "failed", "interrupted", "refused"}}})
+			"Statuses": statusFilters()}})
+}
+
+// statusRefused filters the runs list to the runs that need a look
+// (runRow.refused); it is the console's, not a run status.
+const statusRefused = "refused"
+
+// statusFilters are the choices of the runs list's status filter: every run
+// status, then statusRefused.
+func statusFilters() []string {
+	var out []string
+	for _, s := range reclaim.RunStatuses() {
+		out = append(out, string(s))
+	}
+	return append(out, statusRefused)
 }
 
 // pullable returns the id a list may show for a run: its own when the

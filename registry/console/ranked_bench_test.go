@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/console"
-	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
@@ -33,7 +33,7 @@ func BenchmarkConsoleRanked10k(b *testing.B) {
 	names := make([]string, repos)
 	for i := range repos {
 		names[i] = fmt.Sprintf("org%02d/repo%05d", i%50, i)
-		u := layout.Usage{Repository: names[i], ReclaimableBytes: int64(i * 7919 % 1000003), ExclusiveBytes: int64(i * 104729 % 10000019),
+		u := reclaim.Usage{Repository: names[i], ReclaimableBytes: int64(i * 7919 % 1000003), ExclusiveBytes: int64(i * 104729 % 10000019),
 			Blobs: 12, ExclusiveBlobs: 9, SharedBlobs: 3, Manifests: 4, ComputedAt: time.Now().Add(-time.Duration(i) * time.Second),
 			LinkDBComplete: true, Blockers: []string{}}
 		if err := store.PutUsage(ctx, u, false); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // The storage tree, as Distribution lays it out, plus what Reclaim adds (+):
@@ -104,17 +105,17 @@ type Path struct {
 	Digest   digest.Digest
 	Referrer digest.Digest
 	Tag      string
-	LinkKind LinkKind
+	LinkKind reclaim.LinkKind
 	Sub      string
 }
 
 // LinkSet returns the forward link set a (forward or reverse) link path belongs to.
-func (p Path) LinkSet() LinkKind {
+func (p Path) LinkSet() reclaim.LinkKind {
 	switch p.Kind {
 	case KindLayerLink, KindLayerLinkDir:
-		return LinkLayer
+		return reclaim.LinkLayer
 	case KindRevisionLink, KindRevisionLinkDir:
-		return LinkManifest
+		return reclaim.LinkManifest
 	case KindReverseLink:
 		return p.LinkKind
 	}
@@ -171,7 +172,7 @@ func BlobDataPath(d digest.Digest) string { return BlobDir(d) + "/data" }
 func ReverseLinksDir(d digest.Digest) string { return BlobDir(d) + "/_repositories" }
 
 // ReverseLinkPath is the reverse link "repo has a k link to blob d".
-func ReverseLinkPath(d digest.Digest, repo string, k LinkKind) string {
+func ReverseLinkPath(d digest.Digest, repo string, k reclaim.LinkKind) string {
 	return ReverseLinksDir(d) + "/" + repo + "/" + string(k) + "/link"
 }
 
@@ -212,8 +213,8 @@ func RevisionLinkPath(repo string, d digest.Digest) string {
 func RevisionDir(repo string, d digest.Digest) string { return path.Dir(RevisionLinkPath(repo, d)) }
 
 // ForwardLinkPath is the forward link that reverse link (d, repo, k) mirrors.
-func ForwardLinkPath(repo string, d digest.Digest, k LinkKind) string {
-	if k == LinkManifest {
+func ForwardLinkPath(repo string, d digest.Digest, k reclaim.LinkKind) string {
+	if k == reclaim.LinkManifest {
 		return RevisionLinkPath(repo, d)
 	}
 	return LayerLinkPath(repo, d)
@@ -339,9 +340,9 @@ func classifyBlob(c []string) Path {
 	case len(rest) == 1 && rest[0] == "data":
 		return Path{Kind: KindBlobData, Digest: d}
 	case len(rest) >= 4 && rest[0] == "_repositories" && rest[len(rest)-1] == "link":
-		k := LinkKind(rest[len(rest)-2])
+		k := reclaim.LinkKind(rest[len(rest)-2])
 		repo := strings.Join(rest[1:len(rest)-2], "/")
-		if (k != LinkLayer && k != LinkManifest) || !ValidRepo(repo) {
+		if (k != reclaim.LinkLayer && k != reclaim.LinkManifest) || !ValidRepo(repo) {
 			return Path{}
 		}
 		return Path{Kind: KindReverseLink, Digest: d, Repo: repo, LinkKind: k}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 const hexA = "a3ed95caeb02ffe68cdd9fd84406680ae93d633cb16422d00e8a7c22955b46d4"
@@ -34,8 +35,8 @@ func TestClassifyDistributionLayout(t *testing.T) {
 		{"/docker/registry/v2/repositories/foo/bar/_layers", Path{Kind: KindRepositoryDir, Repo: "foo/bar", Sub: "_layers"}},
 		{"/docker/registry/v2/repositories/foo/bar/_manifests", Path{Kind: KindRepositoryDir, Repo: "foo/bar", Sub: "_manifests"}},
 		{"/docker/registry/v2/repositories/foo/bar/_manifests/revisions", Path{Kind: KindRepositoryDir, Repo: "foo/bar", Sub: "_manifests/revisions"}},
-		{"/docker/registry/v2/blobs/sha256/a3/" + hexA + "/_repositories/foo/bar/_layers/link", Path{Kind: KindReverseLink, Repo: "foo/bar", Digest: dA, LinkKind: LinkLayer}},
-		{"/docker/registry/v2/blobs/sha256/a3/" + hexA + "/_repositories/x/_manifests/link", Path{Kind: KindReverseLink, Repo: "x", Digest: dA, LinkKind: LinkManifest}},
+		{"/docker/registry/v2/blobs/sha256/a3/" + hexA + "/_repositories/foo/bar/_layers/link", Path{Kind: KindReverseLink, Repo: "foo/bar", Digest: dA, LinkKind: reclaim.LinkLayer}},
+		{"/docker/registry/v2/blobs/sha256/a3/" + hexA + "/_repositories/x/_manifests/link", Path{Kind: KindReverseLink, Repo: "x", Digest: dA, LinkKind: reclaim.LinkManifest}},
 		{"/docker/registry/v2/repositories/r/_manifests/referrers/sha256/" + hexA + "/sha256/" + hexA + "/link", Path{Kind: KindReferrerLink, Repo: "r", Digest: dA, Referrer: dA}},
 		// Not ours to interpret: malformed or foreign paths are KindOther.
 		{"/docker/registry/v2/blobs/sha256/ff/" + hexA + "/data", Path{}},
@@ -59,7 +60,7 @@ func TestBuildersRoundTrip(t *testing.T) {
 	repo := "library/ubuntu"
 	for _, p := range []string{
 		BlobDataPath(dA), BlobDir(dA), LayerLinkPath(repo, dA), RevisionLinkPath(repo, dA),
-		ReverseLinkPath(dA, repo, LinkLayer), ReverseLinkPath(dA, repo, LinkManifest),
+		ReverseLinkPath(dA, repo, reclaim.LinkLayer), ReverseLinkPath(dA, repo, reclaim.LinkManifest),
 		TagCurrentPath(repo, "v1"), TagIndexPath(repo, "v1", dA), ReferrerLinkPath(repo, dA, dA),
 	} {
 		c := Classify(p)
@@ -77,7 +78,7 @@ func TestBuildersRoundTrip(t *testing.T) {
 func FuzzClassify(f *testing.F) {
 	for _, s := range []string{
 		BlobDataPath(dA), BlobDir(dA), LayerLinkPath("a/b", dA), RevisionLinkPath("a", dA),
-		ReverseLinkPath(dA, "a/b/c", LinkLayer), TagCurrentPath("a", "latest"), TagIndexPath("a", "t", dA),
+		ReverseLinkPath(dA, "a/b/c", reclaim.LinkLayer), TagCurrentPath("a", "latest"), TagIndexPath("a", "t", dA),
 		ReferrerLinkPath("a", dA, dA), RepositoryPath("a/b") + "/_manifests/revisions",
 		"/docker/registry/v2/repositories/a/_uploads/x/data", "/docker/registry/v2/blobs/sha256/a3//data",
 		"/docker/registry/v2/repositories//_layers", "/docker/registry/v2/blobs/x",
@@ -116,8 +117,8 @@ func FuzzBuildersClassify(f *testing.F) {
 		}{
 			{LayerLinkPath(repo, d), KindLayerLink},
 			{RevisionLinkPath(repo, d), KindRevisionLink},
-			{ReverseLinkPath(d, repo, LinkLayer), KindReverseLink},
-			{ReverseLinkPath(d, repo, LinkManifest), KindReverseLink},
+			{ReverseLinkPath(d, repo, reclaim.LinkLayer), KindReverseLink},
+			{ReverseLinkPath(d, repo, reclaim.LinkManifest), KindReverseLink},
 		} {
 			c := Classify(tc.p)
 			if c.Kind != tc.kind || c.Repo != repo || c.Digest != d {

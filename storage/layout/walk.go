@@ -2,7 +2,10 @@ package layout
 
 import (
 	"context"
+	"errors"
+	"path"
 	"sort"
+	"strings"
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
@@ -200,4 +203,40 @@ func tolerantWalk(ctx context.Context, d storagedriver.StorageDriver, from strin
 			tolerantWalk(ctx, d, c, f, onErr)
 		}
 	}
+}
+
+// Repositories lists up to n repository names after last (by path
+// component, the order Distribution's catalog uses), walking the storage
+// tree and stopping once it has n: a page costs what the page holds, not
+// what the registry holds.
+func Repositories(ctx context.Context, d storagedriver.StorageDriver, last string, n int) ([]string, error) {
+	var hint string
+	if last != "" {
+		hint = ManifestsDir(last)
+	}
+	var out []string
+	err := d.Walk(ctx, RepositoriesRoot, func(fi storagedriver.FileInfo) error {
+		repo := strings.TrimPrefix(fi.Path(), RepositoriesRoot+"/")
+		_, file := path.Split(repo)
+		if !strings.HasPrefix(file, "_") {
+			return nil
+		}
+		if repo = strings.TrimSuffix(repo, "/_manifests"); file == "_manifests" && after(repo, last) {
+			out = append(out, repo)
+			if len(out) == n {
+				return storagedriver.ErrFilledBuffer
+			}
+		}
+		return storagedriver.ErrSkipDir
+	}, storagedriver.WithStartAfterHint(hint))
+	if err != nil && !errors.Is(err, storagedriver.ErrFilledBuffer) && !IsNotFound(err) {
+		return out, err
+	}
+	return out, nil
+}
+
+// after orders repository names as the walk does: path component by
+// component.
+func after(repo, last string) bool {
+	return last == "" || strings.ReplaceAll(repo, "/", "\x00") > strings.ReplaceAll(last, "/", "\x00")
 }

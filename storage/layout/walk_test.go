@@ -11,6 +11,7 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // failingList fails List of chosen directories; its Walk lists one
@@ -83,11 +84,11 @@ func TestWalkShardGroupsByBlob(t *testing.T) {
 	a, b, c := blobIn("aa", '1'), blobIn("aa", '2'), blobIn("bb", '3')
 	mem := inmemory.New()
 	put(t, mem, map[string]string{
-		BlobDataPath(a):                            "data of a",
-		ReverseLinkPath(a, "app", LinkLayer):       a.String(),
-		ReverseLinkPath(a, "team/x", LinkManifest): a.String(),
-		ReverseLinkPath(b, "app", LinkLayer):       b.String(), // no data
-		BlobDataPath(c):                            "c",
+		BlobDataPath(a): "data of a",
+		ReverseLinkPath(a, "app", reclaim.LinkLayer):       a.String(),
+		ReverseLinkPath(a, "team/x", reclaim.LinkManifest): a.String(),
+		ReverseLinkPath(b, "app", reclaim.LinkLayer):       b.String(), // no data
+		BlobDataPath(c): "c",
 		// Not Reclaim's or Distribution's: ignored, the blob still counted.
 		ReverseLinksDir(c) + "/app/_other/link": "x",
 		BlobsRoot + "/sha256/bb/nothex/data":    "x",
@@ -110,15 +111,15 @@ func TestWalkShardIsolatesAnUnreadableDirectory(t *testing.T) {
 	a, b, c := blobIn("aa", '1'), blobIn("aa", '2'), blobIn("bb", '3')
 	mem := inmemory.New()
 	put(t, mem, map[string]string{
-		BlobDataPath(a):                      "a",
-		ReverseLinkPath(a, "x", LinkLayer):   a.String(),
-		ReverseLinkPath(a, "y", LinkLayer):   a.String(),
-		BlobDataPath(b):                      "b",
-		BlobDataPath(c):                      "c",
-		ReverseLinkPath(c, "x", LinkLayer):   c.String(),
-		ReverseLinkPath(c, "app", LinkLayer): c.String(),
+		BlobDataPath(a): "a",
+		ReverseLinkPath(a, "x", reclaim.LinkLayer): a.String(),
+		ReverseLinkPath(a, "y", reclaim.LinkLayer): a.String(),
+		BlobDataPath(b): "b",
+		BlobDataPath(c): "c",
+		ReverseLinkPath(c, "x", reclaim.LinkLayer):   c.String(),
+		ReverseLinkPath(c, "app", reclaim.LinkLayer): c.String(),
 	})
-	unreadable := path.Dir(ReverseLinkPath(a, "y", LinkLayer))
+	unreadable := path.Dir(ReverseLinkPath(a, "y", reclaim.LinkLayer))
 	d := failingList{StorageDriver: mem, fail: func(dir string) bool {
 		return dir == unreadable || dir == path.Dir(BlobDir(c))
 	}}

@@ -10,6 +10,7 @@ import (
 	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb/internal/gen"
 )
@@ -69,7 +70,7 @@ func TestUnreadableReverseLinksNeverLookUnreferenced(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := mem.PutContent(ctx, layout.ReverseLinkPath(orphan, "gone", layout.LinkLayer), []byte(orphan)); err != nil {
+	if err := mem.PutContent(ctx, layout.ReverseLinkPath(orphan, "gone", reclaim.LinkLayer), []byte(orphan)); err != nil {
 		t.Fatal(err)
 	}
 	unreadable := layout.ReverseLinksDir(orphan)
@@ -107,7 +108,7 @@ func TestUnreadableReverseLinksNeverLookUnreferenced(t *testing.T) {
 	if res.Counts[Unreadable] == 0 || !res.Complete {
 		t.Errorf("rebuild: %+v", res)
 	}
-	if _, err := mem.Stat(ctx, layout.ReverseLinkPath(orphan, "gone", layout.LinkLayer)); err != nil {
+	if _, err := mem.Stat(ctx, layout.ReverseLinkPath(orphan, "gone", reclaim.LinkLayer)); err != nil {
 		t.Errorf("rebuild removed a reverse link it could not list properly: %v", err)
 	}
 }
@@ -150,7 +151,7 @@ func TestUnreadableRepositoryMakesRebuildIncomplete(t *testing.T) {
 	}
 	// the corrupt link's path still names its blob: it got its reverse link.
 	c := layout.Classify(corrupt)
-	if ok, err := NewReverseLinks(mem).Has(ctx, c.Digest, layout.RepoLink{Repo: c.Repo, Kind: layout.LinkLayer}); !ok || err != nil {
+	if ok, err := NewReverseLinks(mem).Has(ctx, c.Digest, reclaim.RepoLink{Repo: c.Repo, Kind: reclaim.LinkLayer}); !ok || err != nil {
 		t.Errorf("corrupt link %s got no reverse link: %v %v", corrupt, ok, err)
 	}
 
@@ -188,7 +189,7 @@ func TestWalkFailureInsideABlobDeliversEachReverseLinkOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, repo := range []string{"a", "b"} { // both stale: no forward links
-		if err := mem.PutContent(ctx, layout.ReverseLinkPath(b, repo, layout.LinkLayer), []byte(b)); err != nil {
+		if err := mem.PutContent(ctx, layout.ReverseLinkPath(b, repo, reclaim.LinkLayer), []byte(b)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
@@ -14,7 +14,7 @@ import (
 // link can be removed without racing a push. An error (recently accessed,
 // already fenced, Redis down) means: do not remove.
 type Fencer interface {
-	FenceLink(ctx context.Context, link layout.Object) (release func(), err error)
+	FenceLink(ctx context.Context, link reclaim.Object) (release func(), err error)
 }
 
 // TrackerFencer fences links through the access tracker the middleware
@@ -30,7 +30,7 @@ type trackerFencer struct {
 	window, lease time.Duration
 }
 
-func (f trackerFencer) FenceLink(ctx context.Context, link layout.Object) (func(), error) {
+func (f trackerFencer) FenceLink(ctx context.Context, link reclaim.Object) (func(), error) {
 	fe, err := f.t.Fence(ctx, link, f.window, f.lease)
 	if err != nil {
 		return nil, err

@@ -9,7 +9,7 @@ import (
 	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -20,9 +20,9 @@ func sharedBlob(t *testing.T, n int, repo string) (*storagetest.WalkCounter, *Re
 	d := &storagetest.WalkCounter{StorageDriver: inmemory.New()}
 	rl := NewReverseLinks(d)
 	b := digest.FromString("shared base layer")
-	links := []layout.RepoLink{{Repo: repo, Kind: layout.LinkLayer}, {Repo: repo, Kind: layout.LinkManifest}}
+	links := []reclaim.RepoLink{{Repo: repo, Kind: reclaim.LinkLayer}, {Repo: repo, Kind: reclaim.LinkManifest}}
 	for i := range n {
-		links = append(links, layout.RepoLink{Repo: fmt.Sprintf("team/r%04d", i), Kind: layout.LinkLayer})
+		links = append(links, reclaim.RepoLink{Repo: fmt.Sprintf("team/r%04d", i), Kind: reclaim.LinkLayer})
 	}
 	for _, l := range links {
 		if err := rl.Put(ctx, b, l); err != nil {
@@ -44,7 +44,7 @@ func TestListForStopsAtTheFirstOtherRepository(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []layout.RepoLink{{Repo: "app", Kind: layout.LinkLayer}, {Repo: "app", Kind: layout.LinkManifest}, {Repo: "team/r0000", Kind: layout.LinkLayer}}
+		want := []reclaim.RepoLink{{Repo: "app", Kind: reclaim.LinkLayer}, {Repo: "app", Kind: reclaim.LinkManifest}, {Repo: "team/r0000", Kind: reclaim.LinkLayer}}
 		if !slices.Equal(got, want) {
 			t.Fatalf("n=%d: ListFor = %v, want %v", n, got, want)
 		}
@@ -71,13 +71,13 @@ func TestListForDecidesAsList(t *testing.T) {
 	ctx := context.Background()
 	d := &storagetest.WalkCounter{StorageDriver: inmemory.New()}
 	rl := NewReverseLinks(d)
-	sets := [][]layout.RepoLink{
+	sets := [][]reclaim.RepoLink{
 		nil,
-		{{Repo: "app", Kind: layout.LinkLayer}},
-		{{Repo: "app", Kind: layout.LinkLayer}, {Repo: "app", Kind: layout.LinkManifest}},
-		{{Repo: "zz/last", Kind: layout.LinkManifest}},
-		{{Repo: "a", Kind: layout.LinkLayer}, {Repo: "app", Kind: layout.LinkManifest}, {Repo: "app/sub", Kind: layout.LinkLayer}},
-		{{Repo: "app/sub", Kind: layout.LinkLayer}, {Repo: "apps", Kind: layout.LinkLayer}},
+		{{Repo: "app", Kind: reclaim.LinkLayer}},
+		{{Repo: "app", Kind: reclaim.LinkLayer}, {Repo: "app", Kind: reclaim.LinkManifest}},
+		{{Repo: "zz/last", Kind: reclaim.LinkManifest}},
+		{{Repo: "a", Kind: reclaim.LinkLayer}, {Repo: "app", Kind: reclaim.LinkManifest}, {Repo: "app/sub", Kind: reclaim.LinkLayer}},
+		{{Repo: "app/sub", Kind: reclaim.LinkLayer}, {Repo: "apps", Kind: reclaim.LinkLayer}},
 	}
 	for i, set := range sets {
 		b := digest.FromString(fmt.Sprint("blob ", i))
@@ -102,6 +102,6 @@ func TestListForDecidesAsList(t *testing.T) {
 	}
 }
 
-func others(ls []layout.RepoLink, repo string) bool {
-	return slices.ContainsFunc(ls, func(l layout.RepoLink) bool { return l.Repo != repo })
+func others(ls []reclaim.RepoLink, repo string) bool {
+	return slices.ContainsFunc(ls, func(l reclaim.RepoLink) bool { return l.Repo != repo })
 }

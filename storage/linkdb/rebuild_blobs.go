@@ -5,6 +5,7 @@ import (
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -56,7 +57,7 @@ func (r *rebuild) reverseLink(ctx context.Context, fi storagedriver.FileInfo, p 
 	switch {
 	case err == nil:
 	case layout.IsNotFound(err):
-		r.removeStale(ctx, stale{kind: StaleReverse, link: layout.Object{Blob: p.Digest, Repo: p.Repo, Kind: p.LinkKind},
+		r.removeStale(ctx, stale{kind: StaleReverse, link: reclaim.Object{Blob: p.Digest, Repo: p.Repo, Kind: p.LinkKind},
 			forward: fwd, victim: fi.Path(), modTime: fi.ModTime()})
 	default:
 		r.f.add(Problem{Kind: Unreadable, Path: fwd, Repo: p.Repo, Digest: p.Digest, Detail: err.Error()})

@@ -8,6 +8,7 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -76,7 +77,7 @@ func (r *rebuild) referrerEntry(ctx context.Context, repo string, l referrerLink
 	switch {
 	case err == nil:
 	case layout.IsNotFound(err):
-		r.removeStale(ctx, stale{kind: StaleReferrer, link: layout.Object{Blob: l.Referrer, Repo: repo, Kind: layout.LinkManifest},
+		r.removeStale(ctx, stale{kind: StaleReferrer, link: reclaim.Object{Blob: l.Referrer, Repo: repo, Kind: reclaim.LinkManifest},
 			forward: rev, victim: l.Path, modTime: l.Info.ModTime(),
 			remove: func(ctx context.Context) error { return r.referrers.Remove(ctx, repo, l.Subject, l.Referrer) }})
 	default:
@@ -111,7 +112,7 @@ func (r *rebuild) forwardLink(ctx context.Context, l forwardLink) bool {
 		// same: it does not make the database incomplete (ErrBroken).
 		return ok && p.Kind == BrokenForward
 	}
-	if l.Kind == layout.LinkManifest && bad == "" {
+	if l.Kind == reclaim.LinkManifest && bad == "" {
 		ok = r.referrer(ctx, l, fi) && ok
 	}
 	return ok
@@ -121,7 +122,7 @@ func (r *rebuild) forwardLink(ctx context.Context, l forwardLink) bool {
 // content (what ReverseLinks.Ensure does, with a dry run and each case
 // counted or reported; a dry run lists the missing ones as verify does). It returns false when it could not, or found damage.
 func (r *rebuild) reverseOf(ctx context.Context, l forwardLink) bool {
-	rl := layout.RepoLink{Repo: l.Repo, Kind: l.Kind}
+	rl := reclaim.RepoLink{Repo: l.Repo, Kind: l.Kind}
 	rp := layout.ReverseLinkPath(l.Blob, l.Repo, l.Kind)
 	st, err := r.links.Look(ctx, l.Blob, rl)
 	switch st {
@@ -156,7 +157,7 @@ func (r *rebuild) reverseOf(ctx context.Context, l forwardLink) bool {
 }
 
 // put writes reverse link (blob, l), unless dry-run.
-func (r *rebuild) put(ctx context.Context, blob digest.Digest, l layout.RepoLink, what string) bool {
+func (r *rebuild) put(ctx context.Context, blob digest.Digest, l reclaim.RepoLink, what string) bool {
 	if r.opts.DryRun {
 		return true
 	}

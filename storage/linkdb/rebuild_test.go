@@ -15,6 +15,7 @@ import (
 	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb/internal/gen"
 )
@@ -124,8 +125,8 @@ type fakeTracker struct {
 	mu       sync.Mutex
 	window   time.Duration
 	now      time.Time
-	touched  map[layout.Object]time.Time
-	fenced   map[layout.Object]bool
+	touched  map[reclaim.Object]time.Time
+	fenced   map[reclaim.Object]bool
 	released chan struct{} // closed, and replaced, when a fence is released
 	refused  atomic.Int64
 	// onRefuse, if set, is told each Touch the fence refuses.
@@ -133,8 +134,8 @@ type fakeTracker struct {
 }
 
 func newTracker(window time.Duration) *fakeTracker {
-	return &fakeTracker{window: window, now: time.Unix(0, 0), touched: map[layout.Object]time.Time{},
-		fenced: map[layout.Object]bool{}, released: make(chan struct{})}
+	return &fakeTracker{window: window, now: time.Unix(0, 0), touched: map[reclaim.Object]time.Time{},
+		fenced: map[reclaim.Object]bool{}, released: make(chan struct{})}
 }
 
 var errFenced = errors.New("fenced")
@@ -148,7 +149,7 @@ func (t *fakeTracker) Advance(d time.Duration) {
 
 // Touch records an access of link, unless it is fenced. wait is closed once
 // a fence is released, for a refused caller to try again.
-func (t *fakeTracker) Touch(link layout.Object) (wait <-chan struct{}, err error) {
+func (t *fakeTracker) Touch(link reclaim.Object) (wait <-chan struct{}, err error) {
 	t.mu.Lock()
 	t.now = t.now.Add(time.Millisecond)
 	if t.fenced[link] {
@@ -165,7 +166,7 @@ func (t *fakeTracker) Touch(link layout.Object) (wait <-chan struct{}, err error
 	return nil, nil
 }
 
-func (t *fakeTracker) FenceLink(_ context.Context, link layout.Object) (func(), error) {
+func (t *fakeTracker) FenceLink(_ context.Context, link reclaim.Object) (func(), error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.now = t.now.Add(time.Millisecond)
@@ -185,8 +186,8 @@ func (t *fakeTracker) FenceLink(_ context.Context, link layout.Object) (func(), 
 	}, nil
 }
 
-func layerLink(repo string, blob digest.Digest) layout.Object {
-	return layout.Object{Blob: blob, Repo: repo, Kind: layout.LinkLayer}
+func layerLink(repo string, blob digest.Digest) reclaim.Object {
+	return reclaim.Object{Blob: blob, Repo: repo, Kind: reclaim.LinkLayer}
 }
 
 // link is the middleware's order for a forward link write: touch + fence
@@ -200,7 +201,7 @@ func link(ctx context.Context, d storagedriver.StorageDriver, tr *fakeTracker, r
 		}
 		<-wait
 	}
-	if err := d.PutContent(ctx, layout.ReverseLinkPath(blob, repo, layout.LinkLayer), []byte(blob)); err != nil {
+	if err := d.PutContent(ctx, layout.ReverseLinkPath(blob, repo, reclaim.LinkLayer), []byte(blob)); err != nil {
 		return err
 	}
 	return d.PutContent(ctx, layout.LayerLinkPath(repo, blob), []byte(blob))
@@ -294,7 +295,7 @@ func TestRebuildStaleRemovalRacesRelink(t *testing.T) {
 			t.Fatal(err)
 		}
 		// stale: reverse link only
-		if err := d.PutContent(ctx, layout.ReverseLinkPath(blob, repo, layout.LinkLayer), []byte(blob)); err != nil {
+		if err := d.PutContent(ctx, layout.ReverseLinkPath(blob, repo, reclaim.LinkLayer), []byte(blob)); err != nil {
 			t.Fatal(err)
 		}
 		return d
@@ -375,7 +376,7 @@ func TestRebuildInterruptedInBlobPhase(t *testing.T) {
 	// stale reverse links spread over the shards, for the blob phase to remove
 	for i := range 40 {
 		b := digest.FromString(fmt.Sprintf("stale %d", i))
-		if err := d.PutContent(ctx, layout.ReverseLinkPath(b, "gone", layout.LinkLayer), []byte(b)); err != nil {
+		if err := d.PutContent(ctx, layout.ReverseLinkPath(b, "gone", reclaim.LinkLayer), []byte(b)); err != nil {
 			t.Fatal(err)
 		}
 	}

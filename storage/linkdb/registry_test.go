@@ -14,6 +14,7 @@ import (
 	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
@@ -209,7 +210,7 @@ func testVerifyFindsEachBreakage(t *testing.T, p pushed) {
 		fixed bool // an offline rebuild repairs it
 	}{
 		{"reverse link deleted", func(d storagedriver.StorageDriver) error {
-			return d.Delete(ctx, layout.ReverseLinkPath(p.layer, "app", layout.LinkLayer))
+			return d.Delete(ctx, layout.ReverseLinkPath(p.layer, "app", reclaim.LinkLayer))
 		}, linkdb.MissingReverse, linkdb.ExitDataLoss, true},
 		{"forward link deleted", func(d storagedriver.StorageDriver) error {
 			return d.Delete(ctx, layout.LayerLinkPath("team/tool", p.shared))
@@ -224,7 +225,7 @@ func testVerifyFindsEachBreakage(t *testing.T, p pushed) {
 			return d.PutContent(ctx, layout.LayerLinkPath("app", p.layer), []byte("sha256:nothex"))
 		}, linkdb.Corrupt, linkdb.ExitDataLoss, false},
 		{"reverse link content corrupt", func(d storagedriver.StorageDriver) error {
-			return d.PutContent(ctx, layout.ReverseLinkPath(p.layer, "app", layout.LinkLayer), []byte("\x00garbage"))
+			return d.PutContent(ctx, layout.ReverseLinkPath(p.layer, "app", reclaim.LinkLayer), []byte("\x00garbage"))
 		}, linkdb.Corrupt, linkdb.ExitDataLoss, false},
 		{"referrer revision gone", func(d storagedriver.StorageDriver) error {
 			return d.Delete(ctx, layout.RevisionLinkPath("app", p.artifact))
@@ -293,7 +294,7 @@ func testKeepsStaleWithoutFenceOrOffline(t *testing.T, p pushed) {
 		if res.Counts[linkdb.StaleReverse] != 1 {
 			t.Errorf("%+v: stale not reported: %+v", opts, res.Counts)
 		}
-		if _, err := d.Stat(ctx, layout.ReverseLinkPath(p.shared, "team/tool", layout.LinkLayer)); err != nil {
+		if _, err := d.Stat(ctx, layout.ReverseLinkPath(p.shared, "team/tool", reclaim.LinkLayer)); err != nil {
 			t.Fatalf("%+v removed the stale reverse link: %v", opts, err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -34,12 +35,12 @@ func NewReverseLinks(d storagedriver.StorageDriver) *ReverseLinks {
 var ErrMalformedLink = errors.New("storage: malformed reverse link")
 
 // reverseLinkOf returns the link p is the reverse link path of, for blob.
-func reverseLinkOf(blob digest.Digest, p string) (layout.RepoLink, bool) {
+func reverseLinkOf(blob digest.Digest, p string) (reclaim.RepoLink, bool) {
 	c := layout.Classify(p)
 	if c.Kind != layout.KindReverseLink || c.Digest != blob {
-		return layout.RepoLink{}, false
+		return reclaim.RepoLink{}, false
 	}
-	return layout.RepoLink{Repo: c.Repo, Kind: c.LinkKind}, true
+	return reclaim.RepoLink{Repo: c.Repo, Kind: c.LinkKind}, true
 }
 
 // List returns every repository link recorded for blob, sorted. A blob with
@@ -53,8 +54,8 @@ func reverseLinkOf(blob digest.Digest, p string) (layout.RepoLink, bool) {
 // file is returned with Problem set, never skipped: a directory, or a
 // "<kind>/link" entry that the listing of its directory shows and Stat does
 // not (a dangling symlink, which the driver's Walk silently leaves out).
-func (r *ReverseLinks) List(ctx context.Context, blob digest.Digest) ([]layout.RepoLink, error) {
-	return r.list(ctx, blob, func(layout.RepoLink) bool { return false })
+func (r *ReverseLinks) List(ctx context.Context, blob digest.Digest) ([]reclaim.RepoLink, error) {
+	return r.list(ctx, blob, func(reclaim.RepoLink) bool { return false })
 }
 
 // ListFor returns what decides whether repo may let blob go. When another
@@ -64,17 +65,17 @@ func (r *ReverseLinks) List(ctx context.Context, blob digest.Digest) ([]layout.R
 // and the cost does not grow with the number of repositories that link it.
 // Otherwise it returns every link, as List. With repo "" it stops at the
 // first link of any repository.
-func (r *ReverseLinks) ListFor(ctx context.Context, blob digest.Digest, repo string) ([]layout.RepoLink, error) {
-	return r.list(ctx, blob, func(l layout.RepoLink) bool { return l.Repo != repo })
+func (r *ReverseLinks) ListFor(ctx context.Context, blob digest.Digest, repo string) ([]reclaim.RepoLink, error) {
+	return r.list(ctx, blob, func(l reclaim.RepoLink) bool { return l.Repo != repo })
 }
 
 // list walks blob's reverse links until stop says a link found is enough.
-func (r *ReverseLinks) list(ctx context.Context, blob digest.Digest, stop func(layout.RepoLink) bool) ([]layout.RepoLink, error) {
+func (r *ReverseLinks) list(ctx context.Context, blob digest.Digest, stop func(reclaim.RepoLink) bool) ([]reclaim.RepoLink, error) {
 	if err := blob.Validate(); err != nil {
 		return nil, fmt.Errorf("reverse links of %q: %w", blob, err)
 	}
-	found := map[layout.RepoLink]string{} // link (without Problem) -> problem
-	kindDirs := map[layout.RepoLink]bool{}
+	found := map[reclaim.RepoLink]string{} // link (without Problem) -> problem
+	kindDirs := map[reclaim.RepoLink]bool{}
 	err := r.driver.Walk(ctx, layout.ReverseLinksDir(blob), func(fi storagedriver.FileInfo) error {
 		p := fi.Path()
 		l, ok := reverseLinkOf(blob, p)
@@ -113,7 +114,7 @@ func (r *ReverseLinks) list(ctx context.Context, blob digest.Digest, stop func(l
 			found[l] = problem
 		}
 	}
-	out := make([]layout.RepoLink, 0, len(found))
+	out := make([]reclaim.RepoLink, 0, len(found))
 	for l, problem := range found {
 		l.Problem = problem
 		out = append(out, l)
@@ -133,7 +134,7 @@ func (r *ReverseLinks) list(ctx context.Context, blob digest.Digest, stop func(l
 // probe looks at the link path of l by listing its directory. present is
 // false when the listing has no link entry (a write in flight, an
 // interrupted delete) or the directory is gone.
-func (r *ReverseLinks) probe(ctx context.Context, blob digest.Digest, l layout.RepoLink) (present bool, problem string, err error) {
+func (r *ReverseLinks) probe(ctx context.Context, blob digest.Digest, l reclaim.RepoLink) (present bool, problem string, err error) {
 	present, _, problem, err = layout.Probe(ctx, r.driver, layout.ReverseLinkPath(blob, l.Repo, l.Kind))
 	return present, problem, err
 }
@@ -160,7 +161,7 @@ const (
 // state but LinkPresent and LinkMissing comes with an error: one wrapping
 // ErrMalformedLink for bad content or a directory, the read's own error
 // for LinkUnreadable.
-func (r *ReverseLinks) Look(ctx context.Context, blob digest.Digest, l layout.RepoLink) (LinkState, error) {
+func (r *ReverseLinks) Look(ctx context.Context, blob digest.Digest, l reclaim.RepoLink) (LinkState, error) {
 	p := layout.ReverseLinkPath(blob, l.Repo, l.Kind)
 	b, err := r.driver.GetContent(ctx, p)
 	if layout.IsNotFound(err) {
@@ -185,7 +186,7 @@ func (r *ReverseLinks) Look(ctx context.Context, blob digest.Digest, l layout.Re
 // link path. Anything else there (a directory, other content) is an error
 // wrapping ErrMalformedLink, and a failed read is an error too: neither may
 // be taken for "absent".
-func (r *ReverseLinks) Has(ctx context.Context, blob digest.Digest, l layout.RepoLink) (bool, error) {
+func (r *ReverseLinks) Has(ctx context.Context, blob digest.Digest, l reclaim.RepoLink) (bool, error) {
 	st, err := r.Look(ctx, blob, l)
 	return st == LinkPresent, err
 }
@@ -202,7 +203,7 @@ func (r *ReverseLinks) Has(ctx context.Context, blob digest.Digest, l layout.Rep
 // left alone and returned as an error wrapping ErrMalformedLink: no single
 // write replaces it, and removing it first would leave the forward link
 // without its reverse link.
-func (r *ReverseLinks) Ensure(ctx context.Context, blob digest.Digest, l layout.RepoLink) (LinkState, error) {
+func (r *ReverseLinks) Ensure(ctx context.Context, blob digest.Digest, l reclaim.RepoLink) (LinkState, error) {
 	if err := checkLink(blob, l); err != nil {
 		return LinkUnreadable, err
 	}
@@ -238,7 +239,7 @@ func describe(b []byte) string {
 // Put records that l.Repo links blob. It is idempotent, and it replaces
 // whatever file is at the link path (PutContent writes atomically on every
 // driver), so it also repairs a reverse link with bad content.
-func (r *ReverseLinks) Put(ctx context.Context, blob digest.Digest, l layout.RepoLink) error {
+func (r *ReverseLinks) Put(ctx context.Context, blob digest.Digest, l reclaim.RepoLink) error {
 	if err := checkLink(blob, l); err != nil {
 		return err
 	}
@@ -250,7 +251,7 @@ func (r *ReverseLinks) Put(ctx context.Context, blob digest.Digest, l layout.Rep
 
 // Delete removes the reverse link; one already gone counts as deleted. It
 // deletes the link's directory so that no empty directories pile up.
-func (r *ReverseLinks) Delete(ctx context.Context, blob digest.Digest, l layout.RepoLink) error {
+func (r *ReverseLinks) Delete(ctx context.Context, blob digest.Digest, l reclaim.RepoLink) error {
 	if err := checkLink(blob, l); err != nil {
 		return err
 	}
@@ -266,8 +267,8 @@ func (r *ReverseLinks) Delete(ctx context.Context, blob digest.Digest, l layout.
 // name or kind.
 var ErrInvalidLink = errors.New("storage: invalid link")
 
-func checkLink(blob digest.Digest, l layout.RepoLink) error {
-	if blob.Validate() != nil || !layout.ValidRepo(l.Repo) || (l.Kind != layout.LinkLayer && l.Kind != layout.LinkManifest) {
+func checkLink(blob digest.Digest, l reclaim.RepoLink) error {
+	if blob.Validate() != nil || !layout.ValidRepo(l.Repo) || (l.Kind != reclaim.LinkLayer && l.Kind != reclaim.LinkManifest) {
 		return fmt.Errorf("%w: %s <- %q %q", ErrInvalidLink, blob, l.Repo, l.Kind)
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
@@ -32,16 +33,16 @@ func TestReverseLinksListCountsWhatIsNotAFile(t *testing.T) {
 	rl := NewReverseLinks(d)
 	b := digest.FromString("blob")
 	file := func(p string) string { return filepath.Join(root, filepath.FromSlash(p)) }
-	if err := rl.Put(ctx, b, layout.RepoLink{Repo: "good", Kind: layout.LinkLayer}); err != nil {
+	if err := rl.Put(ctx, b, reclaim.RepoLink{Repo: "good", Kind: reclaim.LinkLayer}); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.PutContent(ctx, layout.ReverseLinkPath(b, "team/garbage", layout.LinkManifest), []byte("garbage")); err != nil {
+	if err := d.PutContent(ctx, layout.ReverseLinkPath(b, "team/garbage", reclaim.LinkManifest), []byte("garbage")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(file(layout.ReverseLinkPath(b, "dir", layout.LinkLayer)), 0o755); err != nil {
+	if err := os.MkdirAll(file(layout.ReverseLinkPath(b, "dir", reclaim.LinkLayer)), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	dangling := file(layout.ReverseLinkPath(b, "dangling", layout.LinkLayer))
+	dangling := file(layout.ReverseLinkPath(b, "dangling", reclaim.LinkLayer))
 	if err := os.MkdirAll(filepath.Dir(dangling), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +50,7 @@ func TestReverseLinksListCountsWhatIsNotAFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A kind directory holding only a write in flight is not a link.
-	inflight := file(layout.ReverseLinkPath(b, "inflight", layout.LinkLayer))
+	inflight := file(layout.ReverseLinkPath(b, "inflight", reclaim.LinkLayer))
 	if err := os.MkdirAll(filepath.Dir(inflight), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -82,16 +83,16 @@ func TestReverseLinksListCountsWhatIsNotAFile(t *testing.T) {
 	}
 
 	for repo, want := range map[string]error{"good": nil, "team/garbage": ErrMalformedLink, "dir": ErrMalformedLink} {
-		kind := layout.LinkLayer
+		kind := reclaim.LinkLayer
 		if repo == "team/garbage" {
-			kind = layout.LinkManifest
+			kind = reclaim.LinkManifest
 		}
-		has, err := rl.Has(ctx, b, layout.RepoLink{Repo: repo, Kind: kind})
+		has, err := rl.Has(ctx, b, reclaim.RepoLink{Repo: repo, Kind: kind})
 		if !errors.Is(err, want) || has != (want == nil) {
 			t.Errorf("Has(%s): %v %v, want error %v", repo, has, err, want)
 		}
 	}
-	if has, err := rl.Has(ctx, b, layout.RepoLink{Repo: "absent", Kind: layout.LinkLayer}); has || err != nil {
+	if has, err := rl.Has(ctx, b, reclaim.RepoLink{Repo: "absent", Kind: reclaim.LinkLayer}); has || err != nil {
 		t.Errorf("Has(absent): %v %v", has, err)
 	}
 }
@@ -103,7 +104,7 @@ func TestReverseLinksListIgnoresALinkDeletedDuringTheLook(t *testing.T) {
 	ctx := context.Background()
 	fs, root := fsDriver(t)
 	b := digest.FromString("blob")
-	p := layout.ReverseLinkPath(b, "r", layout.LinkLayer)
+	p := layout.ReverseLinkPath(b, "r", reclaim.LinkLayer)
 	full := filepath.Join(root, filepath.FromSlash(p))
 	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 		t.Fatal(err)
@@ -130,7 +131,7 @@ func TestReverseLinksEnsure(t *testing.T) {
 	ctx := context.Background()
 	fs, root := fsDriver(t)
 	b := digest.FromString("blob")
-	at := func(repo string) string { return layout.ReverseLinkPath(b, repo, layout.LinkLayer) }
+	at := func(repo string) string { return layout.ReverseLinkPath(b, repo, reclaim.LinkLayer) }
 	if err := fs.PutContent(ctx, at("good"), []byte(b)); err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +162,7 @@ func TestReverseLinksEnsure(t *testing.T) {
 	} {
 		t.Run(tc.repo, func(t *testing.T) {
 			before := d.Counts()["PutContent"]
-			found, err := rl.Ensure(ctx, b, layout.RepoLink{Repo: tc.repo, Kind: layout.LinkLayer})
+			found, err := rl.Ensure(ctx, b, reclaim.RepoLink{Repo: tc.repo, Kind: reclaim.LinkLayer})
 			wrote := d.Counts()["PutContent"] > before
 			if found != tc.found || wrote != tc.wrote || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
 				t.Fatalf("Ensure: found %v, wrote %v, %v; want %v, %v, %v", found, wrote, err, tc.found, tc.wrote, tc.err)
@@ -187,17 +188,17 @@ func BenchmarkReverseLinkWrite(b *testing.B) {
 	for _, tc := range []struct {
 		name  string
 		fresh bool // a new link every time
-		write func(*ReverseLinks, layout.RepoLink) error
+		write func(*ReverseLinks, reclaim.RepoLink) error
 	}{
-		{"put/present", false, func(rl *ReverseLinks, l layout.RepoLink) error { return rl.Put(ctx, blob, l) }},
-		{"ensure/present", false, func(rl *ReverseLinks, l layout.RepoLink) error { _, err := rl.Ensure(ctx, blob, l); return err }},
-		{"put/missing", true, func(rl *ReverseLinks, l layout.RepoLink) error { return rl.Put(ctx, blob, l) }},
-		{"ensure/missing", true, func(rl *ReverseLinks, l layout.RepoLink) error { _, err := rl.Ensure(ctx, blob, l); return err }},
+		{"put/present", false, func(rl *ReverseLinks, l reclaim.RepoLink) error { return rl.Put(ctx, blob, l) }},
+		{"ensure/present", false, func(rl *ReverseLinks, l reclaim.RepoLink) error { _, err := rl.Ensure(ctx, blob, l); return err }},
+		{"put/missing", true, func(rl *ReverseLinks, l reclaim.RepoLink) error { return rl.Put(ctx, blob, l) }},
+		{"ensure/missing", true, func(rl *ReverseLinks, l reclaim.RepoLink) error { _, err := rl.Ensure(ctx, blob, l); return err }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			d, _ := fsDriver(b)
 			rl := NewReverseLinks(d)
-			l := layout.RepoLink{Repo: "bench/app", Kind: layout.LinkLayer}
+			l := reclaim.RepoLink{Repo: "bench/app", Kind: reclaim.LinkLayer}
 			if err := rl.Put(ctx, blob, l); err != nil {
 				b.Fatal(err)
 			}

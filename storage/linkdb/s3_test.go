@@ -6,6 +6,7 @@ import (
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb/internal/gen"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
@@ -56,10 +57,10 @@ func TestRebuildAndVerifyOnS3(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := layout.Classify(layer)
-	if err := d.Delete(ctx, layout.ReverseLinkPath(c.Digest, c.Repo, layout.LinkLayer)); err != nil {
+	if err := d.Delete(ctx, layout.ReverseLinkPath(c.Digest, c.Repo, reclaim.LinkLayer)); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.PutContent(ctx, layout.ReverseLinkPath(c.Digest, "elsewhere", layout.LinkLayer), []byte(c.Digest)); err != nil {
+	if err := d.PutContent(ctx, layout.ReverseLinkPath(c.Digest, "elsewhere", reclaim.LinkLayer), []byte(c.Digest)); err != nil {
 		t.Fatal(err)
 	}
 	rep := verify(t, d)

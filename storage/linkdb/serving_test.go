@@ -15,6 +15,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
@@ -130,7 +131,7 @@ func (s *serving) leaveStaleReverseLink(t *testing.T, rb *parkedRebuild) (v1.Has
 	s.advance(time.Second)
 	registrytest.MountBlob(t, s.r, relinkFrom, relinkTo, blob)
 	s.advance(time.Second)
-	reverseDir := path.Dir(layout.ReverseLinkPath(digest.Digest(blob.String()), relinkTo, layout.LinkLayer))
+	reverseDir := path.Dir(layout.ReverseLinkPath(digest.Digest(blob.String()), relinkTo, reclaim.LinkLayer))
 	var failed sync.Once
 	servingHook.Set(t, func(_ context.Context, m, p string) error {
 		var err error

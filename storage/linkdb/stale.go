@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -11,8 +12,8 @@ import (
 // was missing when the walk looked.
 type stale struct {
 	kind    Kind
-	link    layout.Object // the link whose fence guards the removal
-	forward string        // the link whose absence makes victim stale
+	link    reclaim.Object // the link whose fence guards the removal
+	forward string         // the link whose absence makes victim stale
 	victim  string
 	modTime time.Time
 	remove  func(context.Context) error // default: delete victim
@@ -68,7 +69,7 @@ func (r *rebuild) removeStale(ctx context.Context, s stale) {
 
 // fence takes link's fence, or with Offline none. ok is false when removing
 // is not safe.
-func (r *rebuild) fence(ctx context.Context, link layout.Object) (release func(), ok bool) {
+func (r *rebuild) fence(ctx context.Context, link reclaim.Object) (release func(), ok bool) {
 	switch {
 	case r.opts.Fencer != nil:
 		release, err := r.opts.Fencer.FenceLink(ctx, link)

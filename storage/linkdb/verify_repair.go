@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -45,7 +46,7 @@ func (v *verifier) missingReverse(ctx context.Context, l forwardLink) {
 	}
 	detail := ""
 	if v.opts.Repair {
-		st, err := v.links.Ensure(ctx, l.Blob, layout.RepoLink{Repo: l.Repo, Kind: l.Kind})
+		st, err := v.links.Ensure(ctx, l.Blob, reclaim.RepoLink{Repo: l.Repo, Kind: l.Kind})
 		if err == nil {
 			if st != LinkPresent { // a push may have written it meanwhile
 				v.repaired.Add(1)

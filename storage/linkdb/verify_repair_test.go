@@ -11,6 +11,7 @@ import (
 	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -33,7 +34,7 @@ func rebuilt(t *testing.T, d storagedriver.StorageDriver) (repo string, blob dig
 	if err != nil && !errors.Is(err, storagedriver.ErrFilledBuffer) {
 		t.Fatal(err)
 	}
-	if err := NewReverseLinks(d).Delete(ctx, blob, layout.RepoLink{Repo: repo, Kind: layout.LinkLayer}); err != nil {
+	if err := NewReverseLinks(d).Delete(ctx, blob, reclaim.RepoLink{Repo: repo, Kind: reclaim.LinkLayer}); err != nil {
 		t.Fatal(err)
 	}
 	return repo, blob
@@ -95,7 +96,7 @@ func TestVerifyRepairWritesMissingReverse(t *testing.T) {
 			if rep.MarkerWritten == markerBefore || !marked(t, d) {
 				t.Errorf("marker written %v (there before: %v); marked now %v", rep.MarkerWritten, markerBefore, marked(t, d))
 			}
-			if ok, err := NewReverseLinks(d).Has(ctx, blob, layout.RepoLink{Repo: repo, Kind: layout.LinkLayer}); !ok || err != nil {
+			if ok, err := NewReverseLinks(d).Has(ctx, blob, reclaim.RepoLink{Repo: repo, Kind: reclaim.LinkLayer}); !ok || err != nil {
 				t.Errorf("reverse link after --repair: %v %v", ok, err)
 			}
 			if again := verify(t, d); again.ExitCode != ExitClean {
@@ -162,7 +163,7 @@ type unlinkOnLook struct {
 }
 
 func (u unlinkOnLook) Stat(ctx context.Context, p string) (storagedriver.FileInfo, error) {
-	if p == layout.ReverseLinkPath(u.blob, u.repo, layout.LinkLayer) {
+	if p == layout.ReverseLinkPath(u.blob, u.repo, reclaim.LinkLayer) {
 		if err := u.StorageDriver.Delete(ctx, layout.LayerLinkDir(u.repo, u.blob)); err != nil {
 			return nil, err
 		}

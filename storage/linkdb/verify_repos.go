@@ -8,6 +8,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -100,7 +101,7 @@ func (v *verifier) forwardLink(ctx context.Context, l forwardLink) {
 		v.f.add(*p)
 		return
 	}
-	if l.Kind != layout.LinkManifest {
+	if l.Kind != reclaim.LinkManifest {
 		return
 	}
 	subject, _, ok, p := manifestSubject(ctx, v.d, l, fi)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -47,10 +48,10 @@ func TestRebuildListingWalksSeeWhatWalkSaw(t *testing.T) {
 	}
 	// Litter that holds no link path.
 	put(layout.LayersDir("app")+"/sha256/"+digest.FromString("file").Encoded(), "a file, not a link directory")
-	put(layout.ReverseLinkPath(good, "app", layout.LinkLayer)+".0f.tmp", "a write in flight")
+	put(layout.ReverseLinkPath(good, "app", reclaim.LinkLayer)+".0f.tmp", "a write in flight")
 	// Stale: no forward links.
-	put(layout.ReverseLinkPath(stale, "gone/deep/er", layout.LinkManifest), stale.String())
-	if err := os.MkdirAll(file(layout.ReverseLinkPath(stale, "gone/dir", layout.LinkLayer)), 0o755); err != nil {
+	put(layout.ReverseLinkPath(stale, "gone/deep/er", reclaim.LinkManifest), stale.String())
+	if err := os.MkdirAll(file(layout.ReverseLinkPath(stale, "gone/dir", reclaim.LinkLayer)), 0o755); err != nil {
 		t.Fatal(err)
 	}
 
@@ -66,7 +67,7 @@ func TestRebuildListingWalksSeeWhatWalkSaw(t *testing.T) {
 	if res.ForwardLinks != 3 || res.ReverseAdded != 1 || res.ReverseLinks != 3 {
 		t.Errorf("forward %d, added %d, reverse seen %d; want 3, 1, 3", res.ForwardLinks, res.ReverseAdded, res.ReverseLinks)
 	}
-	if ok, err := NewReverseLinks(d).Has(ctx, good, layout.RepoLink{Repo: "app", Kind: layout.LinkLayer}); !ok || err != nil {
+	if ok, err := NewReverseLinks(d).Has(ctx, good, reclaim.RepoLink{Repo: "app", Kind: reclaim.LinkLayer}); !ok || err != nil {
 		t.Errorf("reverse link of the good link: %v %v", ok, err)
 	}
 }

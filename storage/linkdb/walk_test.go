@@ -9,6 +9,7 @@ import (
 	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -59,7 +60,7 @@ func TestRebuildWalkCutByConcurrentDeleteResumes(t *testing.T) {
 		if b == first {
 			continue
 		}
-		if ok, err := links.Has(ctx, b, layout.RepoLink{Repo: repo, Kind: layout.LinkLayer}); !ok || err != nil {
+		if ok, err := links.Has(ctx, b, reclaim.RepoLink{Repo: repo, Kind: reclaim.LinkLayer}); !ok || err != nil {
 			t.Errorf("layer link to %s has no reverse link after the rebuild: %v", b, err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -33,7 +34,7 @@ type linkEntry struct {
 type forwardLink struct {
 	linkEntry
 	Repo    string
-	Kind    layout.LinkKind
+	Kind    reclaim.LinkKind
 	Blob    digest.Digest
 	Content []byte
 	ReadErr error
@@ -56,11 +57,11 @@ type forwardLink struct {
 func walkForwardLinks(ctx context.Context, d storagedriver.StorageDriver, repo string, fn func(l forwardLink), walkErr func(base string, err error) error) error {
 	for _, set := range []struct {
 		base string
-		kind layout.LinkKind
+		kind reclaim.LinkKind
 		want layout.Kind
 	}{
-		{layout.LayersDir(repo), layout.LinkLayer, layout.KindLayerLink},
-		{layout.RevisionsDir(repo), layout.LinkManifest, layout.KindRevisionLink},
+		{layout.LayersDir(repo), reclaim.LinkLayer, layout.KindLayerLink},
+		{layout.RevisionsDir(repo), reclaim.LinkManifest, layout.KindRevisionLink},
 	} {
 		// g.Go blocks at the limit, which holds the listing back.
 		g := new(errgroup.Group)

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -14,12 +14,12 @@ import (
 // as for TouchBlob.
 type BlobTouch struct {
 	Blob  digest.Digest
-	Links []layout.Object
+	Links []reclaim.Object
 }
 
 // TouchResult is the outcome of one BlobTouch, as TouchBlob would report
-// it: Err wraps layout.ErrFenced when the blob or a link is fenced (nothing
-// recorded for that blob), layout.ErrTrackerUnavailable when Redis failed.
+// it: Err wraps reclaim.ErrFenced when the blob or a link is fenced (nothing
+// recorded for that blob), reclaim.ErrTrackerUnavailable when Redis failed.
 type TouchResult struct {
 	Gone []Tombstone
 	Err  error
@@ -71,9 +71,9 @@ func (t *Tracker) TouchBlobs(ctx context.Context, touches []BlobTouch) []TouchRe
 }
 
 // touchKeys are the KEYS of the touch script for blob and its links.
-func (t *Tracker) touchKeys(blob digest.Digest, links []layout.Object) []string {
+func (t *Tracker) touchKeys(blob digest.Digest, links []reclaim.Object) []string {
 	keys := make([]string, 0, 3*(1+len(links)))
-	b := layout.Object{Blob: blob}
+	b := reclaim.Object{Blob: blob}
 	keys = append(keys, t.accessKey(b), t.fenceKey(b), t.goneKey(b))
 	for _, o := range links {
 		keys = append(keys, t.accessKey(o), t.fenceKey(o), t.goneKey(o))
@@ -83,19 +83,19 @@ func (t *Tracker) touchKeys(blob digest.Digest, links []layout.Object) []string 
 
 // touchResult reads one touch script reply: err is the call's error, and
 // links are the touch's links, in the order of its KEYS.
-func touchResult(blob digest.Digest, links []layout.Object, res []any, err error) TouchResult {
+func touchResult(blob digest.Digest, links []reclaim.Object, res []any, err error) TouchResult {
 	if err != nil {
-		return TouchResult{Err: fmt.Errorf("%w: touch %s: %v", layout.ErrTrackerUnavailable, blob, err)}
+		return TouchResult{Err: fmt.Errorf("%w: touch %s: %v", reclaim.ErrTrackerUnavailable, blob, err)}
 	}
 	bad := func() TouchResult {
-		return TouchResult{Err: fmt.Errorf("%w: touch %s: unexpected reply %v", layout.ErrTrackerUnavailable, blob, res)}
+		return TouchResult{Err: fmt.Errorf("%w: touch %s: unexpected reply %v", reclaim.ErrTrackerUnavailable, blob, res)}
 	}
 	if len(res) < 2 || len(res)%2 != 0 {
 		return bad()
 	}
 	if fenced, _ := res[0].(int64); fenced == 1 {
 		metricTouches.WithLabelValues("fenced").Inc()
-		return TouchResult{Err: fmt.Errorf("%w: %s", layout.ErrFenced, blob)}
+		return TouchResult{Err: fmt.Errorf("%w: %s", reclaim.ErrFenced, blob)}
 	}
 	var gone []Tombstone
 	for i := 2; i < len(res); i += 2 {
@@ -104,7 +104,7 @@ func touchResult(blob digest.Digest, links []layout.Object, res []any, err error
 		if !ok1 || !ok2 || n < 0 || int(n) > len(links) {
 			return bad()
 		}
-		o := layout.Object{Blob: blob}
+		o := reclaim.Object{Blob: blob}
 		if n > 0 {
 			o = links[n-1]
 		}

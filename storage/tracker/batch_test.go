@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -23,10 +23,10 @@ func TestTouchBlobs(t *testing.T) {
 		}
 		age(t, tr, window)
 		fenced, gone, fine := digest.FromString("fenced"), digest.FromString("gone"), digest.FromString("fine")
-		if _, err := tr.Fence(ctx, layout.Object{Blob: fenced}, window, time.Minute); err != nil {
+		if _, err := tr.Fence(ctx, reclaim.Object{Blob: fenced}, window, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		if err := tr.MarkGone(ctx, layout.Object{Blob: gone, Repo: "r"}); err != nil {
+		if err := tr.MarkGone(ctx, reclaim.Object{Blob: gone, Repo: "r"}); err != nil {
 			t.Fatal(err)
 		}
 		if b.Mini != nil {
@@ -36,11 +36,11 @@ func TestTouchBlobs(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		link := func(d digest.Digest) []layout.Object {
-			return []layout.Object{{Blob: d, Repo: "r", Kind: layout.LinkLayer}}
+		link := func(d digest.Digest) []reclaim.Object {
+			return []reclaim.Object{{Blob: d, Repo: "r", Kind: reclaim.LinkLayer}}
 		}
 		res := tr.TouchBlobs(ctx, []BlobTouch{{Blob: fenced, Links: link(fenced)}, {Blob: gone, Links: link(gone)}, {Blob: fine, Links: link(fine)}})
-		if len(res) != 3 || !errors.Is(res[0].Err, layout.ErrFenced) || res[1].Err != nil || len(res[1].Gone) != 1 || res[2].Err != nil || res[2].Gone != nil {
+		if len(res) != 3 || !errors.Is(res[0].Err, reclaim.ErrFenced) || res[1].Err != nil || len(res[1].Gone) != 1 || res[2].Err != nil || res[2].Gone != nil {
 			t.Fatalf("TouchBlobs = %+v", res)
 		}
 		if _, ok, _ := tr.LastAccess(ctx, link(fenced)[0]); ok {

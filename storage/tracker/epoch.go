@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/reclaim-registry/reclaim/internal/rlog"
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -30,18 +30,18 @@ return cur
 // recording tick saw a maxmemory-policy that may evict records.
 func (t *Tracker) RecordingSince(ctx context.Context) (time.Time, error) {
 	if policy, evicts := t.watch.evicting(); evicts {
-		return time.Time{}, fmt.Errorf("%w: %s", layout.ErrRedisEvicts, policy)
+		return time.Time{}, fmt.Errorf("%w: %s", reclaim.ErrRedisEvicts, policy)
 	}
 	v, err := t.c.Get(ctx, t.sinceKey()).Result()
 	if errors.Is(err, redis.Nil) {
-		return time.Time{}, layout.ErrNotRecording
+		return time.Time{}, reclaim.ErrNotRecording
 	}
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%w: read epoch: %v", layout.ErrTrackerUnavailable, err)
+		return time.Time{}, fmt.Errorf("%w: read epoch: %v", reclaim.ErrTrackerUnavailable, err)
 	}
 	ms, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%w: epoch %q: %v", layout.ErrNotRecording, v, err)
+		return time.Time{}, fmt.Errorf("%w: epoch %q: %v", reclaim.ErrNotRecording, v, err)
 	}
 	return time.UnixMilli(ms), nil
 }
@@ -61,7 +61,7 @@ func (t *Tracker) StartRecording(ctx context.Context) error {
 	epoch, err := epochScript.Run(ectx, t.c, []string{t.sinceKey()}, "0").Int64()
 	if err != nil {
 		t.failed(ectx, "epoch", err)
-		return fmt.Errorf("%w: set epoch: %v", layout.ErrTrackerUnavailable, err)
+		return fmt.Errorf("%w: set epoch: %v", reclaim.ErrTrackerUnavailable, err)
 	}
 	t.watch.noteEpoch(time.UnixMilli(epoch))
 	t.succeeded(ectx)

@@ -12,7 +12,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -139,7 +139,7 @@ func (e *failoverEnv) round(t *testing.T, round int) timeline {
 	tl.t1 = time.Now()
 	e.requireLost(ctx, t, x)
 	// GC's first fence after the promotion, before its own next tick.
-	if f, err := e.gc.Fence(ctx, layout.Object{Blob: x}, failoverWindow, time.Minute); !errors.Is(err, layout.ErrNotRecording) {
+	if f, err := e.gc.Fence(ctx, reclaim.Object{Blob: x}, failoverWindow, time.Minute); !errors.Is(err, reclaim.ErrNotRecording) {
 		_ = e.gc.Release(ctx, f)
 		t.Fatalf("GC's fence on %s, whose access the failover lost: %v; want ErrNotRecording (a wrong delete otherwise)", x, err)
 	}
@@ -165,7 +165,7 @@ func (e *failoverEnv) round(t *testing.T, round int) timeline {
 func (e *failoverEnv) pickBlob(ctx context.Context, t *testing.T, round int) (digest.Digest, string, string) {
 	for i := range 1000 {
 		x := digest.FromString(fmt.Sprintf("failover %d %d", round, i))
-		m, err := e.rig.masterFor(ctx, e.gc.accessKey(layout.Object{Blob: x}))
+		m, err := e.rig.masterFor(ctx, e.gc.accessKey(reclaim.Object{Blob: x}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +190,7 @@ func (e *failoverEnv) trusted(ctx context.Context, t *testing.T, round int) {
 	}
 	storagetest.Age(t, e.c, e.gc.opts.Prefix, 2*failoverWindow)
 	e.replicated(ctx, t, e.gc.sinceKey())
-	y := layout.Object{Blob: digest.FromString(fmt.Sprintf("never accessed %d", round))}
+	y := reclaim.Object{Blob: digest.FromString(fmt.Sprintf("never accessed %d", round))}
 	f, err := e.gc.Fence(ctx, y, failoverWindow, time.Minute)
 	if err != nil {
 		t.Fatalf("before the failover GC does not trust the records: %v", err)
@@ -233,12 +233,12 @@ return now
 // the record is there. It returns the lost access time.
 func (e *failoverEnv) loseAccess(ctx context.Context, t *testing.T, x digest.Digest, master string) time.Time {
 	t.Helper()
-	key := e.gc.accessKey(layout.Object{Blob: x})
+	key := e.gc.accessKey(reclaim.Object{Blob: x})
 	ms, err := unreplicatedTouch.Run(ctx, e.c, []string{key}, e.gc.opts.AccessTTL.Milliseconds()).Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.gc.Fence(ctx, layout.Object{Blob: x}, failoverWindow, time.Minute); !errors.Is(err, layout.ErrRecentlyAccessed) {
+	if _, err := e.gc.Fence(ctx, reclaim.Object{Blob: x}, failoverWindow, time.Minute); !errors.Is(err, reclaim.ErrRecentlyAccessed) {
 		t.Fatalf("fence on %s just accessed on %s: %v, want ErrRecentlyAccessed", x, master, err)
 	}
 	return time.UnixMilli(ms)
@@ -255,7 +255,7 @@ func (e *failoverEnv) requireLost(ctx context.Context, t *testing.T, x digest.Di
 			cc.ReloadState(ctx)
 		}
 		var err error
-		_, ok, err = e.gc.LastAccess(ctx, layout.Object{Blob: x})
+		_, ok, err = e.gc.LastAccess(ctx, reclaim.Object{Blob: x})
 		return err
 	})
 	if err != nil {
@@ -276,7 +276,7 @@ func (e *failoverEnv) firstFence(ctx context.Context, t *testing.T, lost time.Ti
 	defer stop()
 	go e.gc.KeepRecording(tctx, time.Second)
 	for i := 0; ; i++ {
-		o := layout.Object{Blob: digest.FromString(fmt.Sprintf("after the failover %d %v", i, lost))}
+		o := reclaim.Object{Blob: digest.FromString(fmt.Sprintf("after the failover %d %v", i, lost))}
 		f, err := e.gc.Fence(ctx, o, failoverWindow, time.Minute)
 		if err == nil {
 			at := time.Now()
@@ -290,7 +290,7 @@ func (e *failoverEnv) firstFence(ctx context.Context, t *testing.T, lost time.Ti
 			_ = e.gc.Release(ctx, f)
 			return at
 		}
-		if !errors.Is(err, layout.ErrNotRecording) && !errors.Is(err, layout.ErrTrackerUnavailable) {
+		if !errors.Is(err, reclaim.ErrNotRecording) && !errors.Is(err, reclaim.ErrTrackerUnavailable) {
 			t.Fatalf("fence after the failover: %v", err)
 		}
 		select {
@@ -337,7 +337,7 @@ func startTouching(tr *Tracker) *touching {
 			switch {
 			case err == nil:
 				w.ok++
-			case errors.Is(err, layout.ErrTrackerUnavailable):
+			case errors.Is(err, reclaim.ErrTrackerUnavailable):
 				w.unavailable++ // the registry answers 503 + Retry-After
 			case w.other == nil:
 				w.other = err

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -41,7 +41,7 @@ var renewScript = redis.NewScript(renewEval)
 
 // Fence is a lease GC holds on an object while it deletes it.
 type Fence struct {
-	Object layout.Object
+	Object reclaim.Object
 	Token  string
 	// Taken is the Redis time the fence was taken.
 	Taken time.Time
@@ -53,11 +53,11 @@ type Fence struct {
 // It also fails with ErrNotRecording when the epoch is missing or younger
 // than window: then "no access record" proves nothing. The lease bounds how
 // long a crashed GC blocks writers of o.
-func (t *Tracker) Fence(ctx context.Context, o layout.Object, window, lease time.Duration) (*Fence, error) {
+func (t *Tracker) Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (*Fence, error) {
 	if window <= 0 || lease <= 0 || window >= t.opts.AccessTTL {
 		return nil, fmt.Errorf("storage: Fence: window %v and lease %v must be positive and window below the access TTL %v", window, lease, t.opts.AccessTTL)
 	}
-	blobFence := t.fenceKey(layout.Object{Blob: o.Blob})
+	blobFence := t.fenceKey(reclaim.Object{Blob: o.Blob})
 	tok, err := token()
 	if err != nil {
 		return nil, err
@@ -67,15 +67,15 @@ func (t *Tracker) Fence(ctx context.Context, o layout.Object, window, lease time
 		window.Milliseconds(), lease.Milliseconds(), tok).Int64Slice()
 	metricRedisLatency.WithLabelValues("fence").Observe(time.Since(start).Seconds())
 	if err != nil {
-		return nil, fmt.Errorf("%w: fence %s: %v", layout.ErrTrackerUnavailable, o, err)
+		return nil, fmt.Errorf("%w: fence %s: %v", reclaim.ErrTrackerUnavailable, o, err)
 	}
 	switch res[0] {
 	case 1:
 		metricFences.WithLabelValues("fenced").Inc()
-		return nil, fmt.Errorf("%w: %s", layout.ErrFenced, o)
+		return nil, fmt.Errorf("%w: %s", reclaim.ErrFenced, o)
 	case 2:
 		metricFences.WithLabelValues("recently_accessed").Inc()
-		return nil, fmt.Errorf("%w: %s at %s", layout.ErrRecentlyAccessed, o, time.UnixMilli(res[1]).UTC().Format(time.RFC3339Nano))
+		return nil, fmt.Errorf("%w: %s at %s", reclaim.ErrRecentlyAccessed, o, time.UnixMilli(res[1]).UTC().Format(time.RFC3339Nano))
 	}
 	f := &Fence{Object: o, Token: tok, Taken: time.UnixMilli(res[1]), key: t.fenceKey(o)}
 	// The epoch lives in another hash slot, so it is checked right after
@@ -88,7 +88,7 @@ func (t *Tracker) Fence(ctx context.Context, o layout.Object, window, lease time
 		since, err = t.RecordingSince(ctx)
 	}
 	if err == nil && f.Taken.Sub(since) < window {
-		err = fmt.Errorf("%w: recording only since %s, window %v", layout.ErrNotRecording, since.UTC().Format(time.RFC3339), window)
+		err = fmt.Errorf("%w: recording only since %s, window %v", reclaim.ErrNotRecording, since.UTC().Format(time.RFC3339), window)
 	}
 	if err != nil {
 		_ = t.Release(context.WithoutCancel(ctx), f)
@@ -106,7 +106,7 @@ func (t *Tracker) Release(ctx context.Context, f *Fence) error {
 		return nil
 	}
 	if err := releaseScript.Run(ctx, t.c, []string{f.key}, f.Token).Err(); err != nil {
-		return fmt.Errorf("%w: release fence on %s: %v", layout.ErrTrackerUnavailable, f.Object, err)
+		return fmt.Errorf("%w: release fence on %s: %v", reclaim.ErrTrackerUnavailable, f.Object, err)
 	}
 	return nil
 }
@@ -130,11 +130,11 @@ func (t *Tracker) Confirm(ctx context.Context, f *Fence, lease time.Duration) er
 // confirmed interprets the renew script's answer n.
 func confirmed(f *Fence, n int64, err error) error {
 	if err != nil {
-		return fmt.Errorf("%w: confirm fence on %s: %v", layout.ErrTrackerUnavailable, f.Object, err)
+		return fmt.Errorf("%w: confirm fence on %s: %v", reclaim.ErrTrackerUnavailable, f.Object, err)
 	}
 	if n != 1 {
 		metricFences.WithLabelValues("lost").Inc()
-		return fmt.Errorf("%w: %s", layout.ErrFenceLost, f.Object)
+		return fmt.Errorf("%w: %s", reclaim.ErrFenceLost, f.Object)
 	}
 	return nil
 }
@@ -152,14 +152,14 @@ func token() (string, error) {
 // under the fence (a pin) writes first, then asks: either the collector's
 // re-read sees the write, or this sees the fence. Both keys carry the
 // blob's hash tag, so this is one EXISTS in Redis Cluster too.
-func (t *Tracker) Fenced(ctx context.Context, o layout.Object) (bool, error) {
+func (t *Tracker) Fenced(ctx context.Context, o reclaim.Object) (bool, error) {
 	keys := []string{t.fenceKey(o)}
 	if o.Repo != "" {
-		keys = append(keys, t.fenceKey(layout.Object{Blob: o.Blob}))
+		keys = append(keys, t.fenceKey(reclaim.Object{Blob: o.Blob}))
 	}
 	n, err := t.c.Exists(ctx, keys...).Result()
 	if err != nil {
-		return false, fmt.Errorf("%w: fenced %s: %v", layout.ErrTrackerUnavailable, o, err)
+		return false, fmt.Errorf("%w: fenced %s: %v", reclaim.ErrTrackerUnavailable, o, err)
 	}
 	return n > 0, nil
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -30,7 +30,7 @@ func (t *Tracker) checkServer(ctx context.Context, key string) error {
 	if cc, ok := t.c.(*redis.ClusterClient); ok {
 		m, err := cc.MasterForKey(ctx, key)
 		if err != nil {
-			return fmt.Errorf("%w: master of %s: %v", layout.ErrTrackerUnavailable, key, err)
+			return fmt.Errorf("%w: master of %s: %v", reclaim.ErrTrackerUnavailable, key, err)
 		}
 		name, c = m.Options().Addr, m
 	}
@@ -42,7 +42,7 @@ func (t *Tracker) checkServer(ctx context.Context, key string) error {
 			if unsupported(err) {
 				return nil // INFO refused: only ticks could tell (docs/operations.md)
 			}
-			return fmt.Errorf("%w: info %s: %v", layout.ErrTrackerUnavailable, name, err)
+			return fmt.Errorf("%w: info %s: %v", reclaim.ErrTrackerUnavailable, name, err)
 		}
 	}
 	m := parseInfo(server.Val() + "\n" + repl.Val())

@@ -6,9 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // What GC freed, per UTC day, summed over every instance: collects and the
@@ -41,7 +40,7 @@ func (t *Tracker) CountFreed(ctx context.Context, at time.Time, bytes int64, obj
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("%w: count freed bytes: %v", layout.ErrTrackerUnavailable, err)
+		return fmt.Errorf("%w: count freed bytes: %v", reclaim.ErrTrackerUnavailable, err)
 	}
 	return nil
 }
@@ -58,7 +57,7 @@ func (t *Tracker) Freed(ctx context.Context, now time.Time, days int) ([]FreedDa
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: read freed bytes: %v", layout.ErrTrackerUnavailable, err)
+		return nil, fmt.Errorf("%w: read freed bytes: %v", reclaim.ErrTrackerUnavailable, err)
 	}
 	out := make([]FreedDay, days)
 	for i, c := range cmds {

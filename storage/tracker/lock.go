@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -29,10 +30,10 @@ func (t *Tracker) LockRepository(ctx context.Context, repo string, lease time.Du
 	}
 	ok, err := t.c.SetNX(ctx, key, tok, lease).Result()
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: lock %s: %v", layout.ErrTrackerUnavailable, repo, err)
+		return nil, nil, fmt.Errorf("%w: lock %s: %v", reclaim.ErrTrackerUnavailable, repo, err)
 	}
 	if !ok {
-		return nil, nil, fmt.Errorf("%w: %s", layout.ErrRepositoryBusy, repo)
+		return nil, nil, fmt.Errorf("%w: %s", reclaim.ErrRepositoryBusy, repo)
 	}
 	held, unlock = t.holdLock(ctx, repo, key, tok, lease)
 	return held, unlock, nil
@@ -80,10 +81,10 @@ func (t *Tracker) renewLock(held context.Context, lost context.CancelCauseFunc, 
 		case err == nil && n == 1:
 			lastOK = start
 		case err == nil:
-			lost(fmt.Errorf("%w: %s: taken away or expired", layout.ErrLockLost, repo))
+			lost(fmt.Errorf("%w: %s: taken away or expired", reclaim.ErrLockLost, repo))
 			return
 		case time.Since(lastOK) >= lease/2:
-			lost(fmt.Errorf("%w: %s: not renewed for %v: %v", layout.ErrLockLost, repo, time.Since(lastOK).Round(time.Millisecond), err))
+			lost(fmt.Errorf("%w: %s: not renewed for %v: %v", reclaim.ErrLockLost, repo, time.Since(lastOK).Round(time.Millisecond), err))
 			return
 		}
 	}

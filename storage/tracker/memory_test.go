@@ -14,7 +14,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -94,8 +94,8 @@ func touchMany(ctx context.Context, t *testing.T, tr *Tracker, n int) {
 		wg.Go(func() {
 			for i := w; i < n; i += 8 {
 				blob := blobDigest("record", i)
-				link := layout.Object{Blob: blob, Repo: fmt.Sprintf("team-%d/service-%d", i%97, i%13), Kind: layout.LinkLayer}
-				if _, err := tr.TouchBlob(ctx, blob, []layout.Object{link}); err != nil {
+				link := reclaim.Object{Blob: blob, Repo: fmt.Sprintf("team-%d/service-%d", i%97, i%13), Kind: reclaim.LinkLayer}
+				if _, err := tr.TouchBlob(ctx, blob, []reclaim.Object{link}); err != nil {
 					errs <- err
 					return
 				}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -117,26 +117,26 @@ func (q *Queue) Enqueue(ctx context.Context, delay time.Duration, blobs ...diges
 		args = append(args, b.String())
 	}
 	if err := enqueueScript.Run(ctx, q.c, []string{q.key}, args...).Err(); err != nil {
-		return fmt.Errorf("%w: enqueue for review: %v", layout.ErrTrackerUnavailable, err)
+		return fmt.Errorf("%w: enqueue for review: %v", reclaim.ErrTrackerUnavailable, err)
 	}
 	return nil
 }
 
 // Claim takes up to n due items and holds them for lease.
-func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]layout.ReviewItem, error) {
+func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]reclaim.ReviewItem, error) {
 	if n <= 0 || lease <= 0 {
 		return nil, fmt.Errorf("storage: Claim(%d, %v): bad arguments", n, lease)
 	}
 	res, err := claimScript.Run(ctx, q.c, []string{q.key}, n, lease.Milliseconds()).Slice()
 	if err != nil {
-		return nil, fmt.Errorf("%w: claim review items: %v", layout.ErrTrackerUnavailable, err)
+		return nil, fmt.Errorf("%w: claim review items: %v", reclaim.ErrTrackerUnavailable, err)
 	}
 	if len(res) == 0 {
-		return nil, fmt.Errorf("%w: claim: empty reply", layout.ErrTrackerUnavailable)
+		return nil, fmt.Errorf("%w: claim: empty reply", reclaim.ErrTrackerUnavailable)
 	}
 	now, _ := res[0].(int64)
 	leaseScore := now + lease.Milliseconds()
-	out := make([]layout.ReviewItem, 0, (len(res)-1)/2)
+	out := make([]reclaim.ReviewItem, 0, (len(res)-1)/2)
 	for i := 1; i+1 < len(res); i += 2 {
 		m, _ := res[i].(string)
 		d, err := digest.Parse(m)
@@ -152,24 +152,24 @@ func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]layout
 		case int64:
 			due = float64(s)
 		}
-		out = append(out, layout.ReviewItem{Blob: d, Due: time.UnixMilli(int64(due)), Lease: leaseScore})
+		out = append(out, reclaim.ReviewItem{Blob: d, Due: time.UnixMilli(int64(due)), Lease: leaseScore})
 	}
 	return out, nil
 }
 
 // Done removes a claimed item, unless it was enqueued again meanwhile.
-func (q *Queue) Done(ctx context.Context, c layout.ReviewItem) error {
+func (q *Queue) Done(ctx context.Context, c reclaim.ReviewItem) error {
 	if err := ackScript.Run(ctx, q.c, []string{q.key}, c.Blob.String(), c.Lease).Err(); err != nil {
-		return fmt.Errorf("%w: ack %s: %v", layout.ErrTrackerUnavailable, c.Blob, err)
+		return fmt.Errorf("%w: ack %s: %v", reclaim.ErrTrackerUnavailable, c.Blob, err)
 	}
 	return nil
 }
 
 // Requeue makes a claimed item due again at due, unless it was enqueued
 // again meanwhile (then the newer due time stands).
-func (q *Queue) Requeue(ctx context.Context, c layout.ReviewItem, due time.Time) error {
+func (q *Queue) Requeue(ctx context.Context, c reclaim.ReviewItem, due time.Time) error {
 	if err := requeueScript.Run(ctx, q.c, []string{q.key}, c.Blob.String(), c.Lease, due.UnixMilli()).Err(); err != nil {
-		return fmt.Errorf("%w: requeue %s: %v", layout.ErrTrackerUnavailable, c.Blob, err)
+		return fmt.Errorf("%w: requeue %s: %v", reclaim.ErrTrackerUnavailable, c.Blob, err)
 	}
 	return nil
 }
@@ -179,13 +179,13 @@ func (q *Queue) Requeue(ctx context.Context, c layout.ReviewItem, due time.Time)
 func (q *Queue) Len(ctx context.Context) (total, due int64, err error) {
 	now, err := q.c.Time(ctx).Result()
 	if err != nil {
-		return 0, 0, fmt.Errorf("%w: %v", layout.ErrTrackerUnavailable, err)
+		return 0, 0, fmt.Errorf("%w: %v", reclaim.ErrTrackerUnavailable, err)
 	}
 	pipe := q.c.Pipeline()
 	card := pipe.ZCard(ctx, q.key)
 	cnt := pipe.ZCount(ctx, q.key, "-inf", strconv.FormatInt(now.UnixMilli(), 10))
 	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, 0, fmt.Errorf("%w: queue length: %v", layout.ErrTrackerUnavailable, err)
+		return 0, 0, fmt.Errorf("%w: queue length: %v", reclaim.ErrTrackerUnavailable, err)
 	}
 	return card.Val(), cnt.Val(), nil
 }
@@ -197,7 +197,7 @@ func (q *Queue) Contains(ctx context.Context, blob digest.Digest) (bool, error) 
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("%w: %v", layout.ErrTrackerUnavailable, err)
+		return false, fmt.Errorf("%w: %v", reclaim.ErrTrackerUnavailable, err)
 	}
 	return true, nil
 }

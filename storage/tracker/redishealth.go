@@ -10,7 +10,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/internal/metrics"
 	"github.com/reclaim-registry/reclaim/internal/rlog"
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // Silent loss. Redis can drop access records, fences and tombstones
@@ -213,7 +213,7 @@ func (t *Tracker) checkRedis(ctx context.Context) error {
 			// The baseline stays as it was: the next tick sees the same
 			// change and tries again.
 			t.failed(ctx, "epoch", err)
-			return fmt.Errorf("%w: move epoch after redis %s: %v", layout.ErrTrackerUnavailable, reason, err)
+			return fmt.Errorf("%w: move epoch after redis %s: %v", reclaim.ErrTrackerUnavailable, reason, err)
 		}
 		t.moved(ctx, reason, node, detail, time.UnixMilli(epoch))
 	}
@@ -251,7 +251,7 @@ func (t *Tracker) readINFO(ctx context.Context) (nodes map[string]redisNode, ok 
 	w.mu.Lock()
 	w.health.Error = err.Error()
 	w.mu.Unlock()
-	return nil, false, fmt.Errorf("%w: info: %v", layout.ErrTrackerUnavailable, err)
+	return nil, false, fmt.Errorf("%w: info: %v", reclaim.ErrTrackerUnavailable, err)
 }
 
 // storedBaseline reads what the last process stored next to the epoch, when
@@ -270,7 +270,7 @@ func (t *Tracker) storedBaseline(ctx context.Context, prev, nodes map[string]red
 	stored, err := t.c.HGetAll(ctx, t.baselineKey()).Result()
 	if err != nil {
 		t.failed(ctx, "info", err)
-		return nil, fmt.Errorf("%w: read redis baseline: %v", layout.ErrTrackerUnavailable, err)
+		return nil, fmt.Errorf("%w: read redis baseline: %v", reclaim.ErrTrackerUnavailable, err)
 	}
 	return stored, nil
 }

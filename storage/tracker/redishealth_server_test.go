@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -78,7 +78,7 @@ func TestRedisServerRestartMovesEpoch(t *testing.T) {
 	ctx := context.Background()
 	tr := serverTracker(t, s)
 	e0 := tick(t, tr)
-	if err := tr.Touch(ctx, layout.Object{Blob: dA}); err != nil {
+	if err := tr.Touch(ctx, reclaim.Object{Blob: dA}); err != nil {
 		t.Fatal(err)
 	}
 	run0 := infoField(t, s.Client(t), "server", "run_id")
@@ -86,7 +86,7 @@ func TestRedisServerRestartMovesEpoch(t *testing.T) {
 
 	s.Restart(t)
 	e1 := tick(t, tr)
-	if _, ok, err := tr.LastAccess(ctx, layout.Object{Blob: dA}); err != nil || !ok {
+	if _, ok, err := tr.LastAccess(ctx, reclaim.Object{Blob: dA}); err != nil || !ok {
 		t.Fatalf("the restart lost the access record (ok=%v, %v): this test needs the data kept", ok, err)
 	}
 	if moves(LossGap) != gaps {
@@ -161,7 +161,7 @@ func TestRedisServerEvictingPolicyRefuses(t *testing.T) {
 		if err := tr.StartRecording(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tr.RecordingSince(ctx); !errors.Is(err, layout.ErrRedisEvicts) {
+		if _, err := tr.RecordingSince(ctx); !errors.Is(err, reclaim.ErrRedisEvicts) {
 			t.Fatalf("%s: RecordingSince = %v, want ErrRedisEvicts", policy, err)
 		}
 		if h := tr.RedisHealth(); !h.Evicts || h.MaxmemoryPolicy != policy {
@@ -185,7 +185,7 @@ func TestRedisServerNoFalseEpochMoves(t *testing.T) {
 		total += moves(r)
 	}
 	for i := range 5 {
-		if err := tr.Touch(ctx, layout.Object{Blob: dA}, layout.Object{Blob: dA, Repo: "r", Kind: layout.LinkLayer}); err != nil {
+		if err := tr.Touch(ctx, reclaim.Object{Blob: dA}, reclaim.Object{Blob: dA, Repo: "r", Kind: reclaim.LinkLayer}); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.Set(ctx, "short:"+strconv.Itoa(i), "x", time.Millisecond).Err(); err != nil {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 	"github.com/redis/go-redis/v9"
 )
@@ -269,10 +269,10 @@ func TestEvictingPolicyRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.SetTime(time.Now())
-	if _, err := tr.RecordingSince(ctx); !errors.Is(err, layout.ErrRedisEvicts) {
+	if _, err := tr.RecordingSince(ctx); !errors.Is(err, reclaim.ErrRedisEvicts) {
 		t.Fatalf("RecordingSince with volatile-lru on b:1: %v, want ErrRedisEvicts", err)
 	}
-	if _, err := tr.Fence(ctx, layout.Object{Blob: dA}, time.Minute, time.Minute); !errors.Is(err, layout.ErrRedisEvicts) {
+	if _, err := tr.Fence(ctx, reclaim.Object{Blob: dA}, time.Minute, time.Minute); !errors.Is(err, reclaim.ErrRedisEvicts) {
 		t.Fatalf("Fence with volatile-lru on b:1: %v, want ErrRedisEvicts", err)
 	}
 	if h := tr.RedisHealth(); !h.Evicts || h.MaxmemoryPolicy != "volatile-lru" || len(h.Nodes) != 2 || h.Nodes[1].RunID != "bbbb2222" {

@@ -7,9 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // A blob delete is the one GC step whose effect a lost fence cannot undo:
@@ -43,7 +42,7 @@ func (t *Tracker) confirmReplicated(ctx context.Context, f *Fence, lease time.Du
 	if cc, ok := t.c.(*redis.ClusterClient); ok {
 		m, err := cc.MasterForKey(ctx, f.key)
 		if err != nil {
-			return fmt.Errorf("%w: master of %s: %v", layout.ErrTrackerUnavailable, f.key, err)
+			return fmt.Errorf("%w: master of %s: %v", reclaim.ErrTrackerUnavailable, f.key, err)
 		}
 		master = m
 	}
@@ -66,7 +65,7 @@ func (t *Tracker) confirmReplicated(ctx context.Context, f *Fence, lease time.Du
 	if err := repl.Err(); err == nil {
 		replicas, _ = strconv.Atoi(parseInfo(repl.Val())["connected_slaves"])
 	} else if !unsupported(err) {
-		return fmt.Errorf("%w: confirm fence on %s: replication: %v", layout.ErrTrackerUnavailable, f.Object, err)
+		return fmt.Errorf("%w: confirm fence on %s: replication: %v", reclaim.ErrTrackerUnavailable, f.Object, err)
 	}
 	if replicas == 0 {
 		return nil // INFO refused, or no replica: nothing to wait for
@@ -76,10 +75,10 @@ func (t *Tracker) confirmReplicated(ctx context.Context, f *Fence, lease time.Du
 	metricRedisLatency.WithLabelValues("fence_replicated").Observe(time.Since(start).Seconds())
 	switch {
 	case err != nil && !errors.Is(err, redis.Nil):
-		return fmt.Errorf("%w: confirm fence on %s: wait for a replica: %v", layout.ErrTrackerUnavailable, f.Object, err)
+		return fmt.Errorf("%w: confirm fence on %s: wait for a replica: %v", reclaim.ErrTrackerUnavailable, f.Object, err)
 	case acked < 1:
 		metricFences.WithLabelValues("unreplicated").Inc()
-		return fmt.Errorf("%w: fence on %s not acknowledged by any of %d replicas within %v: a failover could lose it", layout.ErrTrackerUnavailable, f.Object, replicas, replicaAck)
+		return fmt.Errorf("%w: fence on %s not acknowledged by any of %d replicas within %v: a failover could lose it", reclaim.ErrTrackerUnavailable, f.Object, replicas, replicaAck)
 	}
 	return nil
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -33,11 +33,11 @@ func TestBlobFenceConfirmWaitsForAReplica(t *testing.T) {
 	}
 	age(t, tr, window)
 	blob := digest.FromString("replicated fence")
-	f, err := tr.Fence(ctx, layout.Object{Blob: blob}, window, time.Minute)
+	f, err := tr.Fence(ctx, reclaim.Object{Blob: blob}, window, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	link, err := tr.Fence(ctx, layout.Object{Blob: digest.FromString("link"), Repo: "r", Kind: layout.LinkLayer}, window, time.Minute)
+	link, err := tr.Fence(ctx, reclaim.Object{Blob: digest.FromString("link"), Repo: "r", Kind: reclaim.LinkLayer}, window, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestBlobFenceConfirmWaitsForAReplica(t *testing.T) {
 	start := time.Now()
 	err = tr.Confirm(ctx, f, time.Minute)
 	took := time.Since(start)
-	if err == nil || !errors.Is(err, layout.ErrTrackerUnavailable) || !strings.Contains(err.Error(), "not acknowledged") {
+	if err == nil || !errors.Is(err, reclaim.ErrTrackerUnavailable) || !strings.Contains(err.Error(), "not acknowledged") {
 		t.Fatalf("confirm with the replica stopped: %v, want a failure: not acknowledged by a replica", err)
 	}
 	if took < replicaAck || took > replicaAck+5*time.Second {
@@ -73,7 +73,7 @@ func TestBlobFenceConfirmWaitsForAReplica(t *testing.T) {
 	if err := tr.Confirm(ctx, link, time.Minute); err != nil {
 		t.Errorf("a link's fence waits for no replica: %v", err)
 	}
-	if held, err := tr.Fenced(ctx, layout.Object{Blob: blob}); err != nil || !held {
+	if held, err := tr.Fenced(ctx, reclaim.Object{Blob: blob}); err != nil || !held {
 		t.Errorf("the blob's fence after an unacknowledged confirm: held=%v err=%v, want held", held, err)
 	}
 

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/redis/go-redis/v9"
 )
@@ -144,10 +145,10 @@ func (t *Tracker) BeginRun(ctx context.Context, repo, id string, started time.Ti
 	keys := []string{t.lockKey(repo), t.runKey(repo, id), t.runIndexKey(repo)}
 	n, err := beginRunScript.Run(ctx, t.c, keys, tok, lease.Milliseconds(), id, started.UnixMilli(), RunTTL.Milliseconds(), runsKept).Int64()
 	if err != nil {
-		return nil, fmt.Errorf("%w: lock %s: %v", layout.ErrTrackerUnavailable, repo, err)
+		return nil, fmt.Errorf("%w: lock %s: %v", reclaim.ErrTrackerUnavailable, repo, err)
 	}
 	if n == 0 {
-		return nil, fmt.Errorf("%w: %s", layout.ErrRepositoryBusy, repo)
+		return nil, fmt.Errorf("%w: %s", reclaim.ErrRepositoryBusy, repo)
 	}
 	// Found by id from any instance (GET /gc/v1/runs/<id>), which the
 	// caller promises once BeginRun returns: without this key the id would
@@ -168,7 +169,7 @@ func (t *Tracker) BeginRun(ctx context.Context, repo, id string, started time.Ti
 		// that either, the lock runs out within the lease (it is never
 		// renewed) and the record reads interrupted, having deleted nothing.
 		_ = abandonRunScript.Run(context.WithoutCancel(ctx), t.c, keys, tok, id).Err()
-		return nil, fmt.Errorf("%w: record run %s: %v", layout.ErrTrackerUnavailable, id, err)
+		return nil, fmt.Errorf("%w: record run %s: %v", reclaim.ErrTrackerUnavailable, id, err)
 	}
 	held, unlock := t.holdLock(ctx, repo, keys[0], tok, lease)
 	return &RunLock{t: t, repo: repo, id: id, tok: tok, held: held, unlockFunc: unlock}, nil
@@ -183,28 +184,29 @@ func (l *RunLock) Unlock() { l.unlockFunc() }
 
 // Progress writes p ahead of the work it announces. An error means it was
 // not recorded: the caller must not do that work.
-func (l *RunLock) Progress(ctx context.Context, p layout.RunProgress) error {
+func (l *RunLock) Progress(ctx context.Context, p reclaim.RunProgress) error {
 	deleting := ""
 	if p.Deleting {
 		deleting = "1"
 	}
 	keys := []string{l.t.runKey(l.repo, l.id), l.t.unlinkedKey(l.repo, l.id)}
-	n, err := progressScript.Run(ctx, l.t.c, keys, l.tok, p.Step, p.Kind, p.Object, deleting, p.Unlinks, RunTTL.Milliseconds()).Int64()
+	n, err := progressScript.Run(ctx, l.t.c, keys, l.tok, string(p.Step), string(p.Kind), p.Object, deleting, p.Unlinks, RunTTL.Milliseconds()).Int64()
 	switch {
 	case err != nil:
-		return fmt.Errorf("%w: record run progress: %v", layout.ErrTrackerUnavailable, err)
+		return fmt.Errorf("%w: record run progress: %v", reclaim.ErrTrackerUnavailable, err)
 	case n == 0:
-		return fmt.Errorf("%w: run %s: its record is gone or was marked interrupted", layout.ErrLockLost, l.id)
+		return fmt.Errorf("%w: run %s: its record is gone or was marked interrupted", reclaim.ErrLockLost, l.id)
 	}
 	return nil
 }
 
 // End stores the run's outcome and report.
-func (l *RunLock) End(ctx context.Context, status string, report []byte) error {
-	n, err := endRunScript.Run(ctx, l.t.c, []string{l.t.runKey(l.repo, l.id)}, l.tok, status, report, RunTTL.Milliseconds()).Int64()
+func (l *RunLock) End(ctx context.Context, status reclaim.RunStatus, report []byte) error {
+	// go-redis marshals only plain strings: the record holds the status's string
+	n, err := endRunScript.Run(ctx, l.t.c, []string{l.t.runKey(l.repo, l.id)}, l.tok, string(status), report, RunTTL.Milliseconds()).Int64()
 	switch {
 	case err != nil:
-		return fmt.Errorf("%w: record run outcome: %v", layout.ErrTrackerUnavailable, err)
+		return fmt.Errorf("%w: record run outcome: %v", reclaim.ErrTrackerUnavailable, err)
 	case n == 0:
 		return fmt.Errorf("run %s: its record is gone (expired or lost)", l.id)
 	}
@@ -213,25 +215,25 @@ func (l *RunLock) End(ctx context.Context, status string, report []byte) error {
 
 // LoadRun reads run id, marking it interrupted first when its process died.
 // ok is false for an unknown (or expired) id.
-func (t *Tracker) LoadRun(ctx context.Context, id, marker string) (layout.RunState, bool, error) {
+func (t *Tracker) LoadRun(ctx context.Context, id, marker string) (reclaim.RunState, bool, error) {
 	repo, err := t.c.Get(ctx, t.runIDKey(id)).Result()
 	if errors.Is(err, redis.Nil) {
-		return layout.RunState{}, false, nil
+		return reclaim.RunState{}, false, nil
 	}
 	if err != nil {
-		return layout.RunState{}, false, fmt.Errorf("%w: read run %s: %v", layout.ErrTrackerUnavailable, id, err)
+		return reclaim.RunState{}, false, fmt.Errorf("%w: read run %s: %v", reclaim.ErrTrackerUnavailable, id, err)
 	}
 	return t.loadRun(ctx, repo, id, marker, true)
 }
 
 // RepositoryRuns reads repo's recent runs, newest first, without their
 // reports, marking the ones whose process died interrupted.
-func (t *Tracker) RepositoryRuns(ctx context.Context, repo, marker string) ([]layout.RunState, error) {
+func (t *Tracker) RepositoryRuns(ctx context.Context, repo, marker string) ([]reclaim.RunState, error) {
 	ids, err := t.c.ZRevRange(ctx, t.runIndexKey(repo), 0, -1).Result()
 	if err != nil {
-		return nil, fmt.Errorf("%w: list runs of %s: %v", layout.ErrTrackerUnavailable, repo, err)
+		return nil, fmt.Errorf("%w: list runs of %s: %v", reclaim.ErrTrackerUnavailable, repo, err)
 	}
-	var out []layout.RunState
+	var out []reclaim.RunState
 	for _, id := range ids {
 		st, ok, err := t.loadRun(ctx, repo, id, marker, false)
 		if err != nil {
@@ -249,13 +251,13 @@ func (t *Tracker) RepositoryRuns(ctx context.Context, repo, marker string) ([]la
 // interrupted as LoadRun does. Expired ones are left out. Three pipelined
 // round trips (ids, repositories, records), plus LoadRun's for each record
 // that still says running.
-func (t *Tracker) RecentRuns(ctx context.Context, n int, marker string) ([]layout.RunState, error) {
+func (t *Tracker) RecentRuns(ctx context.Context, n int, marker string) ([]reclaim.RunState, error) {
 	if n <= 0 {
 		return nil, nil
 	}
 	ids, err := t.c.ZRevRange(ctx, t.recentRunsKey(), 0, int64(n-1)).Result()
 	if err != nil {
-		return nil, fmt.Errorf("%w: list recent runs: %v", layout.ErrTrackerUnavailable, err)
+		return nil, fmt.Errorf("%w: list recent runs: %v", reclaim.ErrTrackerUnavailable, err)
 	}
 	repos := make([]*redis.StringCmd, len(ids))
 	if _, err := t.c.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -264,11 +266,11 @@ func (t *Tracker) RecentRuns(ctx context.Context, n int, marker string) ([]layou
 		}
 		return nil
 	}); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("%w: read recent runs: %v", layout.ErrTrackerUnavailable, err)
+		return nil, fmt.Errorf("%w: read recent runs: %v", reclaim.ErrTrackerUnavailable, err)
 	}
 	for _, c := range repos { // the pipeline's error is only its first one
 		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("%w: read recent runs: %v", layout.ErrTrackerUnavailable, err)
+			return nil, fmt.Errorf("%w: read recent runs: %v", reclaim.ErrTrackerUnavailable, err)
 		}
 	}
 	fields := append(slices.Clip(recordFields), "report")
@@ -281,9 +283,9 @@ func (t *Tracker) RecentRuns(ctx context.Context, n int, marker string) ([]layou
 		}
 		return nil
 	}); err != nil {
-		return nil, fmt.Errorf("%w: read recent runs: %v", layout.ErrTrackerUnavailable, err)
+		return nil, fmt.Errorf("%w: read recent runs: %v", reclaim.ErrTrackerUnavailable, err)
 	}
-	out := make([]layout.RunState, 0, len(ids))
+	out := make([]reclaim.RunState, 0, len(ids))
 	for i, id := range ids {
 		if records[i] == nil {
 			continue // expired
@@ -294,12 +296,12 @@ func (t *Tracker) RecentRuns(ctx context.Context, n int, marker string) ([]layou
 				h[fields[j]] = s
 			}
 		}
-		var st layout.RunState
+		var st reclaim.RunState
 		ok := h["id"] != ""
 		switch {
 		case !ok:
 			continue
-		case h["status"] == layout.RunRunning:
+		case reclaim.RunStatus(h["status"]) == reclaim.StatusRunning:
 			st, ok, err = t.loadRun(ctx, repos[i].Val(), id, marker, true) // alive, or dead: mark it
 		default:
 			st, err = t.runState(ctx, repos[i].Val(), h)
@@ -319,7 +321,7 @@ func (t *Tracker) RecentRuns(ctx context.Context, n int, marker string) ([]layou
 func (t *Tracker) MarkReconciled(ctx context.Context, repo, id, by string) (bool, error) {
 	n, err := reconciledScript.Run(ctx, t.c, []string{t.runKey(repo, id)}, by).Int64()
 	if err != nil {
-		return false, fmt.Errorf("%w: mark run %s reconciled: %v", layout.ErrTrackerUnavailable, id, err)
+		return false, fmt.Errorf("%w: mark run %s reconciled: %v", reclaim.ErrTrackerUnavailable, id, err)
 	}
 	return n == 1, nil
 }
@@ -328,16 +330,16 @@ func (t *Tracker) MarkReconciled(ctx context.Context, repo, id, by string) (bool
 // by its token, marks it interrupted: compare-and-swap on the record's
 // version, so of two readers racing, one marks and the other finds the
 // version moved, reads again and returns the winner's state.
-func (t *Tracker) loadRun(ctx context.Context, repo, id, marker string, withReport bool) (layout.RunState, bool, error) {
+func (t *Tracker) loadRun(ctx context.Context, repo, id, marker string, withReport bool) (reclaim.RunState, bool, error) {
 	for attempt := 0; ; attempt++ {
 		h, err := t.readRecord(ctx, repo, id, withReport)
 		if err != nil {
-			return layout.RunState{}, false, err
+			return reclaim.RunState{}, false, err
 		}
 		if h["id"] == "" {
-			return layout.RunState{}, false, nil
+			return reclaim.RunState{}, false, nil
 		}
-		if h["status"] != layout.RunRunning || attempt >= 10 {
+		if reclaim.RunStatus(h["status"]) != reclaim.StatusRunning || attempt >= 10 {
 			st, err := t.runState(ctx, repo, h)
 			return st, err == nil, err
 		}
@@ -347,12 +349,12 @@ func (t *Tracker) loadRun(ctx context.Context, repo, id, marker string, withRepo
 		}
 		now, err := t.Now(ctx)
 		if err != nil {
-			return layout.RunState{}, false, err
+			return reclaim.RunState{}, false, err
 		}
 		n, err := markScript.Run(ctx, t.c, []string{t.lockKey(repo), t.runKey(repo, id)},
 			h["v"], marker, verdict, now.UnixMilli()).Int64()
 		if err != nil {
-			return layout.RunState{}, false, fmt.Errorf("%w: mark run %s: %v", layout.ErrTrackerUnavailable, id, err)
+			return reclaim.RunState{}, false, fmt.Errorf("%w: mark run %s: %v", reclaim.ErrTrackerUnavailable, id, err)
 		}
 		if n == -1 { // alive: its lock is held
 			st, err := t.runState(ctx, repo, h)
@@ -379,7 +381,7 @@ func (t *Tracker) readRecord(ctx context.Context, repo, id string, withReport bo
 	}
 	vals, err := t.c.HMGet(ctx, t.runKey(repo, id), fields...).Result()
 	if err != nil {
-		return nil, fmt.Errorf("%w: read run %s: %v", layout.ErrTrackerUnavailable, id, err)
+		return nil, fmt.Errorf("%w: read run %s: %v", reclaim.ErrTrackerUnavailable, id, err)
 	}
 	h := make(map[string]string, len(fields))
 	for i, v := range vals {
@@ -404,10 +406,10 @@ func (t *Tracker) deletionsVerdict(ctx context.Context, h map[string]string) str
 			return ""
 		}
 		since, err := t.RecordingSince(ctx)
-		if err != nil && !errors.Is(err, layout.ErrRedisEvicts) {
+		if err != nil && !errors.Is(err, reclaim.ErrRedisEvicts) {
 			return ""
 		}
-		if errors.Is(err, layout.ErrRedisEvicts) || since.UnixMilli() > started {
+		if errors.Is(err, reclaim.ErrRedisEvicts) || since.UnixMilli() > started {
 			return ""
 		}
 		return "0"
@@ -416,18 +418,18 @@ func (t *Tracker) deletionsVerdict(ctx context.Context, h map[string]string) str
 }
 
 // runState turns a record into a RunState.
-func (t *Tracker) runState(ctx context.Context, repo string, h map[string]string) (layout.RunState, error) {
-	st := layout.RunState{ID: h["id"], Repo: repo, Status: h["status"], Step: h["step"],
-		LastKind: h["kind"], LastObject: h["object"], MarkedBy: h["marked_by"], ReconciledBy: h["reconciled_by"]}
+func (t *Tracker) runState(ctx context.Context, repo string, h map[string]string) (reclaim.RunState, error) {
+	st := reclaim.RunState{ID: h["id"], Repo: repo, Status: reclaim.RunStatus(h["status"]), Step: reclaim.RunStep(h["step"]),
+		LastKind: reclaim.ObjectKind(h["kind"]), LastObject: h["object"], MarkedBy: h["marked_by"], ReconciledBy: h["reconciled_by"]}
 	if r, ok := h["report"]; ok {
 		st.Report = []byte(r)
 	}
 	st.StartedAt = unixMilli(h["started"])
 	st.InterruptedAt = unixMilli(h["interrupted_at"])
 	v, ok := h["verdict"]
-	if st.Status != layout.RunInterrupted || !ok {
+	if st.Status != reclaim.StatusInterrupted || !ok {
 		v = h["deletions"]
-		if v == "0" && st.Status != layout.RunRunning {
+		if v == "0" && st.Status != reclaim.StatusRunning {
 			v = "" // only a verdict speaks for a run that did not end
 		}
 	}
@@ -436,10 +438,10 @@ func (t *Tracker) runState(ctx context.Context, repo string, h map[string]string
 		b := v == "1"
 		st.DeletionsStarted = &b
 	}
-	if st.Status == layout.RunInterrupted {
+	if st.Status == reclaim.StatusInterrupted {
 		u, err := t.c.SMembers(ctx, t.unlinkedKey(repo, st.ID)).Result()
 		if err != nil {
-			return st, fmt.Errorf("%w: read run %s: %v", layout.ErrTrackerUnavailable, st.ID, err)
+			return st, fmt.Errorf("%w: read run %s: %v", reclaim.ErrTrackerUnavailable, st.ID, err)
 		}
 		st.Unlinked = u
 	}

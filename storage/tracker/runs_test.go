@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -23,7 +23,7 @@ func die(t *testing.T, tr *Tracker, repo string, l *RunLock) {
 	}
 }
 
-func load(t *testing.T, tr *Tracker, id, marker string) layout.RunState {
+func load(t *testing.T, tr *Tracker, id, marker string) reclaim.RunState {
 	t.Helper()
 	st, ok, err := tr.LoadRun(context.Background(), id, marker)
 	if err != nil || !ok {
@@ -55,16 +55,16 @@ func TestRunRecordStates(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tr.BeginRun(ctx, repo, "run2", time.Now(), runLease); !errors.Is(err, layout.ErrRepositoryBusy) {
+		if _, err := tr.BeginRun(ctx, repo, "run2", time.Now(), runLease); !errors.Is(err, reclaim.ErrRepositoryBusy) {
 			t.Fatalf("second run on a locked repository: %v, want busy", err)
 		}
 		if _, ok, _ := tr.LoadRun(ctx, "run2", "x"); ok {
 			t.Fatal("a run refused its lock left a record")
 		}
-		if st := load(t, tr, "run1", "reader"); st.Status != layout.RunRunning || st.Step != "snapshot" || st.MarkedBy != "" {
+		if st := load(t, tr, "run1", "reader"); st.Status != reclaim.StatusRunning || st.Step != "snapshot" || st.MarkedBy != "" {
 			t.Fatalf("live run: %+v", st)
 		}
-		if err := l.Progress(ctx, layout.RunProgress{Step: "manifests", Kind: "manifest", Object: dA.String(), Deleting: true, Unlinks: dA.String()}); err != nil {
+		if err := l.Progress(ctx, reclaim.RunProgress{Step: "manifests", Kind: "manifest", Object: dA.String(), Deleting: true, Unlinks: dA.String()}); err != nil {
 			t.Fatal(err)
 		}
 		if err := l.End(ctx, "done", []byte(`{"status":"done"}`)); err != nil {
@@ -80,16 +80,16 @@ func TestRunRecordStates(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := l.Progress(ctx, layout.RunProgress{Step: "layer_links", Kind: "layer_link", Object: dB.String(), Deleting: true, Unlinks: dB.String()}); err != nil {
+		if err := l.Progress(ctx, reclaim.RunProgress{Step: "layer_links", Kind: "layer_link", Object: dB.String(), Deleting: true, Unlinks: dB.String()}); err != nil {
 			t.Fatal(err)
 		}
 		die(t, tr, repo, l)
 		st := load(t, tr, "run3", "reader A")
-		if st.Status != layout.RunInterrupted || st.Step != "layer_links" || st.LastKind != "layer_link" || st.LastObject != dB.String() ||
+		if st.Status != reclaim.StatusInterrupted || st.Step != "layer_links" || st.LastKind != "layer_link" || st.LastObject != dB.String() ||
 			deletions(st.DeletionsStarted) != "true" || st.MarkedBy != "reader A" || st.InterruptedAt.IsZero() || len(st.Unlinked) != 1 {
 			t.Fatalf("dead run: %+v (deletions %s)", st, deletions(st.DeletionsStarted))
 		}
-		if err := l.Progress(ctx, layout.RunProgress{Step: "blobs"}); !errors.Is(err, layout.ErrLockLost) {
+		if err := l.Progress(ctx, reclaim.RunProgress{Step: "blobs"}); !errors.Is(err, reclaim.ErrLockLost) {
 			t.Fatalf("write ahead on an interrupted record: %v, want ErrLockLost", err)
 		}
 		if again := load(t, tr, "run3", "reader B"); again.MarkedBy != "reader A" {
@@ -139,7 +139,7 @@ func TestRunDeletionsUnknown(t *testing.T) {
 			t.Fatal(err)
 		}
 		die(t, tr, repo, l)
-		if st := load(t, tr, "quiet", "r"); st.Status != layout.RunInterrupted || deletions(st.DeletionsStarted) != "false" || st.Step != "snapshot" {
+		if st := load(t, tr, "quiet", "r"); st.Status != reclaim.StatusInterrupted || deletions(st.DeletionsStarted) != "false" || st.Step != "snapshot" {
 			t.Fatalf("quiet run: %+v (deletions %s)", st, deletions(st.DeletionsStarted))
 		}
 
@@ -149,7 +149,7 @@ func TestRunDeletionsUnknown(t *testing.T) {
 		}
 		die(t, tr, repo, l)
 		// The epoch is younger than the run: records may have been lost.
-		if st := load(t, tr, "gap", "r"); st.Status != layout.RunInterrupted || st.DeletionsStarted != nil {
+		if st := load(t, tr, "gap", "r"); st.Status != reclaim.StatusInterrupted || st.DeletionsStarted != nil {
 			t.Fatalf("run across an epoch move: %+v (deletions %s), want null", st, deletions(st.DeletionsStarted))
 		}
 	})
@@ -167,14 +167,14 @@ func TestRunLockTakenOverIsInterrupted(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Unlock()
-		if st := load(t, tr, "old", "r"); st.Status != layout.RunRunning {
+		if st := load(t, tr, "old", "r"); st.Status != reclaim.StatusRunning {
 			t.Fatalf("live run read %s", st.Status)
 		}
 		// The lease ran out and another instance's run took the lock.
 		if err := tr.c.Set(ctx, tr.lockKey(repo), "someone else", runLease).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if st := load(t, tr, "old", "r"); st.Status != layout.RunInterrupted {
+		if st := load(t, tr, "old", "r"); st.Status != reclaim.StatusInterrupted {
 			t.Fatalf("run whose lock another holds read %s", st.Status)
 		}
 	})
@@ -201,7 +201,7 @@ func TestRunMarkRace(t *testing.T) {
 			<-gates[marker]
 		}
 		type result struct {
-			st  layout.RunState
+			st  reclaim.RunState
 			err error
 		}
 		results := map[string]chan result{"A": make(chan result, 1), "B": make(chan result, 1)}
@@ -226,7 +226,7 @@ func TestRunMarkRace(t *testing.T) {
 		if len(read) != 0 {
 			t.Fatalf("the loser tried to mark again after re-reading: %q", <-read)
 		}
-		if a.st.Status != layout.RunInterrupted || a.st.MarkedBy != "A" {
+		if a.st.Status != reclaim.StatusInterrupted || a.st.MarkedBy != "A" {
 			t.Fatalf("winner: %+v", a.st)
 		}
 		if b2.st.Status != a.st.Status || b2.st.MarkedBy != "A" || !b2.st.InterruptedAt.Equal(a.st.InterruptedAt) ||
@@ -264,7 +264,7 @@ func TestRecentRuns(t *testing.T) {
 		}
 		var seen []string
 		for _, st := range got {
-			seen = append(seen, st.ID+"="+st.Repo+":"+st.Status)
+			seen = append(seen, st.ID+"="+st.Repo+":"+string(st.Status))
 		}
 		want := []string{"run2=a/one:running", "run1=b/two:interrupted", "run0=a/one:done"}
 		if fmt.Sprint(seen) != fmt.Sprint(want) {

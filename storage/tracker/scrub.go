@@ -5,9 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // ScrubCursor is where the reclaimer's scrub stands in the catalog
@@ -38,7 +37,7 @@ func (s *ScrubCursor) ScrubCursor(ctx context.Context) (string, error) {
 		return "", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("%w: scrub cursor: %v", layout.ErrTrackerUnavailable, err)
+		return "", fmt.Errorf("%w: scrub cursor: %v", reclaim.ErrTrackerUnavailable, err)
 	}
 	return c, nil
 }
@@ -46,7 +45,7 @@ func (s *ScrubCursor) ScrubCursor(ctx context.Context) (string, error) {
 // SetScrubCursor moves the walk.
 func (s *ScrubCursor) SetScrubCursor(ctx context.Context, cursor string) error {
 	if err := s.c.Set(ctx, s.key, cursor, 0).Err(); err != nil {
-		return fmt.Errorf("%w: set scrub cursor: %v", layout.ErrTrackerUnavailable, err)
+		return fmt.Errorf("%w: set scrub cursor: %v", reclaim.ErrTrackerUnavailable, err)
 	}
 	return nil
 }

@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // Tag fences make a tag delete by retention (or any collector) a
@@ -43,10 +42,10 @@ func (t *Tracker) FenceTag(ctx context.Context, repo, tag string, lease time.Dur
 	key := t.tagFenceKey(repo, tag)
 	ok, err := t.c.SetNX(ctx, key, tok, lease).Result()
 	if err != nil {
-		return nil, fmt.Errorf("%w: fence tag %s of %s: %v", layout.ErrTrackerUnavailable, tag, repo, err)
+		return nil, fmt.Errorf("%w: fence tag %s of %s: %v", reclaim.ErrTrackerUnavailable, tag, repo, err)
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: tag %s of %s", layout.ErrFenced, tag, repo)
+		return nil, fmt.Errorf("%w: tag %s of %s", reclaim.ErrFenced, tag, repo)
 	}
 	return &Fence{Token: tok, Taken: time.Now(), key: key}, nil
 }
@@ -55,7 +54,7 @@ func (t *Tracker) FenceTag(ctx context.Context, repo, tag string, lease time.Dur
 func (t *Tracker) TagFenced(ctx context.Context, repo, tag string) (bool, error) {
 	n, err := t.c.Exists(ctx, t.tagFenceKey(repo, tag)).Result()
 	if err != nil && err != redis.Nil {
-		return false, fmt.Errorf("%w: tag fence of %s in %s: %v", layout.ErrTrackerUnavailable, tag, repo, err)
+		return false, fmt.Errorf("%w: tag fence of %s in %s: %v", reclaim.ErrTrackerUnavailable, tag, repo, err)
 	}
 	return n > 0, nil
 }
@@ -67,7 +66,7 @@ func (t *Tracker) TagFenced(ctx context.Context, repo, tag string) (bool, error)
 // tags, so a pin of that manifest written meanwhile is either read by the
 // apply or answered 409. A touch of o waits while it is held, as for any
 // fence; ErrFenced when a collector holds o's fence already.
-func (t *Tracker) Mark(ctx context.Context, o layout.Object, lease time.Duration) (*Fence, error) {
+func (t *Tracker) Mark(ctx context.Context, o reclaim.Object, lease time.Duration) (*Fence, error) {
 	tok, err := token()
 	if err != nil {
 		return nil, err
@@ -75,10 +74,10 @@ func (t *Tracker) Mark(ctx context.Context, o layout.Object, lease time.Duration
 	key := t.fenceKey(o)
 	ok, err := t.c.SetNX(ctx, key, tok, lease).Result()
 	if err != nil {
-		return nil, fmt.Errorf("%w: mark %s: %v", layout.ErrTrackerUnavailable, o, err)
+		return nil, fmt.Errorf("%w: mark %s: %v", reclaim.ErrTrackerUnavailable, o, err)
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: %s", layout.ErrFenced, o)
+		return nil, fmt.Errorf("%w: %s", reclaim.ErrFenced, o)
 	}
 	return &Fence{Object: o, Token: tok, Taken: time.Now(), key: key}, nil
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -98,28 +98,28 @@ func (t *Tracker) Client() redis.UniversalClient { return t.c }
 
 func (t *Tracker) blobKey(d digest.Digest) string { return t.opts.Prefix + "{" + d.String() + "}" }
 
-func kindCode(k layout.LinkKind) string {
-	if k == layout.LinkManifest {
+func kindCode(k reclaim.LinkKind) string {
+	if k == reclaim.LinkManifest {
 		return "m"
 	}
 	return "l"
 }
 
-func (t *Tracker) accessKey(o layout.Object) string {
+func (t *Tracker) accessKey(o reclaim.Object) string {
 	if o.Repo == "" {
 		return t.blobKey(o.Blob) + ":a"
 	}
 	return t.blobKey(o.Blob) + ":a:" + kindCode(o.Kind) + ":" + o.Repo
 }
 
-func (t *Tracker) fenceKey(o layout.Object) string {
+func (t *Tracker) fenceKey(o reclaim.Object) string {
 	if o.Repo == "" {
 		return t.blobKey(o.Blob) + ":f"
 	}
 	return t.blobKey(o.Blob) + ":f:" + kindCode(o.Kind) + ":" + o.Repo
 }
 
-func (t *Tracker) goneKey(o layout.Object) string {
+func (t *Tracker) goneKey(o reclaim.Object) string {
 	if o.Repo == "" {
 		return t.blobKey(o.Blob) + ":gone"
 	}
@@ -166,14 +166,14 @@ return out
 // so ClearGone removes exactly the tombstones a check saw, never one a
 // delete wrote since.
 type Tombstone struct {
-	Object layout.Object
+	Object reclaim.Object
 	Value  string
 }
 
 // TouchBlob records access on objs, all of one blob, unless any of them or the
 // blob is fenced. gone holds the deletion tombstones found on any of them
 // (empty when none).
-func (t *Tracker) TouchBlob(ctx context.Context, blob digest.Digest, links []layout.Object) (gone []Tombstone, err error) {
+func (t *Tracker) TouchBlob(ctx context.Context, blob digest.Digest, links []reclaim.Object) (gone []Tombstone, err error) {
 	keys := t.touchKeys(blob, links)
 	// A client that hangs up must not look like a Redis failure (which
 	// would move the epoch): only our own timeout bounds the call.
@@ -184,7 +184,7 @@ func (t *Tracker) TouchBlob(ctx context.Context, blob digest.Digest, links []lay
 	metricRedisLatency.WithLabelValues("touch").Observe(time.Since(start).Seconds())
 	if err != nil {
 		t.failed(ctx, "touch", err)
-		return nil, fmt.Errorf("%w: touch %s: %v", layout.ErrTrackerUnavailable, blob, err)
+		return nil, fmt.Errorf("%w: touch %s: %v", reclaim.ErrTrackerUnavailable, blob, err)
 	}
 	t.succeeded(ctx)
 	r := touchResult(blob, links, res, nil)
@@ -194,8 +194,8 @@ func (t *Tracker) TouchBlob(ctx context.Context, blob digest.Digest, links []lay
 // Touch records access on objs unless any of them (or its blob) is fenced:
 // then nothing is recorded and the error wraps ErrFenced. Objects of several
 // blobs cost one round trip per blob.
-func (t *Tracker) Touch(ctx context.Context, objs ...layout.Object) error {
-	byBlob := map[digest.Digest][]layout.Object{}
+func (t *Tracker) Touch(ctx context.Context, objs ...reclaim.Object) error {
+	byBlob := map[digest.Digest][]reclaim.Object{}
 	var order []digest.Digest
 	for _, o := range objs {
 		if _, ok := byBlob[o.Blob]; !ok {
@@ -217,13 +217,13 @@ func (t *Tracker) Touch(ctx context.Context, objs ...layout.Object) error {
 // MarkGone leaves a tombstone saying o was deleted, so that stale entries of
 // Distribution's blob descriptor cache stop answering (see descriptors.go).
 // Its value is new each time: a check that saw an older one cannot clear it.
-func (t *Tracker) MarkGone(ctx context.Context, o layout.Object) error {
+func (t *Tracker) MarkGone(ctx context.Context, o reclaim.Object) error {
 	tok, err := token()
 	if err != nil {
 		return err
 	}
 	if err := t.c.Set(ctx, t.goneKey(o), tok, t.opts.GoneTTL).Err(); err != nil {
-		return fmt.Errorf("%w: mark %s gone: %v", layout.ErrTrackerUnavailable, o, err)
+		return fmt.Errorf("%w: mark %s gone: %v", reclaim.ErrTrackerUnavailable, o, err)
 	}
 	return nil
 }
@@ -267,7 +267,7 @@ func (t *Tracker) ClearGone(ctx context.Context, gone []Tombstone) error {
 			args[i] = v
 		}
 		if err := clearGoneScript.Run(ctx, t.c, b.keys, args...).Err(); err != nil && !errors.Is(err, redis.Nil) {
-			return fmt.Errorf("%w: clear tombstone: %v", layout.ErrTrackerUnavailable, err)
+			return fmt.Errorf("%w: clear tombstone: %v", reclaim.ErrTrackerUnavailable, err)
 		}
 	}
 	return nil
@@ -275,13 +275,13 @@ func (t *Tracker) ClearGone(ctx context.Context, gone []Tombstone) error {
 
 // LastAccess returns o's last recorded access (Redis time); ok is false when
 // there is no record (never accessed, or older than the access TTL).
-func (t *Tracker) LastAccess(ctx context.Context, o layout.Object) (time.Time, bool, error) {
+func (t *Tracker) LastAccess(ctx context.Context, o reclaim.Object) (time.Time, bool, error) {
 	v, err := t.c.Get(ctx, t.accessKey(o)).Int64()
 	if errors.Is(err, redis.Nil) {
 		return time.Time{}, false, nil
 	}
 	if err != nil {
-		return time.Time{}, false, fmt.Errorf("%w: last access of %s: %v", layout.ErrTrackerUnavailable, o, err)
+		return time.Time{}, false, fmt.Errorf("%w: last access of %s: %v", reclaim.ErrTrackerUnavailable, o, err)
 	}
 	return time.UnixMilli(v), true, nil
 }
@@ -290,7 +290,7 @@ func (t *Tracker) LastAccess(ctx context.Context, o layout.Object) (time.Time, b
 func (t *Tracker) Now(ctx context.Context) (time.Time, error) {
 	n, err := t.c.Time(ctx).Result()
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%w: %v", layout.ErrTrackerUnavailable, err)
+		return time.Time{}, fmt.Errorf("%w: %v", reclaim.ErrTrackerUnavailable, err)
 	}
 	return n, nil
 }

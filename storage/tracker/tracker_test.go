@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 	"github.com/redis/go-redis/v9"
 )
@@ -31,23 +31,23 @@ func TestTouchAndFence(t *testing.T) {
 	})
 }
 
-var layerA = layout.Object{Blob: dA, Repo: "r", Kind: layout.LinkLayer}
+var layerA = reclaim.Object{Blob: dA, Repo: "r", Kind: reclaim.LinkLayer}
 
 // No fence without an epoch a window old.
 func checkEpochGate(t *testing.T, tr *Tracker) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := tr.Fence(ctx, layout.Object{Blob: dA}, window, time.Minute); !errors.Is(err, layout.ErrNotRecording) {
+	if _, err := tr.Fence(ctx, reclaim.Object{Blob: dA}, window, time.Minute); !errors.Is(err, reclaim.ErrNotRecording) {
 		t.Fatalf("fence without epoch: %v, want ErrNotRecording", err)
 	}
 	if err := tr.StartRecording(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// Epoch younger than the window: not trusted.
-	if _, err := tr.Fence(ctx, layout.Object{Blob: dA}, window, time.Minute); !errors.Is(err, layout.ErrNotRecording) {
+	if _, err := tr.Fence(ctx, reclaim.Object{Blob: dA}, window, time.Minute); !errors.Is(err, reclaim.ErrNotRecording) {
 		t.Fatalf("fence with young epoch: %v, want ErrNotRecording", err)
 	}
-	if n, _ := tr.c.Exists(ctx, tr.fenceKey(layout.Object{Blob: dA})).Result(); n != 0 {
+	if n, _ := tr.c.Exists(ctx, tr.fenceKey(reclaim.Object{Blob: dA})).Result(); n != 0 {
 		t.Fatal("a refused fence was left behind")
 	}
 }
@@ -56,14 +56,14 @@ func checkEpochGate(t *testing.T, tr *Tracker) {
 func checkRecentAccess(t *testing.T, tr *Tracker) {
 	t.Helper()
 	ctx := context.Background()
-	if err := tr.Touch(ctx, layout.Object{Blob: dA}, layerA); err != nil {
+	if err := tr.Touch(ctx, reclaim.Object{Blob: dA}, layerA); err != nil {
 		t.Fatal(err)
 	}
 	if at, ok, err := tr.LastAccess(ctx, layerA); err != nil || !ok || time.Since(at) > time.Minute {
 		t.Fatalf("LastAccess = %v %v %v", at, ok, err)
 	}
-	for _, o := range []layout.Object{{Blob: dA}, layerA} {
-		if _, err := tr.Fence(ctx, o, window, time.Minute); !errors.Is(err, layout.ErrRecentlyAccessed) {
+	for _, o := range []reclaim.Object{{Blob: dA}, layerA} {
+		if _, err := tr.Fence(ctx, o, window, time.Minute); !errors.Is(err, reclaim.ErrRecentlyAccessed) {
 			t.Fatalf("fence %v right after access: %v", o, err)
 		}
 	}
@@ -81,24 +81,24 @@ func checkLinkFence(t *testing.T, tr *Tracker) {
 	if err != nil {
 		t.Fatalf("fence after window: %v", err)
 	}
-	otherA := layout.Object{Blob: dA, Repo: "other", Kind: layout.LinkLayer}
+	otherA := reclaim.Object{Blob: dA, Repo: "other", Kind: reclaim.LinkLayer}
 	if fenced, err := tr.Fenced(ctx, layerA); err != nil || !fenced {
 		t.Fatalf("Fenced under the fence: %v %v", fenced, err)
 	}
 	if fenced, _ := tr.Fenced(ctx, otherA); fenced {
 		t.Fatal("a link fence fences another repository's link")
 	}
-	before, _, _ := tr.LastAccess(ctx, layout.Object{Blob: dA})
-	if err := tr.Touch(ctx, layout.Object{Blob: dA}, layerA); !errors.Is(err, layout.ErrFenced) {
+	before, _, _ := tr.LastAccess(ctx, reclaim.Object{Blob: dA})
+	if err := tr.Touch(ctx, reclaim.Object{Blob: dA}, layerA); !errors.Is(err, reclaim.ErrFenced) {
 		t.Fatalf("touch fenced link: %v", err)
 	}
-	if after, _, _ := tr.LastAccess(ctx, layout.Object{Blob: dA}); !after.Equal(before) {
+	if after, _, _ := tr.LastAccess(ctx, reclaim.Object{Blob: dA}); !after.Equal(before) {
 		t.Fatal("a refused touch recorded an access")
 	}
-	if err := tr.Touch(ctx, layout.Object{Blob: dA, Repo: "other", Kind: layout.LinkLayer}); err != nil {
+	if err := tr.Touch(ctx, reclaim.Object{Blob: dA, Repo: "other", Kind: reclaim.LinkLayer}); err != nil {
 		t.Fatalf("touch other link: %v", err)
 	}
-	if _, err := tr.Fence(ctx, layerA, window, time.Minute); !errors.Is(err, layout.ErrFenced) {
+	if _, err := tr.Fence(ctx, layerA, window, time.Minute); !errors.Is(err, reclaim.ErrFenced) {
 		t.Fatalf("second fence: %v", err)
 	}
 	if err := tr.Release(ctx, f); err != nil {
@@ -117,17 +117,17 @@ func checkLinkFence(t *testing.T, tr *Tracker) {
 func checkBlobFence(t *testing.T, tr *Tracker) {
 	t.Helper()
 	ctx := context.Background()
-	fb, err := tr.Fence(ctx, layout.Object{Blob: dA}, window, time.Minute)
+	fb, err := tr.Fence(ctx, reclaim.Object{Blob: dA}, window, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Touch(ctx, layout.Object{Blob: dA, Repo: "third", Kind: layout.LinkManifest}); !errors.Is(err, layout.ErrFenced) {
+	if err := tr.Touch(ctx, reclaim.Object{Blob: dA, Repo: "third", Kind: reclaim.LinkManifest}); !errors.Is(err, reclaim.ErrFenced) {
 		t.Fatalf("touch link of fenced blob: %v", err)
 	}
-	if fenced, err := tr.Fenced(ctx, layout.Object{Blob: dA, Repo: "third", Kind: layout.LinkManifest}); err != nil || !fenced {
+	if fenced, err := tr.Fenced(ctx, reclaim.Object{Blob: dA, Repo: "third", Kind: reclaim.LinkManifest}); err != nil || !fenced {
 		t.Fatalf("Fenced: a link of a fenced blob: %v %v", fenced, err)
 	}
-	if _, err := tr.Fence(ctx, layerA, window, time.Minute); !errors.Is(err, layout.ErrFenced) {
+	if _, err := tr.Fence(ctx, layerA, window, time.Minute); !errors.Is(err, reclaim.ErrFenced) {
 		t.Fatalf("fence link of fenced blob: %v", err)
 	}
 	if err := tr.Release(ctx, &Fence{Object: fb.Object, Token: "x", key: fb.key}); err != nil {
@@ -144,12 +144,12 @@ func checkLeaseExpiry(t *testing.T, b storagetest.Backend, tr *Tracker) {
 	t.Helper()
 	ctx := context.Background()
 	const lease = 50 * time.Millisecond
-	f, err := tr.Fence(ctx, layout.Object{Blob: dB}, window, lease)
+	f, err := tr.Fence(ctx, reclaim.Object{Blob: dB}, window, lease)
 	if err != nil {
 		t.Fatal(err)
 	}
 	expire(t, b, tr.c, f.key, lease)
-	if err := tr.Touch(ctx, layout.Object{Blob: dB}); err != nil {
+	if err := tr.Touch(ctx, reclaim.Object{Blob: dB}); err != nil {
 		t.Fatalf("touch after lease expiry: %v", err)
 	}
 }
@@ -158,25 +158,25 @@ func TestTombstones(t *testing.T) {
 	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
 		ctx := context.Background()
 		tr := newTestTracker(t, b)
-		l := layout.Object{Blob: dA, Repo: "r", Kind: layout.LinkLayer}
+		l := reclaim.Object{Blob: dA, Repo: "r", Kind: reclaim.LinkLayer}
 		if err := tr.MarkGone(ctx, l); err != nil {
 			t.Fatal(err)
 		}
-		gone, err := tr.TouchBlob(ctx, dA, []layout.Object{l})
+		gone, err := tr.TouchBlob(ctx, dA, []reclaim.Object{l})
 		if err != nil || len(gone) != 1 || gone[0].Object != l || gone[0].Value == "" {
 			t.Fatalf("touch = %v %v, want l's tombstone", gone, err)
 		}
-		if gone, _ := tr.TouchBlob(ctx, dA, []layout.Object{{Blob: dA, Repo: "s", Kind: layout.LinkLayer}}); gone != nil {
+		if gone, _ := tr.TouchBlob(ctx, dA, []reclaim.Object{{Blob: dA, Repo: "s", Kind: reclaim.LinkLayer}}); gone != nil {
 			t.Fatal("tombstone of r seen by s")
 		}
-		again, _ := tr.TouchBlob(ctx, dA, []layout.Object{l})
+		again, _ := tr.TouchBlob(ctx, dA, []reclaim.Object{l})
 		if len(again) != 1 {
 			t.Fatal("a touch cleared the tombstone")
 		}
 		if err := tr.ClearGone(ctx, again); err != nil {
 			t.Fatal(err)
 		}
-		if gone, _ := tr.TouchBlob(ctx, dA, []layout.Object{l}); gone != nil {
+		if gone, _ := tr.TouchBlob(ctx, dA, []reclaim.Object{l}); gone != nil {
 			t.Fatal("ClearGone left the tombstone")
 		}
 	})
@@ -189,15 +189,15 @@ func TestClearGoneKeepsFresherTombstone(t *testing.T) {
 	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
 		ctx := context.Background()
 		tr := newTestTracker(t, b)
-		blob := layout.Object{Blob: dA}
-		layer := layout.Object{Blob: dA, Repo: "r", Kind: layout.LinkLayer}
-		rev := layout.Object{Blob: dA, Repo: "r", Kind: layout.LinkManifest} // the same tombstone as layer's
-		for _, o := range []layout.Object{blob, layer} {
+		blob := reclaim.Object{Blob: dA}
+		layer := reclaim.Object{Blob: dA, Repo: "r", Kind: reclaim.LinkLayer}
+		rev := reclaim.Object{Blob: dA, Repo: "r", Kind: reclaim.LinkManifest} // the same tombstone as layer's
+		for _, o := range []reclaim.Object{blob, layer} {
 			if err := tr.MarkGone(ctx, o); err != nil {
 				t.Fatal(err)
 			}
 		}
-		seen, err := tr.TouchBlob(ctx, dA, []layout.Object{layer, rev})
+		seen, err := tr.TouchBlob(ctx, dA, []reclaim.Object{layer, rev})
 		if err != nil || len(seen) != 3 {
 			t.Fatalf("touch = %v %v, want the blob's tombstone and r's (twice)", seen, err)
 		}
@@ -207,7 +207,7 @@ func TestClearGoneKeepsFresherTombstone(t *testing.T) {
 		if err := tr.ClearGone(ctx, seen); err != nil {
 			t.Fatal(err)
 		}
-		gone, err := tr.TouchBlob(ctx, dA, []layout.Object{layer})
+		gone, err := tr.TouchBlob(ctx, dA, []reclaim.Object{layer})
 		if err != nil || len(gone) != 1 || gone[0].Object != layer {
 			t.Fatalf("after the clear: %v %v, want only r's fresh tombstone", gone, err)
 		}
@@ -236,7 +236,7 @@ func TestLockRepository(t *testing.T) {
 				t.Fatal("the lock is not renewed")
 			}
 		}
-		if _, _, err := tr.LockRepository(ctx, "a/b", time.Second); !errors.Is(err, layout.ErrRepositoryBusy) {
+		if _, _, err := tr.LockRepository(ctx, "a/b", time.Second); !errors.Is(err, reclaim.ErrRepositoryBusy) {
 			t.Fatalf("second lock: %v", err)
 		}
 		if err := held.Err(); err != nil {
@@ -274,7 +274,7 @@ func TestLockRepositoryLost(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the lock was deleted and its holder's context goes on")
 		}
-		if cause := context.Cause(held); !errors.Is(cause, layout.ErrLockLost) {
+		if cause := context.Cause(held); !errors.Is(cause, reclaim.ErrLockLost) {
 			t.Fatalf("cause %v, want ErrLockLost", cause)
 		}
 	})
@@ -291,12 +291,12 @@ func TestRedisGapMovesEpoch(t *testing.T) {
 		}
 		e0, _ := tr.RecordingSince(ctx)
 		b.Mini.SetError("LOADING injected")
-		if err := tr.Touch(ctx, layout.Object{Blob: dA}); !errors.Is(err, layout.ErrTrackerUnavailable) {
+		if err := tr.Touch(ctx, reclaim.Object{Blob: dA}); !errors.Is(err, reclaim.ErrTrackerUnavailable) {
 			t.Fatalf("touch with redis failing: %v", err)
 		}
 		b.Mini.SetError("")
 		b.Mini.SetTime(e0.Add(time.Second)) // a move of the epoch shows
-		if err := tr.Touch(ctx, layout.Object{Blob: dA}); err != nil {
+		if err := tr.Touch(ctx, reclaim.Object{Blob: dA}); err != nil {
 			t.Fatal(err)
 		}
 		e1, err := tr.RecordingSince(ctx)
@@ -305,7 +305,7 @@ func TestRedisGapMovesEpoch(t *testing.T) {
 		}
 		// Lost data: the epoch disappears, and StartRecording sets a new one.
 		b.Mini.FlushAll()
-		if _, err := tr.RecordingSince(ctx); !errors.Is(err, layout.ErrNotRecording) {
+		if _, err := tr.RecordingSince(ctx); !errors.Is(err, reclaim.ErrNotRecording) {
 			t.Fatalf("after flush: %v", err)
 		}
 		if err := tr.StartRecording(ctx); err != nil {
@@ -328,11 +328,11 @@ func TestCanceledClientIsNoGap(t *testing.T) {
 	e0, _ := tr.RecordingSince(ctx)
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := tr.Touch(cctx, layout.Object{Blob: dA}); err != nil {
+	if err := tr.Touch(cctx, reclaim.Object{Blob: dA}); err != nil {
 		t.Fatalf("touch with a canceled request context: %v", err)
 	}
 	b.Mini.SetTime(e0.Add(time.Second)) // a move of the epoch would show
-	if err := tr.Touch(ctx, layout.Object{Blob: dA}); err != nil {
+	if err := tr.Touch(ctx, reclaim.Object{Blob: dA}); err != nil {
 		t.Fatal(err)
 	}
 	if e1, _ := tr.RecordingSince(ctx); !e1.Equal(e0) {

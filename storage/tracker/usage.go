@@ -8,15 +8,14 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // UsageStore keeps each repository's reclaimable-bytes estimate
-// (layout.Usage, made by gc/usage.go) and ranks the repositories by it:
+// (reclaim.Usage, made by gc/usage.go) and ranks the repositories by it:
 //
-//	reclaim:{<repo>}:usage       JSON layout.Usage, the repository's last estimate
+//	reclaim:{<repo>}:usage       JSON reclaim.Usage, the repository's last estimate
 //	reclaim:usage:reclaimable    sorted set: repo -> reclaimable bytes
 //	reclaim:usage:exclusive      sorted set: repo -> exclusive bytes
 //	reclaim:usage:computed       sorted set: repo -> unix ms the estimate was made (the oldest are refreshed first)
@@ -61,11 +60,11 @@ return redis.call('ZADD', KEYS[1], tonumber(t[1]) * 1000 + math.floor(tonumber(t
 `)
 
 func unavailable(what string, err error) error {
-	return fmt.Errorf("%w: usage: %s: %v", layout.ErrTrackerUnavailable, what, err)
+	return fmt.Errorf("%w: usage: %s: %v", reclaim.ErrTrackerUnavailable, what, err)
 }
 
 // PutUsage stores u and ranks it; due marks it due for a refresh at once.
-func (s *UsageStore) PutUsage(ctx context.Context, u layout.Usage, due bool) error {
+func (s *UsageStore) PutUsage(ctx context.Context, u reclaim.Usage, due bool) error {
 	b, err := json.Marshal(u)
 	if err != nil {
 		return err
@@ -99,16 +98,16 @@ func (s *UsageStore) DeleteUsage(ctx context.Context, repo string) error {
 }
 
 // Usage reads repo's record; ok is false when there is none.
-func (s *UsageStore) Usage(ctx context.Context, repo string) (u layout.Usage, ok bool, err error) {
+func (s *UsageStore) Usage(ctx context.Context, repo string) (u reclaim.Usage, ok bool, err error) {
 	b, err := s.c.Get(ctx, s.recordKey(repo)).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return layout.Usage{}, false, nil
+		return reclaim.Usage{}, false, nil
 	}
 	if err != nil {
-		return layout.Usage{}, false, unavailable("get "+repo, err)
+		return reclaim.Usage{}, false, unavailable("get "+repo, err)
 	}
 	if err := json.Unmarshal(b, &u); err != nil {
-		return layout.Usage{}, false, fmt.Errorf("usage of %s: %w", repo, err)
+		return reclaim.Usage{}, false, fmt.Errorf("usage of %s: %w", repo, err)
 	}
 	return u, true, nil
 }
@@ -117,7 +116,7 @@ func (s *UsageStore) Usage(ctx context.Context, repo string) (u layout.Usage, ok
 // (ByReclaimable or ByExclusive), highest first, and how many are ranked.
 // It costs one round trip for the ranking and one per Redis master for
 // the records, whatever the registry holds.
-func (s *UsageStore) Top(ctx context.Context, by string, n int) ([]layout.Usage, int64, error) {
+func (s *UsageStore) Top(ctx context.Context, by string, n int) ([]reclaim.Usage, int64, error) {
 	if (by != ByReclaimable && by != ByExclusive) || n <= 0 {
 		return nil, 0, fmt.Errorf("usage: Top(%q, %d): bad arguments", by, n)
 	}
@@ -129,7 +128,7 @@ func (s *UsageStore) Top(ctx context.Context, by string, n int) ([]layout.Usage,
 	}
 	repos := top.Val()
 	if len(repos) == 0 {
-		return []layout.Usage{}, card.Val(), nil
+		return []reclaim.Usage{}, card.Val(), nil
 	}
 	pipe = s.c.Pipeline()
 	gets := make([]*redis.StringCmd, len(repos))
@@ -139,9 +138,9 @@ func (s *UsageStore) Top(ctx context.Context, by string, n int) ([]layout.Usage,
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, 0, unavailable("records", err)
 	}
-	out := make([]layout.Usage, 0, len(repos))
+	out := make([]reclaim.Usage, 0, len(repos))
 	for _, g := range gets {
-		var u layout.Usage
+		var u reclaim.Usage
 		b, err := g.Bytes()
 		if err != nil || json.Unmarshal(b, &u) != nil {
 			continue // deleted between the two reads
@@ -161,7 +160,7 @@ func (s *UsageStore) MarkUsageDue(ctx context.Context, repo string) error {
 
 // ClaimDueUsage takes up to n due repositories, oldest first, and holds
 // them for lease: no other reclaimer claims them until it runs out.
-func (s *UsageStore) ClaimDueUsage(ctx context.Context, n int, lease time.Duration) ([]layout.UsageClaim, error) {
+func (s *UsageStore) ClaimDueUsage(ctx context.Context, n int, lease time.Duration) ([]reclaim.UsageClaim, error) {
 	if n <= 0 || lease <= 0 {
 		return nil, fmt.Errorf("usage: ClaimDueUsage(%d, %v): bad arguments", n, lease)
 	}
@@ -170,17 +169,17 @@ func (s *UsageStore) ClaimDueUsage(ctx context.Context, n int, lease time.Durati
 		return nil, unavailable("claim due", err)
 	}
 	now, _ := res[0].(int64)
-	out := make([]layout.UsageClaim, 0, (len(res)-1)/2)
+	out := make([]reclaim.UsageClaim, 0, (len(res)-1)/2)
 	for i := 1; i+1 < len(res); i += 2 {
 		repo, _ := res[i].(string)
-		out = append(out, layout.UsageClaim{Repo: repo, Lease: now + lease.Milliseconds()})
+		out = append(out, reclaim.UsageClaim{Repo: repo, Lease: now + lease.Milliseconds()})
 	}
 	return out, nil
 }
 
 // DoneDueUsage unmarks a claimed repository, unless it was marked due
 // again since the claim.
-func (s *UsageStore) DoneDueUsage(ctx context.Context, c layout.UsageClaim) error {
+func (s *UsageStore) DoneDueUsage(ctx context.Context, c reclaim.UsageClaim) error {
 	if err := ackScript.Run(ctx, s.c, []string{s.key("due")}, c.Repo, c.Lease).Err(); err != nil {
 		return unavailable("done "+c.Repo, err)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -17,7 +17,7 @@ func TestUsageStoreRanks(t *testing.T) {
 		s, ctx := NewUsageStore(b.Client(t), b.Prefix), context.Background()
 		t0 := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
 		// names that share a prefix and one that ends like a route
-		for i, u := range []layout.Usage{
+		for i, u := range []reclaim.Usage{
 			{Repository: "team/app", ReclaimableBytes: 300, ExclusiveBytes: 400},
 			{Repository: "team/app/pins", ReclaimableBytes: 100, ExclusiveBytes: 900},
 			{Repository: "team/base", ReclaimableBytes: 200, ExclusiveBytes: 100},
@@ -27,7 +27,7 @@ func TestUsageStoreRanks(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		names := func(us []layout.Usage) string {
+		names := func(us []reclaim.Usage) string {
 			var out []string
 			for _, u := range us {
 				out = append(out, u.Repository)
@@ -59,7 +59,7 @@ func TestUsageStoreRanks(t *testing.T) {
 			t.Fatalf("Usage(nobody) = %v %v; want none", ok, err)
 		}
 		// A new estimate moves the repository in the rankings.
-		if err := s.PutUsage(ctx, layout.Usage{Repository: "team/base", ReclaimableBytes: 1000, ComputedAt: t0.Add(time.Hour)}, false); err != nil {
+		if err := s.PutUsage(ctx, reclaim.Usage{Repository: "team/base", ReclaimableBytes: 1000, ComputedAt: t0.Add(time.Hour)}, false); err != nil {
 			t.Fatal(err)
 		}
 		if got, _, _ := s.Top(ctx, ByReclaimable, 1); names(got) != "[team/base]" {
@@ -94,7 +94,7 @@ func TestUsageStoreRanks(t *testing.T) {
 func TestUsageStoreClaims(t *testing.T) {
 	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
 		s, ctx := NewUsageStore(b.Client(t), b.Prefix), context.Background()
-		if err := s.PutUsage(ctx, layout.Usage{Repository: "capped/repo", ComputedAt: time.Now()}, true); err != nil {
+		if err := s.PutUsage(ctx, reclaim.Usage{Repository: "capped/repo", ComputedAt: time.Now()}, true); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.MarkUsageDue(ctx, "pushed/repo"); err != nil {
@@ -108,7 +108,7 @@ func TestUsageStoreClaims(t *testing.T) {
 			t.Fatalf("a second claim got %v %v while the first holds them", again, err)
 		}
 		// Marked again while claimed: done must not unmark it.
-		var pushed, capped layout.UsageClaim
+		var pushed, capped reclaim.UsageClaim
 		for _, c := range got {
 			if c.Repo == "pushed/repo" {
 				pushed = c

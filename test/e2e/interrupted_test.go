@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
@@ -54,7 +55,7 @@ func TestKilledCollectIsInterrupted(t *testing.T) {
 	gcJSON(t, r, http.MethodPost, "/gc/v1/repositories/crash/app/collect?dry_run=false&async=true", http.StatusAccepted, &started)
 	waitFile(t, marker)
 	live := runReport(t, r, started.RunID)
-	if live.Status != gc.StatusRunning || live.Step != gc.StepBlobs {
+	if live.Status != reclaim.StatusRunning || live.Step != reclaim.StepBlobs {
 		t.Fatalf("halted run: status %s step %s, want running in blobs", live.Status, live.Step)
 	}
 
@@ -100,7 +101,7 @@ func TestKilledCollectIsInterrupted(t *testing.T) {
 		}
 	}
 	after := runReport(t, r, started.RunID)
-	if after.Status != gc.StatusInterrupted || after.Interruption.ReconciledBy != next.RunID {
+	if after.Status != reclaim.StatusInterrupted || after.Interruption.ReconciledBy != next.RunID {
 		t.Fatalf("killed run after the reconciliation: %+v", after.Interruption)
 	}
 	registrytest.AssertPullable(t, r, "crash/app:keep")

@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
@@ -85,7 +86,7 @@ func seedBlobs(ctx context.Context, t *testing.T, raw storagedriver.StorageDrive
 			bytes += int64(len(content))
 			continue
 		}
-		if err := links.Put(ctx, d, layout.RepoLink{Repo: "bench/app", Kind: layout.LinkLayer}); err != nil {
+		if err := links.Put(ctx, d, reclaim.RepoLink{Repo: "bench/app", Kind: reclaim.LinkLayer}); err != nil {
 			t.Fatal(err)
 		}
 		linked = append(linked, d)

@@ -15,6 +15,7 @@ import (
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/referrers"
 )
@@ -95,7 +96,7 @@ func repo(ctx context.Context, d storagedriver.StorageDriver, s Spec, r int, sha
 	var st Stats
 	name := RepoName(r)
 	seen := map[string]bool{} // shared layers recur within a repository
-	link := func(dg digest.Digest, kind layout.LinkKind) error {
+	link := func(dg digest.Digest, kind reclaim.LinkKind) error {
 		k := string(kind) + dg.String()
 		if seen[k] {
 			return nil
@@ -108,7 +109,7 @@ func repo(ctx context.Context, d storagedriver.StorageDriver, s Spec, r int, sha
 			st.ReverseLinks++
 		}
 		p := layout.LayerLinkPath(name, dg)
-		if kind == layout.LinkManifest {
+		if kind == reclaim.LinkManifest {
 			p = layout.RevisionLinkPath(name, dg)
 			st.RevisionLinks++
 		} else {
@@ -129,7 +130,7 @@ func repo(ctx context.Context, d storagedriver.StorageDriver, s Spec, r int, sha
 				}
 				st.Blobs++
 			}
-			if err := link(dg, layout.LinkLayer); err != nil {
+			if err := link(dg, reclaim.LinkLayer); err != nil {
 				return st, err
 			}
 			layers = append(layers, v1.Descriptor{MediaType: v1.MediaTypeImageLayerGzip, Digest: dg, Size: 32})
@@ -141,7 +142,7 @@ func repo(ctx context.Context, d storagedriver.StorageDriver, s Spec, r int, sha
 			return st, err
 		}
 		st.Blobs++
-		if err := link(m.Digest, layout.LinkManifest); err != nil {
+		if err := link(m.Digest, reclaim.LinkManifest); err != nil {
 			return st, err
 		}
 		if s.ReferrerEvery > 0 && img%s.ReferrerEvery == 0 {
@@ -152,7 +153,7 @@ func repo(ctx context.Context, d storagedriver.StorageDriver, s Spec, r int, sha
 				return st, err
 			}
 			st.Blobs++
-			if err := link(a.Digest, layout.LinkManifest); err != nil {
+			if err := link(a.Digest, reclaim.LinkManifest); err != nil {
 				return st, err
 			}
 			if s.Reverse {

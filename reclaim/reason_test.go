@@ -1,4 +1,4 @@
-package gc
+package reclaim
 
 import (
 	"encoding/json"
