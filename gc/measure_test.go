@@ -217,9 +217,9 @@ func writeReverseLinks(f *fixture) {
 	err := f.d.Walk(ctx, layout.RepositoriesRoot, func(fi storagedriver.FileInfo) error {
 		p := layout.Classify(fi.Path())
 		switch p.Kind {
-		case layout.KindLayerLink:
+		case layout.PathLayerLink:
 			return links.Put(ctx, p.Digest, reclaim.RepoLink{Repo: p.Repo, Kind: reclaim.LinkLayer})
-		case layout.KindRevisionLink:
+		case layout.PathRevisionLink:
 			return links.Put(ctx, p.Digest, reclaim.RepoLink{Repo: p.Repo, Kind: reclaim.LinkManifest})
 		}
 		return nil

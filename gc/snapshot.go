@@ -126,14 +126,14 @@ func (w *manifestWalk) visit(fi storagedriver.FileInfo) error {
 		return w.visitDir(fi.Path(), p)
 	}
 	switch p.Kind {
-	case layout.KindRevisionLink:
+	case layout.PathRevisionLink:
 		w.s.revisions[p.Digest] = &manifestInfo{digest: p.Digest}
-	case layout.KindTagCurrent:
+	case layout.PathTagCurrent:
 		w.tagNames = append(w.tagNames, p.Tag)
 		w.tagSeen[p.Tag] = true
-	case layout.KindTagIndex:
+	case layout.PathTagIndex:
 		w.s.tagIndex[p.Digest] = append(w.s.tagIndex[p.Digest], p.Tag)
-	case layout.KindReferrerLink:
+	case layout.PathReferrerLink:
 		w.s.referrers[p.Referrer] = append(w.s.referrers[p.Referrer], p.Digest)
 	}
 	return nil
@@ -141,11 +141,11 @@ func (w *manifestWalk) visit(fi storagedriver.FileInfo) error {
 
 func (w *manifestWalk) visitDir(dir string, p layout.Path) error {
 	switch {
-	case p.Kind == layout.KindRevisionLinkDir:
+	case p.Kind == layout.PathRevisionLinkDir:
 		w.revDirs[p.Digest] = dir + "/link"
-	case p.Kind == layout.KindTagDir && p.Tag != "" && dir == path.Dir(layout.TagCurrentPath(w.s.repo, p.Tag)):
+	case p.Kind == layout.PathTagDir && p.Tag != "" && dir == path.Dir(layout.TagCurrentPath(w.s.repo, p.Tag)):
 		w.currentDirs[p.Tag] = dir + "/link"
-	case p.Kind == layout.KindRevisionLink, p.Kind == layout.KindTagCurrent:
+	case p.Kind == layout.PathRevisionLink, p.Kind == layout.PathTagCurrent:
 		// Fail closed: this could be the tag or the revision that
 		// keeps everything else.
 		return fmt.Errorf("%s: %w: a directory", dir, errNotALink)
@@ -188,7 +188,7 @@ func (w *manifestWalk) probeUnseen(ctx context.Context, d storagedriver.StorageD
 func walkLayers(ctx context.Context, d storagedriver.StorageDriver, s *snapshot) (absent bool, _ error) {
 	root := layout.LayersDir(s.repo)
 	err := d.Walk(ctx, root, func(fi storagedriver.FileInfo) error {
-		if p := layout.Classify(fi.Path()); !fi.IsDir() && p.Kind == layout.KindLayerLink && p.Repo == s.repo {
+		if p := layout.Classify(fi.Path()); !fi.IsDir() && p.Kind == layout.PathLayerLink && p.Repo == s.repo {
 			s.layers[p.Digest] = true
 		}
 		return nil

@@ -67,12 +67,12 @@ func truth(t *testing.T, d storagedriver.StorageDriver, repo string) (exclusive 
 		p := layout.Classify(fi.Path())
 		switch {
 		case fi.IsDir():
-		case p.Kind == layout.KindLayerLink, p.Kind == layout.KindRevisionLink:
+		case p.Kind == layout.PathLayerLink, p.Kind == layout.PathRevisionLink:
 			if linkers[p.Digest] == nil {
 				linkers[p.Digest] = map[string]bool{}
 			}
 			linkers[p.Digest][p.Repo] = true
-		case p.Kind == layout.KindBlobData:
+		case p.Kind == layout.PathBlobData:
 			data[p.Digest] = fi.Size()
 		}
 		return nil

@@ -180,9 +180,9 @@ func (g *gcRegistry) checkLinks(t *testing.T) {
 		}
 		p := layout.Classify(fi.Path())
 		switch p.Kind {
-		case layout.KindLayerLink, layout.KindRevisionLink:
+		case layout.PathLayerLink, layout.PathRevisionLink:
 			k := reclaim.LinkLayer
-			if p.Kind == layout.KindRevisionLink {
+			if p.Kind == layout.PathRevisionLink {
 				k = reclaim.LinkManifest
 			}
 			ok, err := links.Has(ctx, p.Digest, reclaim.RepoLink{Repo: p.Repo, Kind: k})
@@ -192,7 +192,7 @@ func (g *gcRegistry) checkLinks(t *testing.T) {
 			if !ok {
 				t.Errorf("forward link without reverse link: %s", fi.Path())
 			}
-		case layout.KindReverseLink:
+		case layout.PathReverseLink:
 			if _, err := g.raw.Stat(ctx, layout.ForwardLinkPath(p.Repo, p.Digest, p.LinkKind)); err != nil {
 				t.Errorf("reverse link without forward link: %s (%v)", fi.Path(), err)
 			}

@@ -26,7 +26,7 @@ type failingDriver struct{ storagedriver.StorageDriver }
 var errInjected = errors.New("injected storage failure")
 
 func (f failingDriver) PutContent(ctx context.Context, p string, b []byte) error {
-	if layout.Classify(p).Kind == layout.KindReferrerLink {
+	if layout.Classify(p).Kind == layout.PathReferrerLink {
 		return errInjected
 	}
 	return f.StorageDriver.PutContent(ctx, p, b)

@@ -48,7 +48,7 @@ func (d *driver) before(ctx context.Context, path string, p layout.Path) (readAf
 	links := pathLinks(p)
 	switch info.intent {
 	case intentReference:
-		if p.Kind == layout.KindBlobData && layout.ValidRepo(info.repo) && !scopeOf(ctx).reachedByLink(p.Digest) {
+		if p.Kind == layout.PathBlobData && layout.ValidRepo(info.repo) && !scopeOf(ctx).reachedByLink(p.Digest) {
 			// Blob data a manifest PUT did not reach through a link is the
 			// manifest itself (Distribution stats it before writing it and
 			// its revision link): check the revision link now too, so the

@@ -288,7 +288,7 @@ func walkLinkDB(t testing.TB, d storagedriver.StorageDriver) (fwd, rev map[strin
 			}
 			p := layout.Classify(fi.Path())
 			switch p.Kind {
-			case layout.KindLayerLink, layout.KindRevisionLink:
+			case layout.PathLayerLink, layout.PathRevisionLink:
 				b, err := d.GetContent(ctx, fi.Path())
 				if err != nil {
 					return err
@@ -297,7 +297,7 @@ func walkLinkDB(t testing.TB, d storagedriver.StorageDriver) (fwd, rev map[strin
 					t.Errorf("link %s holds %s", fi.Path(), b)
 				}
 				fwd[layout.ReverseLinkPath(p.Digest, p.Repo, p.LinkSet())] = true
-			case layout.KindReverseLink:
+			case layout.PathReverseLink:
 				rev[fi.Path()] = true
 			}
 			return nil

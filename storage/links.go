@@ -32,7 +32,7 @@ func (d *driver) putLink(ctx context.Context, path string, p layout.Path, conten
 	if err != nil {
 		return err
 	}
-	if p.Kind == layout.KindRevisionLink {
+	if p.Kind == layout.PathRevisionLink {
 		if err := d.refsBeforeRevision(ctx, p); err != nil {
 			return err
 		}
@@ -152,13 +152,13 @@ func (d *driver) ensureReverse(ctx context.Context, blob digest.Digest, l reclai
 // (or of its _layers or _manifests).
 func (d *driver) linksDeletedWith(ctx context.Context, path string, p layout.Path) ([]layout.Path, error) {
 	switch p.Kind {
-	case layout.KindLayerLink, layout.KindRevisionLink:
+	case layout.PathLayerLink, layout.PathRevisionLink:
 		return []layout.Path{p}, nil
-	case layout.KindLayerLinkDir:
-		return []layout.Path{{Kind: layout.KindLayerLink, Repo: p.Repo, Digest: p.Digest}}, nil
-	case layout.KindRevisionLinkDir:
-		return []layout.Path{{Kind: layout.KindRevisionLink, Repo: p.Repo, Digest: p.Digest}}, nil
-	case layout.KindRepositoryDir:
+	case layout.PathLayerLinkDir:
+		return []layout.Path{{Kind: layout.PathLayerLink, Repo: p.Repo, Digest: p.Digest}}, nil
+	case layout.PathRevisionLinkDir:
+		return []layout.Path{{Kind: layout.PathRevisionLink, Repo: p.Repo, Digest: p.Digest}}, nil
+	case layout.PathRepositoryDir:
 		return d.forwardLinksUnder(ctx, path)
 	}
 	return nil, nil
@@ -171,7 +171,7 @@ func (d *driver) forwardLinksUnder(ctx context.Context, dir string) ([]layout.Pa
 	err := d.StorageDriver.Walk(ctx, dir, func(fi storagedriver.FileInfo) error {
 		c := layout.Classify(fi.Path())
 		switch {
-		case fi.IsDir() && (c.Kind == layout.KindTagDir || c.Kind == layout.KindUpload):
+		case fi.IsDir() && (c.Kind == layout.PathTagDir || c.Kind == layout.PathUpload):
 			return storagedriver.ErrSkipDir
 		case !fi.IsDir() && isLink(c.Kind):
 			out = append(out, c)

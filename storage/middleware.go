@@ -33,12 +33,12 @@ func wrap(next storagedriver.StorageDriver, env *Env) storagedriver.StorageDrive
 	return &driver{StorageDriver: next, env: env, links: linkdb.NewReverseLinks(next)}
 }
 
-func isLink(k layout.Kind) bool {
-	return k == layout.KindLayerLink || k == layout.KindRevisionLink
+func isLink(k layout.PathKind) bool {
+	return k == layout.PathLayerLink || k == layout.PathRevisionLink
 }
 
-func isLinkOrData(k layout.Kind) bool {
-	return isLink(k) || k == layout.KindBlobData
+func isLinkOrData(k layout.PathKind) bool {
+	return isLink(k) || k == layout.PathBlobData
 }
 
 // checked runs call, a read of the link or blob data path p, between the
@@ -80,7 +80,7 @@ func (d *driver) Stat(ctx context.Context, path string) (storagedriver.FileInfo,
 // Reader serves blob content.
 func (d *driver) Reader(ctx context.Context, path string, offset int64) (io.ReadCloser, error) {
 	p := layout.Classify(path)
-	if p.Kind != layout.KindBlobData {
+	if p.Kind != layout.PathBlobData {
 		return d.StorageDriver.Reader(ctx, path, offset)
 	}
 	r, err := d.StorageDriver.Reader(ctx, path, offset)
@@ -100,7 +100,7 @@ func (d *driver) RedirectURL(r *http.Request, path string) (string, error) {
 	if err != nil || u == "" {
 		return u, err // no redirect (the filesystem driver): Reader serves, and records
 	}
-	if p := layout.Classify(path); p.Kind == layout.KindBlobData {
+	if p := layout.Classify(path); p.Kind == layout.PathBlobData {
 		if err := d.after(r.Context(), path, p); err != nil {
 			return "", err
 		}
@@ -113,7 +113,7 @@ func (d *driver) RedirectURL(r *http.Request, path string) (string, error) {
 func (d *driver) PutContent(ctx context.Context, path string, content []byte) error {
 	p := layout.Classify(path)
 	switch p.Kind {
-	case layout.KindLayerLink, layout.KindRevisionLink:
+	case layout.PathLayerLink, layout.PathRevisionLink:
 		err := d.putLink(ctx, path, p, content)
 		if s := scopeOf(ctx); s != nil {
 			// A blob this request committed is now linked, or it never
@@ -124,7 +124,7 @@ func (d *driver) PutContent(ctx context.Context, path string, content []byte) er
 			}
 		}
 		return err
-	case layout.KindTagCurrent:
+	case layout.PathTagCurrent:
 		checked := d.env.now()
 		if err := d.checkTagTarget(ctx, p.Repo, content); err != nil {
 			return err
@@ -133,7 +133,7 @@ func (d *driver) PutContent(ctx context.Context, path string, content []byte) er
 			return err
 		}
 		return d.tagWritten(ctx, path, p, content, checked)
-	case layout.KindBlobData:
+	case layout.PathBlobData:
 		return d.writeBlobData(ctx, p.Digest, func() error { return d.StorageDriver.PutContent(ctx, path, content) })
 	}
 	return d.StorageDriver.PutContent(ctx, path, content)
@@ -141,7 +141,7 @@ func (d *driver) PutContent(ctx context.Context, path string, content []byte) er
 
 // Move into blob data is an upload commit.
 func (d *driver) Move(ctx context.Context, src, dst string) error {
-	if p := layout.Classify(dst); p.Kind == layout.KindBlobData {
+	if p := layout.Classify(dst); p.Kind == layout.PathBlobData {
 		return d.writeBlobData(ctx, p.Digest, func() error { return d.StorageDriver.Move(ctx, src, dst) })
 	}
 	return d.StorageDriver.Move(ctx, src, dst)
@@ -180,7 +180,7 @@ func (d *driver) Delete(ctx context.Context, path string) error {
 		// Distribution's statter Clear after a cache entry was dropped
 		// (descriptors.go): the link itself stays.
 		return nil
-	case p.Kind == layout.KindBlobData || p.Kind == layout.KindBlobDir:
+	case p.Kind == layout.PathBlobData || p.Kind == layout.PathBlobDir:
 		return d.deleteBlob(ctx, path, p.Digest)
 	}
 	links, err := d.linksDeletedWith(ctx, path, p)

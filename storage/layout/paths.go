@@ -15,19 +15,19 @@ import (
 //
 //	/docker/registry/v2
 //	├── blobs/<alg>/<hex[:2]>/<hex>/
-//	│   ├── data                                          KindBlobData
+//	│   ├── data                                          PathBlobData
 //	│   └── _repositories/<name>/                       + reverse links
-//	│       ├── _layers/link                            + KindReverseLink: <name> has a layer link to the blob
-//	│       └── _manifests/link                         + KindReverseLink: <name> has a manifest revision of it
-//	├── repositories/<name>/                              KindRepositoryDir (also _layers, _manifests, revisions)
-//	│   ├── _layers/<alg>/<hex>/link                      KindLayerLink   (dir: KindLayerLinkDir)
-//	│   ├── _manifests/revisions/<alg>/<hex>/link         KindRevisionLink (dir: KindRevisionLinkDir)
-//	│   ├── _manifests/tags/<tag>/current/link            KindTagCurrent
-//	│   ├── _manifests/tags/<tag>/index/<alg>/<hex>/link  KindTagIndex
-//	│   ├── _manifests/tags/<tag>/...                     KindTagDir
+//	│       ├── _layers/link                            + PathReverseLink: <name> has a layer link to the blob
+//	│       └── _manifests/link                         + PathReverseLink: <name> has a manifest revision of it
+//	├── repositories/<name>/                              PathRepositoryDir (also _layers, _manifests, revisions)
+//	│   ├── _layers/<alg>/<hex>/link                      PathLayerLink   (dir: PathLayerLinkDir)
+//	│   ├── _manifests/revisions/<alg>/<hex>/link         PathRevisionLink (dir: PathRevisionLinkDir)
+//	│   ├── _manifests/tags/<tag>/current/link            PathTagCurrent
+//	│   ├── _manifests/tags/<tag>/index/<alg>/<hex>/link  PathTagIndex
+//	│   ├── _manifests/tags/<tag>/...                     PathTagDir
 //	│   ├── _manifests/referrers/<alg>/<hex>/<alg>/<hex>/link
-//	│   │                                               + KindReferrerLink (subject, then referrer)
-//	│   └── _uploads/<id>/...                             KindUpload
+//	│   │                                               + PathReferrerLink (subject, then referrer)
+//	│   └── _uploads/<id>/...                             PathUpload
 //	└── (reclaim/ at the driver root)                   + linkdb marker and rebuild checkpoint
 //
 // Every file Reclaim adds under blobs/ is named "link", so Distribution's
@@ -46,49 +46,49 @@ const (
 	RepositoriesRoot = RootPath + "/repositories"
 )
 
-// Kind is what a storage path is, as far as the link database cares.
-type Kind int
+// PathKind is what a storage path is, as far as the link database cares.
+type PathKind int
 
 // The kinds of path. The *Dir kinds are directories Distribution deletes
 // whole (a revision, a layer link, a repository).
 const (
-	KindOther Kind = iota
-	KindBlobData
-	KindBlobDir
-	KindReverseLink
-	KindLayerLink
-	KindLayerLinkDir
-	KindRevisionLink
-	KindRevisionLinkDir
-	KindTagCurrent
-	KindTagIndex
-	KindTagDir
-	KindReferrerLink
-	KindUpload
-	// KindRepositoryDir is a directory that may hold forward links of one
+	PathOther PathKind = iota
+	PathBlobData
+	PathBlobDir
+	PathReverseLink
+	PathLayerLink
+	PathLayerLinkDir
+	PathRevisionLink
+	PathRevisionLinkDir
+	PathTagCurrent
+	PathTagIndex
+	PathTagDir
+	PathReferrerLink
+	PathUpload
+	// PathRepositoryDir is a directory that may hold forward links of one
 	// or more repositories: repositories/<name>, <name>/_layers,
 	// <name>/_manifests, <name>/_manifests/revisions.
-	KindRepositoryDir
+	PathRepositoryDir
 )
 
 var kindNames = [...]string{
-	KindOther:           "other",
-	KindBlobData:        "blob-data",
-	KindBlobDir:         "blob-dir",
-	KindReverseLink:     "reverse-link",
-	KindLayerLink:       "layer-link",
-	KindLayerLinkDir:    "layer-link-dir",
-	KindRevisionLink:    "revision-link",
-	KindRevisionLinkDir: "revision-link-dir",
-	KindTagCurrent:      "tag-current",
-	KindTagIndex:        "tag-index",
-	KindTagDir:          "tag-dir",
-	KindReferrerLink:    "referrer-link",
-	KindUpload:          "upload",
-	KindRepositoryDir:   "repository-dir",
+	PathOther:           "other",
+	PathBlobData:        "blob-data",
+	PathBlobDir:         "blob-dir",
+	PathReverseLink:     "reverse-link",
+	PathLayerLink:       "layer-link",
+	PathLayerLinkDir:    "layer-link-dir",
+	PathRevisionLink:    "revision-link",
+	PathRevisionLinkDir: "revision-link-dir",
+	PathTagCurrent:      "tag-current",
+	PathTagIndex:        "tag-index",
+	PathTagDir:          "tag-dir",
+	PathReferrerLink:    "referrer-link",
+	PathUpload:          "upload",
+	PathRepositoryDir:   "repository-dir",
 }
 
-func (k Kind) String() string {
+func (k PathKind) String() string {
 	if k >= 0 && int(k) < len(kindNames) {
 		return kindNames[k]
 	}
@@ -96,11 +96,11 @@ func (k Kind) String() string {
 }
 
 // Path is a classified storage path. Fields that do not apply to Kind are
-// zero. For KindReferrerLink, Digest is the subject and Referrer the
-// referrer. For KindRepositoryDir, Sub is the part below the repository
+// zero. For PathReferrerLink, Digest is the subject and Referrer the
+// referrer. For PathRepositoryDir, Sub is the part below the repository
 // ("", "_layers", "_manifests" or "_manifests/revisions").
 type Path struct {
-	Kind     Kind
+	Kind     PathKind
 	Repo     string
 	Digest   digest.Digest
 	Referrer digest.Digest
@@ -112,41 +112,41 @@ type Path struct {
 // LinkSet returns the forward link set a (forward or reverse) link path belongs to.
 func (p Path) LinkSet() reclaim.LinkKind {
 	switch p.Kind {
-	case KindLayerLink, KindLayerLinkDir:
+	case PathLayerLink, PathLayerLinkDir:
 		return reclaim.LinkLayer
-	case KindRevisionLink, KindRevisionLinkDir:
+	case PathRevisionLink, PathRevisionLinkDir:
 		return reclaim.LinkManifest
-	case KindReverseLink:
+	case PathReverseLink:
 		return p.LinkKind
 	}
 	return ""
 }
 
 // String rebuilds the storage path. For every path Classify recognises
-// (Kind != KindOther, KindUpload, KindTagDir), Classify(p).String() == p.
+// (Kind != PathOther, PathUpload, PathTagDir), Classify(p).String() == p.
 func (p Path) String() string {
 	switch p.Kind {
-	case KindBlobData:
+	case PathBlobData:
 		return BlobDataPath(p.Digest)
-	case KindBlobDir:
+	case PathBlobDir:
 		return BlobDir(p.Digest)
-	case KindReverseLink:
+	case PathReverseLink:
 		return ReverseLinkPath(p.Digest, p.Repo, p.LinkKind)
-	case KindLayerLink:
+	case PathLayerLink:
 		return LayerLinkPath(p.Repo, p.Digest)
-	case KindLayerLinkDir:
+	case PathLayerLinkDir:
 		return LayerLinkDir(p.Repo, p.Digest)
-	case KindRevisionLink:
+	case PathRevisionLink:
 		return RevisionLinkPath(p.Repo, p.Digest)
-	case KindRevisionLinkDir:
+	case PathRevisionLinkDir:
 		return RevisionDir(p.Repo, p.Digest)
-	case KindTagCurrent:
+	case PathTagCurrent:
 		return TagCurrentPath(p.Repo, p.Tag)
-	case KindTagIndex:
+	case PathTagIndex:
 		return TagIndexPath(p.Repo, p.Tag, p.Digest)
-	case KindReferrerLink:
+	case PathReferrerLink:
 		return ReferrerLinkPath(p.Repo, p.Digest, p.Referrer)
-	case KindRepositoryDir:
+	case PathRepositoryDir:
 		return path.Join(RepositoryPath(p.Repo), p.Sub)
 	}
 	return ""
@@ -242,7 +242,7 @@ func ReferrerLinkPath(repo string, subject, referrer digest.Digest) string {
 
 // Classify says what a raw storage path is. It is pure and total: anything
 // it does not recognise exactly (including malformed digests or repository
-// names) is KindOther, so callers that act on a kind never act on a guess.
+// names) is PathOther, so callers that act on a kind never act on a guess.
 func Classify(p string) Path {
 	switch {
 	case strings.HasPrefix(p, BlobsRoot+"/"):
@@ -336,16 +336,16 @@ func classifyBlob(c []string) Path {
 	rest := c[3:]
 	switch {
 	case len(rest) == 0:
-		return Path{Kind: KindBlobDir, Digest: d}
+		return Path{Kind: PathBlobDir, Digest: d}
 	case len(rest) == 1 && rest[0] == "data":
-		return Path{Kind: KindBlobData, Digest: d}
+		return Path{Kind: PathBlobData, Digest: d}
 	case len(rest) >= 4 && rest[0] == "_repositories" && rest[len(rest)-1] == "link":
 		k := reclaim.LinkKind(rest[len(rest)-2])
 		repo := strings.Join(rest[1:len(rest)-2], "/")
 		if (k != reclaim.LinkLayer && k != reclaim.LinkManifest) || !ValidRepo(repo) {
 			return Path{}
 		}
-		return Path{Kind: KindReverseLink, Digest: d, Repo: repo, LinkKind: k}
+		return Path{Kind: PathReverseLink, Digest: d, Repo: repo, LinkKind: k}
 	}
 	return Path{}
 }
@@ -362,20 +362,20 @@ func classifyRepo(c []string) Path {
 	}
 	rest := c[i:]
 	if len(rest) == 0 {
-		return Path{Kind: KindRepositoryDir, Repo: repo}
+		return Path{Kind: PathRepositoryDir, Repo: repo}
 	}
 	switch rest[0] {
 	case "_uploads":
-		return Path{Kind: KindUpload, Repo: repo}
+		return Path{Kind: PathUpload, Repo: repo}
 	case "_layers":
-		return classifyDigestLink(repo, rest[1:], KindLayerLink, KindLayerLinkDir, "_layers")
+		return classifyDigestLink(repo, rest[1:], PathLayerLink, PathLayerLinkDir, "_layers")
 	case "_manifests":
 		if len(rest) == 1 {
-			return Path{Kind: KindRepositoryDir, Repo: repo, Sub: "_manifests"}
+			return Path{Kind: PathRepositoryDir, Repo: repo, Sub: "_manifests"}
 		}
 		switch rest[1] {
 		case "revisions":
-			return classifyDigestLink(repo, rest[2:], KindRevisionLink, KindRevisionLinkDir, "_manifests/revisions")
+			return classifyDigestLink(repo, rest[2:], PathRevisionLink, PathRevisionLinkDir, "_manifests/revisions")
 		case "tags":
 			return classifyTag(repo, rest[2:])
 		case "referrers":
@@ -386,10 +386,10 @@ func classifyRepo(c []string) Path {
 }
 
 // classifyDigestLink handles [<alg>/<hex>[/link]] below _layers or revisions.
-func classifyDigestLink(repo string, c []string, file, dir Kind, sub string) Path {
+func classifyDigestLink(repo string, c []string, file, dir PathKind, sub string) Path {
 	switch len(c) {
 	case 0:
-		return Path{Kind: KindRepositoryDir, Repo: repo, Sub: sub}
+		return Path{Kind: PathRepositoryDir, Repo: repo, Sub: sub}
 	case 2, 3:
 		d, ok := parseDigest(c[0], c[1])
 		if !ok {
@@ -407,18 +407,18 @@ func classifyDigestLink(repo string, c []string, file, dir Kind, sub string) Pat
 
 func classifyTag(repo string, c []string) Path {
 	if len(c) == 0 {
-		return Path{Kind: KindTagDir, Repo: repo}
+		return Path{Kind: PathTagDir, Repo: repo}
 	}
 	tag := c[0]
 	switch {
 	case len(c) == 3 && c[1] == "current" && c[2] == "link":
-		return Path{Kind: KindTagCurrent, Repo: repo, Tag: tag}
+		return Path{Kind: PathTagCurrent, Repo: repo, Tag: tag}
 	case len(c) == 5 && c[1] == "index" && c[4] == "link":
 		if d, ok := parseDigest(c[2], c[3]); ok {
-			return Path{Kind: KindTagIndex, Repo: repo, Tag: tag, Digest: d}
+			return Path{Kind: PathTagIndex, Repo: repo, Tag: tag, Digest: d}
 		}
 	}
-	return Path{Kind: KindTagDir, Repo: repo, Tag: tag}
+	return Path{Kind: PathTagDir, Repo: repo, Tag: tag}
 }
 
 func classifyReferrer(repo string, c []string) Path {
@@ -430,5 +430,5 @@ func classifyReferrer(repo string, c []string) Path {
 	if !ok1 || !ok2 {
 		return Path{}
 	}
-	return Path{Kind: KindReferrerLink, Repo: repo, Digest: s, Referrer: r}
+	return Path{Kind: PathReferrerLink, Repo: repo, Digest: s, Referrer: r}
 }

@@ -20,25 +20,25 @@ func TestClassifyDistributionLayout(t *testing.T) {
 		path string
 		want Path
 	}{
-		{"/docker/registry/v2/blobs/sha256/a3/" + hexA + "/data", Path{Kind: KindBlobData, Digest: dA}},
-		{"/docker/registry/v2/blobs/sha256/a3/" + hexA, Path{Kind: KindBlobDir, Digest: dA}},
-		{"/docker/registry/v2/repositories/foo/bar/_layers/sha256/" + hexA + "/link", Path{Kind: KindLayerLink, Repo: "foo/bar", Digest: dA}},
-		{"/docker/registry/v2/repositories/foo/bar/_layers/sha256/" + hexA, Path{Kind: KindLayerLinkDir, Repo: "foo/bar", Digest: dA}},
-		{"/docker/registry/v2/repositories/foo/bar/_manifests/revisions/sha256/" + hexA + "/link", Path{Kind: KindRevisionLink, Repo: "foo/bar", Digest: dA}},
-		{"/docker/registry/v2/repositories/foo/bar/_manifests/revisions/sha256/" + hexA, Path{Kind: KindRevisionLinkDir, Repo: "foo/bar", Digest: dA}},
-		{"/docker/registry/v2/repositories/foo/bar/_manifests/tags/thetag/current/link", Path{Kind: KindTagCurrent, Repo: "foo/bar", Tag: "thetag"}},
-		{"/docker/registry/v2/repositories/foo/bar/_manifests/tags/thetag/index/sha256/" + hexA + "/link", Path{Kind: KindTagIndex, Repo: "foo/bar", Tag: "thetag", Digest: dA}},
-		{"/docker/registry/v2/repositories/foo/bar/_manifests/tags/thetag", Path{Kind: KindTagDir, Repo: "foo/bar", Tag: "thetag"}},
-		{"/docker/registry/v2/repositories/foo/bar/_uploads/asdf-asdf-asdf-adsf/data", Path{Kind: KindUpload, Repo: "foo/bar"}},
-		{"/docker/registry/v2/repositories/foo/bar/_uploads/asdf-asdf-asdf-adsf/startedat", Path{Kind: KindUpload, Repo: "foo/bar"}},
-		{"/docker/registry/v2/repositories/foo/bar", Path{Kind: KindRepositoryDir, Repo: "foo/bar"}},
-		{"/docker/registry/v2/repositories/foo/bar/_layers", Path{Kind: KindRepositoryDir, Repo: "foo/bar", Sub: "_layers"}},
-		{"/docker/registry/v2/repositories/foo/bar/_manifests", Path{Kind: KindRepositoryDir, Repo: "foo/bar", Sub: "_manifests"}},
-		{"/docker/registry/v2/repositories/foo/bar/_manifests/revisions", Path{Kind: KindRepositoryDir, Repo: "foo/bar", Sub: "_manifests/revisions"}},
-		{"/docker/registry/v2/blobs/sha256/a3/" + hexA + "/_repositories/foo/bar/_layers/link", Path{Kind: KindReverseLink, Repo: "foo/bar", Digest: dA, LinkKind: reclaim.LinkLayer}},
-		{"/docker/registry/v2/blobs/sha256/a3/" + hexA + "/_repositories/x/_manifests/link", Path{Kind: KindReverseLink, Repo: "x", Digest: dA, LinkKind: reclaim.LinkManifest}},
-		{"/docker/registry/v2/repositories/r/_manifests/referrers/sha256/" + hexA + "/sha256/" + hexA + "/link", Path{Kind: KindReferrerLink, Repo: "r", Digest: dA, Referrer: dA}},
-		// Not ours to interpret: malformed or foreign paths are KindOther.
+		{"/docker/registry/v2/blobs/sha256/a3/" + hexA + "/data", Path{Kind: PathBlobData, Digest: dA}},
+		{"/docker/registry/v2/blobs/sha256/a3/" + hexA, Path{Kind: PathBlobDir, Digest: dA}},
+		{"/docker/registry/v2/repositories/foo/bar/_layers/sha256/" + hexA + "/link", Path{Kind: PathLayerLink, Repo: "foo/bar", Digest: dA}},
+		{"/docker/registry/v2/repositories/foo/bar/_layers/sha256/" + hexA, Path{Kind: PathLayerLinkDir, Repo: "foo/bar", Digest: dA}},
+		{"/docker/registry/v2/repositories/foo/bar/_manifests/revisions/sha256/" + hexA + "/link", Path{Kind: PathRevisionLink, Repo: "foo/bar", Digest: dA}},
+		{"/docker/registry/v2/repositories/foo/bar/_manifests/revisions/sha256/" + hexA, Path{Kind: PathRevisionLinkDir, Repo: "foo/bar", Digest: dA}},
+		{"/docker/registry/v2/repositories/foo/bar/_manifests/tags/thetag/current/link", Path{Kind: PathTagCurrent, Repo: "foo/bar", Tag: "thetag"}},
+		{"/docker/registry/v2/repositories/foo/bar/_manifests/tags/thetag/index/sha256/" + hexA + "/link", Path{Kind: PathTagIndex, Repo: "foo/bar", Tag: "thetag", Digest: dA}},
+		{"/docker/registry/v2/repositories/foo/bar/_manifests/tags/thetag", Path{Kind: PathTagDir, Repo: "foo/bar", Tag: "thetag"}},
+		{"/docker/registry/v2/repositories/foo/bar/_uploads/asdf-asdf-asdf-adsf/data", Path{Kind: PathUpload, Repo: "foo/bar"}},
+		{"/docker/registry/v2/repositories/foo/bar/_uploads/asdf-asdf-asdf-adsf/startedat", Path{Kind: PathUpload, Repo: "foo/bar"}},
+		{"/docker/registry/v2/repositories/foo/bar", Path{Kind: PathRepositoryDir, Repo: "foo/bar"}},
+		{"/docker/registry/v2/repositories/foo/bar/_layers", Path{Kind: PathRepositoryDir, Repo: "foo/bar", Sub: "_layers"}},
+		{"/docker/registry/v2/repositories/foo/bar/_manifests", Path{Kind: PathRepositoryDir, Repo: "foo/bar", Sub: "_manifests"}},
+		{"/docker/registry/v2/repositories/foo/bar/_manifests/revisions", Path{Kind: PathRepositoryDir, Repo: "foo/bar", Sub: "_manifests/revisions"}},
+		{"/docker/registry/v2/blobs/sha256/a3/" + hexA + "/_repositories/foo/bar/_layers/link", Path{Kind: PathReverseLink, Repo: "foo/bar", Digest: dA, LinkKind: reclaim.LinkLayer}},
+		{"/docker/registry/v2/blobs/sha256/a3/" + hexA + "/_repositories/x/_manifests/link", Path{Kind: PathReverseLink, Repo: "x", Digest: dA, LinkKind: reclaim.LinkManifest}},
+		{"/docker/registry/v2/repositories/r/_manifests/referrers/sha256/" + hexA + "/sha256/" + hexA + "/link", Path{Kind: PathReferrerLink, Repo: "r", Digest: dA, Referrer: dA}},
+		// Not ours to interpret: malformed or foreign paths are PathOther.
 		{"/docker/registry/v2/blobs/sha256/ff/" + hexA + "/data", Path{}},
 		{"/docker/registry/v2/blobs/sha256/a3/" + hexA[:10] + "/data", Path{}},
 		{"/docker/registry/v2/blobs/sha256/a3/" + hexA + "/_repositories/Foo/_layers/link", Path{}},
@@ -64,7 +64,7 @@ func TestBuildersRoundTrip(t *testing.T) {
 		TagCurrentPath(repo, "v1"), TagIndexPath(repo, "v1", dA), ReferrerLinkPath(repo, dA, dA),
 	} {
 		c := Classify(p)
-		if c.Kind == KindOther {
+		if c.Kind == PathOther {
 			t.Fatalf("Classify(%q) = other", p)
 		}
 		if c.String() != p {
@@ -88,13 +88,13 @@ func FuzzClassify(f *testing.F) {
 	f.Fuzz(func(t *testing.T, p string) {
 		c := Classify(p)
 		switch c.Kind {
-		case KindOther, KindUpload, KindTagDir:
+		case PathOther, PathUpload, PathTagDir:
 			return
 		}
 		if c.String() != p {
 			t.Fatalf("Classify(%q) = %+v rebuilds to %q", p, c, c.String())
 		}
-		if c.Kind != KindBlobData && c.Kind != KindBlobDir && !ValidRepo(c.Repo) {
+		if c.Kind != PathBlobData && c.Kind != PathBlobDir && !ValidRepo(c.Repo) {
 			t.Fatalf("Classify(%q) accepted invalid repo %q", p, c.Repo)
 		}
 	})
@@ -113,12 +113,12 @@ func FuzzBuildersClassify(f *testing.F) {
 		}
 		for _, tc := range []struct {
 			p    string
-			kind Kind
+			kind PathKind
 		}{
-			{LayerLinkPath(repo, d), KindLayerLink},
-			{RevisionLinkPath(repo, d), KindRevisionLink},
-			{ReverseLinkPath(d, repo, reclaim.LinkLayer), KindReverseLink},
-			{ReverseLinkPath(d, repo, reclaim.LinkManifest), KindReverseLink},
+			{LayerLinkPath(repo, d), PathLayerLink},
+			{RevisionLinkPath(repo, d), PathRevisionLink},
+			{ReverseLinkPath(d, repo, reclaim.LinkLayer), PathReverseLink},
+			{ReverseLinkPath(d, repo, reclaim.LinkManifest), PathReverseLink},
 		} {
 			c := Classify(tc.p)
 			if c.Kind != tc.kind || c.Repo != repo || c.Digest != d {
@@ -181,7 +181,7 @@ func TestValidRepoCache(t *testing.T) {
 func BenchmarkClassify(b *testing.B) {
 	paths := []string{RevisionLinkPath("library/ubuntu", dA), LayerLinkPath("library/ubuntu", dA), BlobDataPath(dA)}
 	for i := range b.N {
-		if Classify(paths[i%len(paths)]).Kind == KindOther {
+		if Classify(paths[i%len(paths)]).Kind == PathOther {
 			b.Fatal("other")
 		}
 	}

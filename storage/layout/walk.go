@@ -118,14 +118,14 @@ func (w *shardWalk) visit(fi storagedriver.FileInfo) error {
 	}
 	p := Classify(fi.Path())
 	switch p.Kind {
-	case KindBlobDir:
+	case PathBlobDir:
 		w.begin(p.Digest)
-	case KindBlobData:
+	case PathBlobData:
 		w.begin(p.Digest)
 		if !fi.IsDir() {
 			w.cur.HasData, w.cur.Size = true, fi.Size()
 		}
-	case KindReverseLink:
+	case PathReverseLink:
 		// A directory at a reverse link path counts too: it is never
 		// "no reverse link"; the visitor reports it.
 		w.begin(p.Digest)
@@ -155,7 +155,7 @@ func (w *shardWalk) resume(d storagedriver.StorageDriver, shard string) error {
 	sort.Strings(children)
 	for _, dir := range children {
 		c := Classify(dir)
-		if dir <= w.lastDone || c.Kind != KindBlobDir {
+		if dir <= w.lastDone || c.Kind != PathBlobDir {
 			continue
 		}
 		w.cur = &Blob{Dir: dir, Digest: c.Digest}

@@ -48,7 +48,7 @@ func (r *rebuild) listShard(ctx context.Context, shard string) error {
 			break
 		}
 		c := layout.Classify(dir)
-		if c.Kind != layout.KindBlobDir {
+		if c.Kind != layout.PathBlobDir {
 			continue
 		}
 		g.Go(func() error {
@@ -82,7 +82,7 @@ func (r *rebuild) listReverse(ctx context.Context, blob digest.Digest, dir strin
 		if err := ctx.Err(); err != nil {
 			return "", err
 		}
-		if p := layout.Classify(c); p.Kind == layout.KindReverseLink && p.Digest == blob {
+		if p := layout.Classify(c); p.Kind == layout.PathReverseLink && p.Digest == blob {
 			fi, err := r.d.Stat(ctx, c)
 			switch {
 			case layout.IsNotFound(err):

@@ -37,7 +37,7 @@ var ErrMalformedLink = errors.New("storage: malformed reverse link")
 // reverseLinkOf returns the link p is the reverse link path of, for blob.
 func reverseLinkOf(blob digest.Digest, p string) (reclaim.RepoLink, bool) {
 	c := layout.Classify(p)
-	if c.Kind != layout.KindReverseLink || c.Digest != blob {
+	if c.Kind != layout.PathReverseLink || c.Digest != blob {
 		return reclaim.RepoLink{}, false
 	}
 	return reclaim.RepoLink{Repo: c.Repo, Kind: c.LinkKind}, true

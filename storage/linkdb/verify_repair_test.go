@@ -25,7 +25,7 @@ func rebuilt(t *testing.T, d storagedriver.StorageDriver) (repo string, blob dig
 		t.Fatal(err)
 	}
 	err := d.Walk(ctx, layout.RepositoriesRoot, func(fi storagedriver.FileInfo) error {
-		if p := layout.Classify(fi.Path()); p.Kind == layout.KindLayerLink && repo == "" {
+		if p := layout.Classify(fi.Path()); p.Kind == layout.PathLayerLink && repo == "" {
 			repo, blob = p.Repo, p.Digest
 			return storagedriver.ErrFilledBuffer
 		}
@@ -132,7 +132,7 @@ func TestVerifyRepairDoesNotMarkOverDamage(t *testing.T) {
 type putFails struct{ storagedriver.StorageDriver }
 
 func (p putFails) PutContent(ctx context.Context, path string, b []byte) error {
-	if layout.Classify(path).Kind == layout.KindReverseLink {
+	if layout.Classify(path).Kind == layout.PathReverseLink {
 		return errDenied
 	}
 	return p.StorageDriver.PutContent(ctx, path, b)

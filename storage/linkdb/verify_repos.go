@@ -53,7 +53,7 @@ func (v *verifier) tags(ctx context.Context, repo string) {
 	base := layout.TagsDir(repo)
 	isTag := func(p string) bool {
 		c := layout.Classify(p)
-		return (c.Kind == layout.KindTagCurrent || c.Kind == layout.KindTagIndex) && c.Repo == repo
+		return (c.Kind == layout.PathTagCurrent || c.Kind == layout.PathTagIndex) && c.Repo == repo
 	}
 	err := walkLinks(ctx, v.d, base, isTag, func(e linkEntry) error {
 		v.tagLinks.Add(1)
@@ -67,9 +67,9 @@ func (v *verifier) tags(ctx context.Context, repo string) {
 		case layout.IsNotFound(err): // untagged while we walk
 		case err != nil:
 			v.f.add(Problem{Kind: Unreadable, Path: e.Path, Repo: repo, Digest: c.Digest, Detail: err.Error()})
-		case c.Kind == layout.KindTagIndex && !WellFormedLink(b, c.Digest):
+		case c.Kind == layout.PathTagIndex && !WellFormedLink(b, c.Digest):
 			v.f.add(Problem{Kind: Corrupt, Path: e.Path, Repo: repo, Digest: c.Digest, Detail: "content: " + describe(b)})
-		case c.Kind == layout.KindTagCurrent:
+		case c.Kind == layout.PathTagCurrent:
 			if _, err := digest.Parse(string(b)); err != nil {
 				v.f.add(Problem{Kind: Corrupt, Path: e.Path, Repo: repo, Detail: fmt.Sprintf("content: %s: %v", describe(b), err)})
 			}

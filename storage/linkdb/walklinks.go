@@ -58,10 +58,10 @@ func walkForwardLinks(ctx context.Context, d storagedriver.StorageDriver, repo s
 	for _, set := range []struct {
 		base string
 		kind reclaim.LinkKind
-		want layout.Kind
+		want layout.PathKind
 	}{
-		{layout.LayersDir(repo), reclaim.LinkLayer, layout.KindLayerLink},
-		{layout.RevisionsDir(repo), reclaim.LinkManifest, layout.KindRevisionLink},
+		{layout.LayersDir(repo), reclaim.LinkLayer, layout.PathLayerLink},
+		{layout.RevisionsDir(repo), reclaim.LinkManifest, layout.PathRevisionLink},
 	} {
 		// g.Go blocks at the limit, which holds the listing back.
 		g := new(errgroup.Group)
@@ -172,7 +172,7 @@ type referrerLink struct {
 func walkReferrers(ctx context.Context, d storagedriver.StorageDriver, repo string, fn func(l referrerLink)) error {
 	isReferrer := func(p string) bool {
 		c := layout.Classify(p)
-		return c.Kind == layout.KindReferrerLink && c.Repo == repo
+		return c.Kind == layout.PathReferrerLink && c.Repo == repo
 	}
 	return walkLinks(ctx, d, layout.ReferrersIndexDir(repo), isReferrer, func(e linkEntry) error {
 		c := layout.Classify(e.Path)

@@ -128,7 +128,7 @@ func TestReferrersCorruptEntry(t *testing.T) {
 	desc := referrerDesc(1, "x")
 	p, _ := referrerEntryPath("a", subject, desc.Digest)
 	// The file Add writes is what the middleware and linkdb classify as one.
-	if c := layout.Classify(p); c.Kind != layout.KindReferrerLink || c.Digest != subject || c.Referrer != desc.Digest || c.Repo != "a" {
+	if c := layout.Classify(p); c.Kind != layout.PathReferrerLink || c.Digest != subject || c.Referrer != desc.Digest || c.Repo != "a" {
 		t.Fatalf("Classify(%s) = %+v, want a referrer link of %s -> %s", p, c, subject, desc.Digest)
 	}
 	// A descriptor for another digest is as wrong as garbage: both fail closed.
