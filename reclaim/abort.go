@@ -1,9 +1,12 @@
 package reclaim
 
-// AbortReason is why a run stopped before deleting anything.
+// AbortReason is why a run stopped before deleting anything: a GC run or a
+// reclaimer tick (gc.AbortError), a retention run (retention.AbortError).
+// Its strings are the API (the "reason" of a GC_ABORTED or RETENTION_ABORTED
+// answer, the metrics' labels).
 type AbortReason string
 
-// The preconditions a run checks before it deletes anything.
+// The preconditions a GC run checks before it deletes anything.
 const (
 	AbortRedisUnavailable       AbortReason = "redis_unavailable"
 	AbortRedisUntrusted         AbortReason = "redis_untrusted"
@@ -18,3 +21,21 @@ const (
 // It spells the same name as ReasonLinkDBIncomplete, the decision a run
 // records for each blob it keeps for that cause.
 const AbortLinkDBIncomplete AbortReason = "linkdb_incomplete"
+
+// Why a retention run stops before deleting any more tags
+// (retention/failure.go: what could make a run delete a version that runs
+// aborts it; what only makes it delete less skips a repository).
+const (
+	// AbortInUseEmpty: no source declares any image. An empty index means
+	// the scanners are not running, not that nothing runs.
+	AbortInUseEmpty AbortReason = "inuse_empty"
+	// AbortInUseStale: a source was last updated longer ago than the
+	// configured maximum age (retention.inusemaxage).
+	AbortInUseStale AbortReason = "inuse_stale"
+	// AbortInUseUnreadable: the index itself (its list of sources) or the
+	// pins cannot be read.
+	AbortInUseUnreadable AbortReason = "inuse_unreadable"
+	// AbortInUseVersionUnreadable: a manifest the index says is in use
+	// cannot be read, so which tagged version it belongs to is unknown.
+	AbortInUseVersionUnreadable AbortReason = "inuse_version_unreadable"
+)

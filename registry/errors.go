@@ -46,7 +46,7 @@ func statusOf(err error) (int, apiError) {
 		// repository) right now; retrying later can succeed.
 		return http.StatusServiceUnavailable, apiError{"GC_ABORTED", err.Error(), map[string]string{"reason": string(ae.Reason)}}
 	case errors.As(err, &re):
-		return http.StatusServiceUnavailable, apiError{"RETENTION_ABORTED", err.Error(), map[string]string{"reason": re.Reason}}
+		return http.StatusServiceUnavailable, apiError{"RETENTION_ABORTED", err.Error(), map[string]string{"reason": string(re.Reason)}}
 	case errors.Is(err, retention.ErrPlanNotFound):
 		return http.StatusNotFound, apiError{"PLAN_UNKNOWN", err.Error(), nil}
 	case errors.Is(err, retention.ErrPlanExpired):

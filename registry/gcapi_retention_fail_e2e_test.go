@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/redisdb"
 	"github.com/reclaim-registry/reclaim/storage/layout"
@@ -30,10 +31,10 @@ func inuseStore(t *testing.T, g *gcRegistry) (*redisdb.InUse, string) {
 }
 
 // previewErr asks for a plan that must be refused with 503 and reason.
-func previewAborts(t *testing.T, g *gcRegistry, repo, reason string) {
+func previewAborts(t *testing.T, g *gcRegistry, repo string, reason reclaim.AbortReason) {
 	t.Helper()
 	code, _, out := g.send(t, http.MethodPost, "/gc/v1/repositories/"+repo+"/retention/preview", `{"min_age":"720h"}`)
-	if c, r := decodeErr(t, out); code != http.StatusServiceUnavailable || c != "RETENTION_ABORTED" || r != reason {
+	if c, r := decodeErr(t, out); code != http.StatusServiceUnavailable || c != "RETENTION_ABORTED" || r != string(reason) {
 		t.Fatalf("preview: %d %s, want 503 %s", code, out, reason)
 	}
 }
@@ -42,9 +43,9 @@ func previewAborts(t *testing.T, g *gcRegistry, repo, reason string) {
 func TestE2ERetentionEmptyIndexAborts(t *testing.T) {
 	g := startRetention(t, nil)
 	history(t, g, "empty/app", 3, time.Now().Add(-400*day), day)
-	previewAborts(t, g, "empty/app", retention.AbortInUseEmpty)
+	previewAborts(t, g, "empty/app", reclaim.AbortInUseEmpty)
 	declare(t, g, "prod")
-	previewAborts(t, g, "empty/app", retention.AbortInUseEmpty)
+	previewAborts(t, g, "empty/app", reclaim.AbortInUseEmpty)
 	for i := range 3 {
 		if !tagged(t, g, "empty/app", tagName(i)) {
 			t.Fatal("an aborted preview deleted a tag")
@@ -60,7 +61,7 @@ func TestE2ERetentionStaleIndexAborts(t *testing.T) {
 	if _, err := s.Put(t.Context(), "prod", []retention.Image{img("stale/app", vs[2])}, time.Now().Add(-2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	previewAborts(t, g, "stale/app", retention.AbortInUseStale)
+	previewAborts(t, g, "stale/app", reclaim.AbortInUseStale)
 }
 
 // A source that cannot be read skips the repositories that rely on it;

@@ -26,7 +26,7 @@ func observePlan(repo string, plan *retention.Plan, err error, took time.Duratio
 	log := logrus.WithField("repository", repo)
 	var ae *retention.AbortError
 	if errors.As(err, &ae) {
-		metricRetentionAborts.WithLabelValues(ae.Reason).Inc()
+		metricRetentionAborts.WithLabelValues(string(ae.Reason)).Inc()
 		log.WithField("reason", ae.Reason).Warn("retention: run aborted: " + ae.Detail)
 		return
 	}

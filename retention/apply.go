@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // TagWriter reads and deletes single tags (storage).
@@ -109,9 +110,9 @@ func (a *Applier) Apply(ctx context.Context, plan *Plan) *ApplyReport {
 
 func abortSkip(err error) *Skip {
 	if ae, ok := err.(*AbortError); ok {
-		return &Skip{Reason: ae.Reason, Detail: ae.Detail}
+		return &Skip{Reason: string(ae.Reason), Detail: ae.Detail}
 	}
-	return &Skip{Reason: AbortInUseUnreadable, Detail: err.Error()}
+	return &Skip{Reason: string(reclaim.AbortInUseUnreadable), Detail: err.Error()}
 }
 
 // fresh checks v against the state now, under the fence of the tag about

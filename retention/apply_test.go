@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 type fakeTags struct {
@@ -97,7 +98,7 @@ func TestApplyFreshState(t *testing.T) {
 	ft.deleted = nil
 	ft.onDel = func(string) { now = now.Add(2 * time.Hour) }
 	rep = a.Apply(t.Context(), plan)
-	if len(rep.Deleted) != 1 || rep.Aborted == nil || rep.Aborted.Reason != AbortInUseStale {
+	if len(rep.Deleted) != 1 || rep.Aborted == nil || rep.Aborted.Reason != string(reclaim.AbortInUseStale) {
 		t.Fatalf("%+v", rep)
 	}
 }

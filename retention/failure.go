@@ -3,26 +3,15 @@ package retention
 import (
 	"errors"
 	"fmt"
+
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // The failure model is asymmetric: what could make a run delete a version
-// that runs aborts it; what only makes it delete less skips a repository.
-
-// Why a whole run stops before deleting anything (AbortError).
-const (
-	// AbortInUseEmpty: no source declares any image. An empty index means
-	// the scanners are not running, not that nothing runs.
-	AbortInUseEmpty = "inuse_empty"
-	// AbortInUseStale: a source was last updated longer ago than the
-	// configured maximum age (retention.inusemaxage).
-	AbortInUseStale = "inuse_stale"
-	// AbortInUseUnreadable: the index itself (its list of sources) or the
-	// pins cannot be read.
-	AbortInUseUnreadable = "inuse_unreadable"
-	// AbortInUseVersionUnreadable: a manifest the index says is in use
-	// cannot be read, so which tagged version it belongs to is unknown.
-	AbortInUseVersionUnreadable = "inuse_version_unreadable"
-)
+// that runs aborts it (an AbortError, whose reason is one of reclaim's
+// AbortInUseEmpty, AbortInUseStale, AbortInUseUnreadable,
+// AbortInUseVersionUnreadable); what only makes it delete less skips a
+// repository.
 
 // Why one repository is left out of a run (Skip).
 const (
@@ -40,7 +29,7 @@ var ErrAborted = errors.New("retention: run aborted")
 
 // AbortError stops a run before it deletes anything more.
 type AbortError struct {
-	Reason string
+	Reason reclaim.AbortReason
 	Detail string
 }
 
@@ -50,7 +39,7 @@ func (e *AbortError) Error() string {
 
 func (e *AbortError) Is(target error) bool { return target == ErrAborted }
 
-func abort(reason, format string, args ...any) error {
+func abort(reason reclaim.AbortReason, format string, args ...any) error {
 	return &AbortError{Reason: reason, Detail: fmt.Sprintf(format, args...)}
 }
 

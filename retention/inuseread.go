@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // Index reads the in-use index (retention/redisdb.InUse).
@@ -27,7 +28,7 @@ type indexView struct {
 func readIndex(ctx context.Context, idx Index, repo string, p Policy, maxAge time.Duration, now time.Time) (*indexView, error) {
 	srcs, err := idx.Sources(ctx)
 	if err != nil {
-		return nil, abort(AbortInUseUnreadable, "list sources: %v", err)
+		return nil, abort(reclaim.AbortInUseUnreadable, "list sources: %v", err)
 	}
 	total, byName := 0, map[string]Source{}
 	v := &indexView{digests: map[digest.Digest]bool{}, asOf: now}
@@ -38,11 +39,11 @@ func readIndex(ctx context.Context, idx Index, repo string, p Policy, maxAge tim
 			v.asOf = s.UpdatedAt
 		}
 		if age := now.Sub(s.UpdatedAt); age > maxAge {
-			return nil, abort(AbortInUseStale, "source %s was updated %v ago, more than retention.inusemaxage %v", s.Name, age.Round(time.Second), maxAge)
+			return nil, abort(reclaim.AbortInUseStale, "source %s was updated %v ago, more than retention.inusemaxage %v", s.Name, age.Round(time.Second), maxAge)
 		}
 	}
 	if total == 0 {
-		return nil, abort(AbortInUseEmpty, "no source declares any image (%d sources)", len(srcs))
+		return nil, abort(reclaim.AbortInUseEmpty, "no source declares any image (%d sources)", len(srcs))
 	}
 	names := p.Sources
 	if len(names) == 0 {
@@ -98,7 +99,7 @@ func versionsInUse(ctx context.Context, m Manifests, repo string, versions []Ver
 		}
 		present, _, err := m.Children(ctx, repo, d)
 		if err != nil {
-			return nil, abort(AbortInUseVersionUnreadable, "%s@%s: %v", repo, d, err)
+			return nil, abort(reclaim.AbortInUseVersionUnreadable, "%s@%s: %v", repo, d, err)
 		}
 		if present {
 			orphans = append(orphans, d)
@@ -111,7 +112,7 @@ func versionsInUse(ctx context.Context, m Manifests, repo string, versions []Ver
 	for _, v := range versions {
 		_, children, err := m.Children(ctx, repo, v.Digest)
 		if err != nil {
-			return nil, abort(AbortInUseVersionUnreadable, "%s@%s (looking for the index of an in-use manifest): %v", repo, v.Digest, err)
+			return nil, abort(reclaim.AbortInUseVersionUnreadable, "%s@%s (looking for the index of an in-use manifest): %v", repo, v.Digest, err)
 		}
 		for _, c := range children {
 			for _, o := range orphans {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 type fakeManifests map[digest.Digest][]digest.Digest // present manifests and their children
@@ -33,7 +34,7 @@ func TestVersionsInUseFollowsIndexes(t *testing.T) {
 	}
 	_, err = versionsInUse(t.Context(), m, "r", vs, map[digest.Digest]bool{"sha256:broken": true})
 	var ae *AbortError
-	if !errors.As(err, &ae) || ae.Reason != AbortInUseVersionUnreadable {
+	if !errors.As(err, &ae) || ae.Reason != reclaim.AbortInUseVersionUnreadable {
 		t.Fatalf("%v", err)
 	}
 }
@@ -64,7 +65,7 @@ func TestReadIndexFailureModel(t *testing.T) {
 	for _, tc := range []struct {
 		idx     fakeIndex
 		sources []string
-		abort   string
+		abort   reclaim.AbortReason
 		skip    string
 	}{
 		{idx, []string{"a"}, "", ""},
@@ -72,10 +73,10 @@ func TestReadIndexFailureModel(t *testing.T) {
 		{idx, []string{"a", "none"}, "", SkipSourceEmpty},
 		{idx, []string{"a", "bad"}, "", SkipSourceUnreadable},
 		{idx, []string{"missing"}, "", SkipSourceEmpty},
-		{fakeIndex{}, nil, AbortInUseEmpty, ""},
-		{fakeIndex{srcs: []Source{{Name: "a", UpdatedAt: fresh}}}, nil, AbortInUseEmpty, ""},
-		{fakeIndex{srcs: []Source{{Name: "a", UpdatedAt: t0.Add(-2 * time.Hour), Images: 1}}}, nil, AbortInUseStale, ""},
-		{fakeIndex{err: errRead}, nil, AbortInUseUnreadable, ""},
+		{fakeIndex{}, nil, reclaim.AbortInUseEmpty, ""},
+		{fakeIndex{srcs: []Source{{Name: "a", UpdatedAt: fresh}}}, nil, reclaim.AbortInUseEmpty, ""},
+		{fakeIndex{srcs: []Source{{Name: "a", UpdatedAt: t0.Add(-2 * time.Hour), Images: 1}}}, nil, reclaim.AbortInUseStale, ""},
+		{fakeIndex{err: errRead}, nil, reclaim.AbortInUseUnreadable, ""},
 	} {
 		v, err := readIndex(t.Context(), tc.idx, "r", Policy{Sources: tc.sources}, time.Hour, t0)
 		var ae *AbortError

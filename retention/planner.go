@@ -3,6 +3,8 @@ package retention
 import (
 	"context"
 	"time"
+
+	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // Tags reads a repository's tags (storage).
@@ -61,7 +63,7 @@ func (pl *Planner) Plan(ctx context.Context, repo string, p Policy, o PolicyOver
 	}
 	pins, err := pl.Pins.List(ctx, repo)
 	if err != nil {
-		return nil, abort(AbortInUseUnreadable, "pins of %s: %v", repo, err)
+		return nil, abort(reclaim.AbortInUseUnreadable, "pins of %s: %v", repo, err)
 	}
 	first := Decide(versions, used, pins, p, now)
 
