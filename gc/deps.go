@@ -9,7 +9,7 @@ import (
 )
 
 // Tracker is the part of the access tracker (Redis) a run needs. Errors wrap
-// ErrFenced, ErrRecentlyAccessed, ErrNotRecording, ErrRedisEvicts,
+// reclaim's ErrFenced, ErrRecentlyAccessed, ErrNotRecording, ErrRedisEvicts,
 // ErrTrackerUnavailable where they apply, and ErrRepositoryBusy from
 // LockRepository.
 type Tracker interface {

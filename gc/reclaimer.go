@@ -318,7 +318,7 @@ func (r *Reclaimer) review(ctx context.Context, dl *deleter, it reclaim.ReviewIt
 		// Someone else is deleting it right now; look again soon.
 		qerr = r.q.Requeue(ctx, it, dl.pol.now.Add(r.cfg.Interval))
 	default:
-		// CheckFailed, DeleteFailed: left claimed, it comes back after the
+		// ReasonCheckFailed, ReasonDeleteFailed: left claimed, it comes back after the
 		// lease, which is the backoff for one bad blob.
 	}
 	if qerr != nil {

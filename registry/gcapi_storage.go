@@ -143,7 +143,7 @@ func repositoryExists(d storagedriver.StorageDriver) func(ctx context.Context, r
 }
 
 // gcTracker is the tracker as gc.Tracker: gc and the tracker share one
-// vocabulary (storage/layout), so only Fence and BeginRun, whose results gc
+// vocabulary (package reclaim), so only Fence and BeginRun, whose results gc
 // sees as a Hold and a RunHandle, need wrapping.
 type gcTracker struct{ *tracker.Tracker }
 

@@ -31,8 +31,9 @@ func deps(t *testing.T, pkg string) map[string]bool {
 }
 
 // TestDependencies keeps the package graph of docs/architecture.md: the
-// decision core knows nothing of Redis or HTTP, the link database tools run
-// without the registry's handlers, the vocabulary is a leaf, the one
+// words (package reclaim) import only the standard library and go-digest,
+// the decision core knows nothing of Redis or HTTP, the link database tools
+// run without the registry's handlers, the storage tree is a leaf, the one
 // typed configuration depends on nothing it configures, and retention's
 // domain knows neither Redis nor HTTP nor the collector.
 func TestDependencies(t *testing.T) {
@@ -67,6 +68,15 @@ func TestDependencies(t *testing.T) {
 			if got[f] {
 				t.Errorf("%s depends on %s", tc.pkg, f)
 			}
+		}
+	}
+	// The words are an allow-list: every package imports them, so they
+	// import nothing of the project and nothing outside the standard
+	// library but go-digest.
+	for p := range deps(t, "reclaim") {
+		first, _, _ := strings.Cut(p, "/")
+		if p != module+"/reclaim" && p != "github.com/opencontainers/go-digest" && strings.Contains(first, ".") {
+			t.Errorf("reclaim depends on %s; it may import only the standard library and go-digest", p)
 		}
 	}
 }
