@@ -143,10 +143,10 @@ type blobUsage struct {
 // a check of every other one.
 func (c *Collector) usageOf(ctx context.Context, pol policy, rep *Report) reclaim.Usage {
 	u := reclaim.Usage{Repository: rep.Repository, ComputedAt: rep.FinishedAt, RunID: rep.RunID,
-		LinkDBComplete: pol.linkdbOK, Blockers: []string{}}
+		LinkDBComplete: pol.linkdbOK, Blockers: []reclaim.AbortReason{}}
 	blocked := false
 	for _, b := range rep.Blockers {
-		u.Blockers = append(u.Blockers, string(b.Reason))
+		u.Blockers = append(u.Blockers, b.Reason)
 		blocked = blocked || b.Blocks == BlocksRun
 	}
 	known := map[digest.Digest]blobUsage{}

@@ -309,7 +309,7 @@ func TestUsageWhileBlockedReclaimsNothing(t *testing.T) {
 	}
 	exclusive, _ := truth(t, u.d, "team/app")
 	if est.ReclaimableBytes != 0 || est.ReclaimableBlobs != 0 || est.ManifestsDeletable != 1 || est.ExclusiveBytes != exclusive ||
-		len(est.Blockers) != 1 || est.Blockers[0] != string(reclaim.AbortRedisRecordingTooShort) {
+		len(est.Blockers) != 1 || est.Blockers[0] != reclaim.AbortRedisRecordingTooShort {
 		t.Fatalf("blocked estimate %+v; want nothing reclaimable, blocker redis_recording_too_short, exclusive %d", est, exclusive)
 	}
 }

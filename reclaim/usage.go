@@ -41,8 +41,8 @@ type Usage struct {
 	// false means no blob counted as exclusive or reclaimable.
 	LinkDBComplete bool `json:"linkdb_complete"`
 	// Blockers are the reasons a real run would not delete now (Redis
-	// recording for less than the window, say), each a gc abort reason.
-	Blockers []string `json:"blockers"`
+	// recording for less than the window, say).
+	Blockers []AbortReason `json:"blockers"`
 }
 
 // UsageClaim is one repository a reclaimer claimed from the usage store's

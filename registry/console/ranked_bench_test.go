@@ -35,7 +35,7 @@ func BenchmarkConsoleRanked10k(b *testing.B) {
 		names[i] = fmt.Sprintf("org%02d/repo%05d", i%50, i)
 		u := reclaim.Usage{Repository: names[i], ReclaimableBytes: int64(i * 7919 % 1000003), ExclusiveBytes: int64(i * 104729 % 10000019),
 			Blobs: 12, ExclusiveBlobs: 9, SharedBlobs: 3, Manifests: 4, ComputedAt: time.Now().Add(-time.Duration(i) * time.Second),
-			LinkDBComplete: true, Blockers: []string{}}
+			LinkDBComplete: true, Blockers: []reclaim.AbortReason{}}
 		if err := store.PutUsage(ctx, u, false); err != nil {
 			b.Fatal(err)
 		}
