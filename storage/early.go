@@ -164,19 +164,25 @@ func (s *scope) takeBackEarly(ctx context.Context) {
 }
 
 // takeBack deletes the reverse link of k, then puts it back if the forward
-// link is there after all (another request wrote it meanwhile).
+// link is there after all (another request wrote it meanwhile). Taken
+// back, it may have been the blob's last reverse link: the blob is queued
+// for review, as unlink does (the delete that removed the forward link
+// queued it too, but its review may come before the take-back).
 func (e *Env) takeBack(ctx context.Context, k earlyKey) {
 	if err := e.Links.Delete(ctx, k.blob, k.link); err != nil {
 		rlog.From(ctx).WithError(err).Warn("reclaim: stale reverse link left behind (a safe leak; linkdb verify removes it)")
 		return
 	}
+	metricReverseLinks.WithLabelValues("takeback", "ok").Inc()
 	fwd := layout.LayerLinkPath(k.link.Repo, k.blob)
 	if k.link.Kind == reclaim.LinkManifest {
 		fwd = layout.RevisionLinkPath(k.link.Repo, k.blob)
 	}
 	if _, err := e.Raw.Stat(ctx, fwd); errors.As(err, new(storagedriver.PathNotFoundError)) {
+		e.enqueue(ctx, "takeback", k.blob)
 		return
 	}
+	metricReverseLinks.WithLabelValues("restore", "ok").Inc()
 	// there, or cannot tell (fail safe): the reverse link stays
 	if err := e.Links.Put(ctx, k.blob, k.link); err != nil {
 		rlog.From(ctx).WithError(err).Error("reclaim: could not restore the reverse link of a forward link written meanwhile")

@@ -23,7 +23,9 @@ func linkObject(p layout.Path) reclaim.Object {
 // request wrote it early, early.go; written only when it is not there
 // already, ensureReverse), a look at the data the link names (dataBehind),
 // forward link, then a look at the reverse link: a concurrent delete of the
-// same link may have removed it between the two writes (see unlink).
+// same link may have removed it between the two writes (see unlink), and
+// may have removed the forward link too, in which case the reverse link
+// is taken back (reverseAfter).
 func (d *driver) putLink(ctx context.Context, path string, p layout.Path, content []byte) error {
 	l := linkObject(p)
 	rl := reclaim.RepoLink{Repo: l.Repo, Kind: l.Kind}
@@ -55,20 +57,56 @@ func (d *driver) putLink(ctx context.Context, path string, p layout.Path, conten
 		return err
 	}
 	s.usedEarly(p.Digest, rl)
-	restored := false
-	if ok, err := d.links.Has(ctx, p.Digest, rl); !ok || err != nil {
-		// deleted under us, or cannot tell: write it again (idempotent)
-		metricReverseLinks.WithLabelValues("restore", "ok").Inc()
-		if err := d.links.Put(ctx, p.Digest, rl); err != nil {
-			metricReverseLinks.WithLabelValues("put", "error").Inc()
-			return fmt.Errorf("restore reverse link of %s: %w", path, err)
-		}
-		restored = true
+	restored, deleted, err := d.reverseAfter(ctx, path, p.Digest, rl)
+	if err != nil || deleted {
+		return err
 	}
 	if !restored && d.env.now().Sub(checked) < d.env.fresh() {
 		return nil
 	}
 	return d.dataAfter(ctx, path, p, l)
+}
+
+// reverseAfter is the writer's look of case 9, right after its forward
+// link at path was written: the reverse link is there, or it is written
+// again (restored). A reverse link found gone was removed by a concurrent
+// delete of the same link, and that delete may have removed the forward
+// link this request just wrote first (the deleter won it: its look found no
+// forward link and left none). Then the reverse link written again keeps
+// the blob for a forward link that is gone: a stale reverse link. So the
+// forward link is looked at once more; gone, the reverse link is taken back
+// the way a deleter unlinks (takeBack: delete it, then look at the forward
+// link and put it back if a writer re-created it meanwhile). deleted
+// reports that: the write landed and a delete came after it, so the
+// request goes on as written. A reverse link that could not be read, or a
+// forward link that cannot be seen either way, keeps its reverse link
+// (fail safe: a leak, never a loss).
+//
+// The reverse link taken back is the one this request found gone and
+// wrote. Another writer of the same link may have written it too in
+// between (its Ensure); that writer writes its forward link and then looks
+// at the reverse link, as this one did: if the take-back's look misses that
+// forward link, the writer's look comes later and sees the delete.
+func (d *driver) reverseAfter(ctx context.Context, path string, blob digest.Digest, rl reclaim.RepoLink) (restored, deleted bool, err error) {
+	ok, hasErr := d.links.Has(ctx, blob, rl)
+	if ok && hasErr == nil {
+		return false, false, nil
+	}
+	// deleted under us, or cannot tell: write it again (idempotent)
+	metricReverseLinks.WithLabelValues("restore", "ok").Inc()
+	if err := d.links.Put(ctx, blob, rl); err != nil {
+		metricReverseLinks.WithLabelValues("put", "error").Inc()
+		return false, false, fmt.Errorf("restore reverse link of %s: %w", path, err)
+	}
+	if hasErr != nil {
+		return true, false, nil // not known to be gone: not known to be this request's, it stays
+	}
+	ctx = context.WithoutCancel(ctx) // a cancelled look would leave it stale
+	if _, err := d.StorageDriver.Stat(ctx, path); !errors.As(err, new(storagedriver.PathNotFoundError)) {
+		return true, false, nil // there, or cannot tell: the reverse link stays
+	}
+	d.env.takeBack(ctx, earlyKey{blob: blob, link: rl})
+	return false, true, nil
 }
 
 // dataAfter runs after a forward link was written when its protection may
@@ -194,9 +232,11 @@ func (d *driver) forwardLinksUnder(ctx context.Context, dir string) ([]layout.Pa
 //
 // If the deleter's stat misses the forward link, the writer's put of it
 // comes later, and so does its stat of the reverse link, which then
-// sees the deleter's delete. Neither side depends on timing. The cost is a
-// stale reverse link when the deleter wins the forward link: a leak that
-// linkdb verify reports and rebuild removes, never a loss.
+// sees the deleter's delete. Neither side depends on timing. When the
+// deleter wins the forward link (it deletes the writer's forward link
+// before its reverse link), the writer's repair writes a reverse link for
+// a forward link that is gone; the writer then looks at the forward link
+// once more and takes its repair back (reverseAfter).
 func (d *driver) unlink(ctx context.Context, p layout.Path) {
 	l := linkObject(p)
 	rl := reclaim.RepoLink{Repo: l.Repo, Kind: l.Kind}

@@ -15,7 +15,7 @@ func (e *Env) Queue() *tracker.Queue {
 	return tracker.NewQueue(e.Tracker.Client(), e.opts.Prefix, e.opts.Timeout)
 }
 
-var metricEnqueued = metrics.CounterVec("storage", "review_enqueued_total", "Blobs the middleware queued for review by the reclaimer, by cause (unlink, commit) and result (ok, error).", "cause", "result")
+var metricEnqueued = metrics.CounterVec("storage", "review_enqueued_total", "Blobs the middleware queued for review by the reclaimer, by cause (unlink, commit, takeback: a reverse link a request wrote and took back) and result (ok, error).", "cause", "result")
 
 // enqueue is the middleware's hook: queue blob for review after the window,
 // best effort. A lost enqueue is a leak the slow-path sweep finds, never a
