@@ -27,16 +27,19 @@ import (
 //     complete before the forward link is written; one that is there and
 //     well formed already (a re-pushed manifest) is read, not written again;
 //   - after the forward write, putLink looks at the reverse link again and
-//     writes it back if it is gone, as for any link write;
-//   - a request that ends without writing the forward link (a digest
-//     mismatch, a fence met later, a failed Move) takes back the early
+//     writes it back if it is gone, as for any link write (and takes that
+//     back if a concurrent delete removed the forward link too,
+//     reverseAfter);
+//   - a request that ends without trying to write the forward link (a
+//     digest mismatch, a fence met later, a failed Move) takes back the early
 //     reverse link it wrote (one it found there is not its own): delete
 //     it, then look at the forward link and put the reverse link back if
 //     the forward link is there (another writer of the same link, which
 //     wrote its own reverse link first; the same look-back as unlink). A
 //     take-back that fails leaves a stale reverse link: a leak that keeps
 //     the blob, which linkdb verify reports and rebuild removes, never a
-//     loss.
+//     loss. A forward write that failed keeps it: the write may have
+//     landed, or land after the take-back's look.
 //
 // A fence, a tombstone or a Redis failure in the background check writes
 // nothing: the request's own checks see the same and act as always.
@@ -53,7 +56,7 @@ type earlyLink struct {
 	done    chan struct{}
 	written bool // the reverse link is there (valid once done is closed)
 	created bool // ... and this request wrote it: it was not there before
-	used    bool // putLink wrote the forward link on it (under scope.mu)
+	used    bool // putLink wrote (or tried to write) the forward link on it (under scope.mu)
 }
 
 // startEarly starts the background fence check and reverse-link write of
@@ -129,7 +132,8 @@ func (s *scope) useEarly(blob digest.Digest, l reclaim.RepoLink) bool {
 }
 
 // usedEarly marks the early reverse link of (blob, l), if any, as the one
-// of a forward link this request wrote: the request's end leaves it alone.
+// of a forward link this request wrote, or tried to write (a failed write
+// may land all the same): the request's end leaves it alone.
 func (s *scope) usedEarly(blob digest.Digest, l reclaim.RepoLink) {
 	if s == nil {
 		return

@@ -2,12 +2,15 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -77,4 +80,35 @@ func (a *testApp) commitUpload(t *testing.T, repo string, d digest.Digest, conte
 	}
 	loc = strings.TrimPrefix(loc, a.srv.URL)
 	return a.doBody(http.MethodPut, loc+sep+"digest="+d.String(), content).StatusCode
+}
+
+// An upload commit whose layer link write fails after its early reverse
+// link was written: the write's answer was lost, and the link lands later
+// (an S3 PUT cancelled once sent). The request ends with a 5xx; its early
+// reverse link must stay, since a take-back's look at the forward link
+// may come before the link lands: a forward link without its reverse link.
+func TestFailedForwardWriteKeepsEarlyReverseLink(t *testing.T) {
+	a := newTestApp(t, appOptions{})
+	ctx := context.Background()
+	content := "hello"
+	d := digest.FromString(content)
+	fwd := layout.LayerLinkPath("r", d)
+	var failed atomic.Bool
+	testHook.Set(t, func(_ context.Context, m, p string) error {
+		if m == "PutContent" && p == fwd && !failed.Swap(true) {
+			return errors.New("injected: the answer was lost")
+		}
+		return nil
+	})
+	if code := a.commitUpload(t, "r", d, content); code < 500 {
+		t.Fatalf("commit whose link write failed: %d, want 5xx", code)
+	}
+	// the write lands after the request ended
+	if err := a.env.Raw.PutContent(ctx, fwd, []byte(d)); err != nil {
+		t.Fatal(err)
+	}
+	if has, err := a.env.Links.Has(ctx, d, reclaim.RepoLink{Repo: "r", Kind: reclaim.LinkLayer}); !has || err != nil {
+		t.Fatalf("a failed forward write took its reverse link back: %v %v", has, err)
+	}
+	checkLinkDB(t, a.env.Raw)
 }

@@ -53,10 +53,14 @@ func (d *driver) putLink(ctx context.Context, path string, p layout.Path, conten
 		}
 		return err // an early reverse link is taken back when the request ends
 	}
+	// From here the forward link may exist: a write that fails may have
+	// landed, or land later (an S3 PUT whose answer was lost, or whose
+	// request was cancelled once sent), after any look a take-back makes.
+	// So its reverse link stays (a leak at worst, never a loss).
+	s.usedEarly(p.Digest, rl)
 	if err := d.StorageDriver.PutContent(ctx, path, content); err != nil {
 		return err
 	}
-	s.usedEarly(p.Digest, rl)
 	restored, deleted, err := d.reverseAfter(ctx, path, p.Digest, rl)
 	if err != nil || deleted {
 		return err
