@@ -118,8 +118,10 @@ func summarize(rep *linkdb.Report) string {
 }
 
 // judgeLinkDB: no forward link without its reverse link, nothing corrupt,
-// broken or unreadable. Stale reverse links (a writer's repair after a
-// concurrent delete won the forward link) are a leak: counted, allowed.
+// broken or unreadable. Stale reverse links (a forward write or a
+// take-back that failed, a delete called off after its forward delete; a
+// writer's repair after a concurrent delete won the forward link, before
+// the writer took it back) are a leak: counted, allowed.
 func judgeLinkDB(t *testing.T, when string, rep *linkdb.Report) {
 	t.Helper()
 	if n := rep.Counts[linkdb.MissingReverse]; n > 0 {
