@@ -11,8 +11,6 @@ import (
 
 	"github.com/distribution/distribution/v3/configuration"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // decode reads the options map of the reclaim entry, fills the defaults
@@ -354,5 +352,5 @@ func decodeTLS(v any) (*tls.Config, error) {
 	if err != nil || (!enabled && cert == "" && key == "" && len(cas) == 0) {
 		return nil, err
 	}
-	return tracker.TLSConfig(cert, key, cas)
+	return redisTLS(cert, key, cas)
 }

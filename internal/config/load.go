@@ -7,8 +7,6 @@ import (
 
 	"github.com/distribution/distribution/v3/configuration"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // ErrProxyGC: GC is enabled on a pull-through cache. Distribution stores a
@@ -127,7 +125,7 @@ func distributionRedis(conf *configuration.Configuration) (redis.UniversalOption
 		MasterName: c.MasterName,
 	}
 	if t := conf.Redis.TLS; t.Certificate != "" || t.Key != "" || len(t.RootCAs) > 0 {
-		tc, err := tracker.TLSConfig(t.Certificate, t.Key, t.RootCAs)
+		tc, err := redisTLS(t.Certificate, t.Key, t.RootCAs)
 		if err != nil {
 			return ro, fmt.Errorf("config: redis: %w", err)
 		}

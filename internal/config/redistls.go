@@ -1,4 +1,4 @@
-package tracker
+package config
 
 import (
 	"crypto/tls"
@@ -7,13 +7,13 @@ import (
 	"os"
 )
 
-// TLSConfig builds the TLS client config of a Redis connection, the way
+// redisTLS builds the TLS client config of a Redis connection, the way
 // Distribution builds its own from `redis: tls:`: an optional client
 // certificate (certificate and key together) and optional extra root CAs.
 // Unlike upstream, a half-configured certificate or an unreadable CA is an
 // error: a Redis connection that silently drops TLS settings is worse than
 // a registry that refuses to start.
-func TLSConfig(cert, key string, rootCAs []string) (*tls.Config, error) {
+func redisTLS(cert, key string, rootCAs []string) (*tls.Config, error) {
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
 	if (cert == "") != (key == "") {
 		return nil, fmt.Errorf("redis tls: certificate and key must be given together")
