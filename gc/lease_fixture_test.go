@@ -14,10 +14,10 @@ import (
 
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // The fixture of the fence lease tests: the real tracker (miniredis), the
@@ -105,7 +105,7 @@ func (c *fakeClock) awaitWaiters(n int) bool {
 // redisTracker is gc's Tracker on the storage tracker, as the registry
 // wires it (registry/gcapi_storage.go), plus a hook on every Confirm.
 type redisTracker struct {
-	*tracker.Tracker
+	*redisstate.Tracker
 
 	mu        sync.Mutex
 	onConfirm func(o reclaim.Object) // runs before each Confirm; may block
@@ -128,7 +128,7 @@ func (r *redisTracker) Fence(ctx context.Context, o reclaim.Object, window, leas
 type redisHold struct {
 	r     *redisTracker
 	o     reclaim.Object
-	f     *tracker.Fence
+	f     *redisstate.Fence
 	lease time.Duration
 }
 

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // TestMeasureScrub counts one tick's scrub (ScrubRepos = 2, the default)
@@ -30,7 +30,7 @@ func TestMeasureScrub(t *testing.T) {
 		client.AddHook(counter)
 		r.c.cfg.Repair = r.env.Links
 		rc, err := NewReclaimer(r.c, newFakeQueue(time.Now), ReclaimerConfig{Enabled: true, UsageRefresh: -1,
-			ScrubCursor: tracker.NewScrubCursor(client, prefix), Logf: t.Logf})
+			ScrubCursor: redisstate.NewScrubCursor(client, prefix), Logf: t.Logf})
 		if err != nil {
 			t.Fatal(err)
 		}

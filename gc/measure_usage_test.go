@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	rstorage "github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // TestMeasureUsageRefresh counts one usage refresh of the target
@@ -30,7 +30,7 @@ func TestMeasureUsageRefresh(t *testing.T) {
 		t.Cleanup(func() { client.Close() })
 		counter := &storagetest.RedisCounter{}
 		client.AddHook(counter)
-		tr, err := tracker.NewTracker(client, tracker.TrackerOptions{Prefix: prefix})
+		tr, err := redisstate.NewTracker(client, redisstate.TrackerOptions{Prefix: prefix})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,7 +46,7 @@ func TestMeasureUsageRefresh(t *testing.T) {
 			}
 			return c
 		}
-		plain, withUsage := collector(nil), collector(tracker.NewUsageStore(client, prefix))
+		plain, withUsage := collector(nil), collector(redisstate.NewUsageStore(client, prefix))
 		var u reclaim.Usage
 		var redisTrips [2]int64
 		counter.Reset()

@@ -40,7 +40,7 @@ import (
 const DefaultScrubRepos = 2
 
 // ScrubCursor keeps where the scrub stands in the catalog, shared by
-// every instance (storage/tracker's ScrubCursor).
+// every instance (redisstate's ScrubCursor).
 type ScrubCursor interface {
 	// ScrubCursor is the last repository scrubbed ("" at the start).
 	ScrubCursor(ctx context.Context) (string, error)

@@ -30,7 +30,7 @@ import (
 // would find at that moment (TestUsageAgainstBruteForce).
 
 // UsageStore keeps each repository's Usage where every instance reads it,
-// ranked (storage/tracker's UsageStore). The collector writes to it; the
+// ranked (redisstate's UsageStore). The collector writes to it; the
 // reclaimer also walks it to choose what to refresh.
 type UsageStore interface {
 	// PutUsage stores u and ranks it; due marks the record stale at once

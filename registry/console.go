@@ -10,11 +10,11 @@ import (
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/registry/console"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // The operator console (registry/console) at /gc/console/, on the
@@ -156,7 +156,7 @@ func (c *consoleData) overview(ctx context.Context) console.Overview {
 
 // freedState sums the tracker's daily freed counts: today, and the last 7
 // days (today included).
-func freedState(ctx context.Context, t *tracker.Tracker) console.FreedState {
+func freedState(ctx context.Context, t *redisstate.Tracker) console.FreedState {
 	days, err := t.Freed(ctx, time.Now(), 7)
 	if err != nil {
 		return console.FreedState{Error: err.Error()}

@@ -15,9 +15,9 @@ import (
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/redisdb"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // The GC API, served on the registry's own listener:
@@ -59,7 +59,7 @@ type gcBackend struct {
 
 	// Usage keeps the repositories' usage estimates and their rankings
 	// (nil: the usage endpoints answer 405).
-	Usage *tracker.UsageStore
+	Usage *redisstate.UsageStore
 	// Pins and InUse are the retention stores (nil: their endpoints
 	// answer 405).
 	Pins  *redisdb.Pins

@@ -18,7 +18,7 @@ import (
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
+	"github.com/reclaim-registry/reclaim/redisstate"
 )
 
 // scopeController grants exactly the scopes listed in the request's
@@ -62,7 +62,7 @@ func init() {
 // scopeAPI serves the GC API with scopeController's auth, on a collector
 // over an in-memory storage that holds team/app (and keeps its usage
 // estimates in usage, when given). do sends a request with grant.
-func scopeAPI(t *testing.T, usage *tracker.UsageStore) (do func(method, path, grant string) *http.Response) {
+func scopeAPI(t *testing.T, usage *redisstate.UsageStore) (do func(method, path, grant string) *http.Response) {
 	t.Helper()
 	conf := &configuration.Configuration{Auth: configuration.Auth{"gcscopetest": configuration.Parameters{}}}
 	d := inmemory.New()

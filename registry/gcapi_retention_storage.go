@@ -11,10 +11,10 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // retentionStorage is retention's view of storage: tags and manifests read
@@ -22,7 +22,7 @@ import (
 // it, exactly as Distribution's tag DELETE does (the tag's directory).
 type retentionStorage struct {
 	raw, driver storagedriver.StorageDriver
-	fences      *tracker.Tracker // tag fences: DeleteTag
+	fences      *redisstate.Tracker // tag fences: DeleteTag
 }
 
 var (
@@ -87,7 +87,7 @@ func (s retentionStorage) Tag(ctx context.Context, repo, tag string) (digest.Dig
 const tagFenceLease = time.Minute
 
 // DeleteTag is retention's compare-and-delete of a tag (see
-// retention.TagWriter, storage/tracker/tagfence.go): fence the tag and mark
+// retention.TagWriter, redisstate/tagfence.go): fence the tag and mark
 // its planned manifest (a pin PUT checks both after it wrote the pin), read
 // the tag again and run check under the fence, confirm the fence, delete the tag's
 // directory through the middleware exactly as Distribution's tag DELETE

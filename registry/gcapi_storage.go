@@ -11,12 +11,12 @@ import (
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/redisdb"
 	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // This file adapts the storage package to the small interfaces gc
@@ -36,7 +36,7 @@ func dryRunWait(d time.Duration) time.Duration {
 
 func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
 	pins := redisdb.NewPins(env.Tracker.Client(), opts.Prefix, nil)
-	usage := tracker.NewUsageStore(env.Tracker.Client(), opts.Prefix)
+	usage := redisstate.NewUsageStore(env.Tracker.Client(), opts.Prefix)
 	col, err := gc.New(gc.Config{
 		Driver:  haltingDriver(env.Driver),
 		Tracker: gcTracker{env.Tracker},
@@ -93,7 +93,7 @@ func hasVersion(d storagedriver.StorageDriver) func(ctx context.Context, repo st
 }
 
 // manifestFenced is gcBackend.Fenced on the tracker.
-func manifestFenced(t *tracker.Tracker) func(ctx context.Context, repo string, d digest.Digest) (bool, error) {
+func manifestFenced(t *redisstate.Tracker) func(ctx context.Context, repo string, d digest.Digest) (bool, error) {
 	return func(ctx context.Context, repo string, d digest.Digest) (bool, error) {
 		return t.Fenced(ctx, reclaim.Object{Blob: d, Repo: repo, Kind: reclaim.LinkManifest})
 	}
@@ -145,7 +145,7 @@ func repositoryExists(d storagedriver.StorageDriver) func(ctx context.Context, r
 // gcTracker is the tracker as gc.Tracker: gc and the tracker share one
 // vocabulary (package reclaim), so only Fence and BeginRun, whose results gc
 // sees as a Hold and a RunHandle, need wrapping.
-type gcTracker struct{ *tracker.Tracker }
+type gcTracker struct{ *redisstate.Tracker }
 
 var (
 	_ gc.Tracker      = gcTracker{}
@@ -154,7 +154,7 @@ var (
 	_ gc.LinkIndex    = (*linkdb.ReverseLinks)(nil)
 	_ gc.LinkIndexFor = (*linkdb.ReverseLinks)(nil)
 	_ gc.LinkRepairer = (*linkdb.ReverseLinks)(nil)
-	_ gc.UsageStore   = (*tracker.UsageStore)(nil)
+	_ gc.UsageStore   = (*redisstate.UsageStore)(nil)
 )
 
 func (a gcTracker) Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (gc.Hold, error) {
@@ -176,8 +176,8 @@ func (a gcTracker) BeginRun(ctx context.Context, repo, id string, started time.T
 
 // gcHold is a tracker fence as the collector holds it.
 type gcHold struct {
-	t     *tracker.Tracker
-	f     *tracker.Fence
+	t     *redisstate.Tracker
+	f     *redisstate.Fence
 	lease time.Duration
 }
 

@@ -11,17 +11,17 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
+	"github.com/reclaim-registry/reclaim/redisstate"
 )
 
 // TestTrackerAdapterSentinels drives the adapter over a real
-// tracker.Tracker (miniredis) and checks that every outcome gc branches on
+// redisstate.Tracker (miniredis) and checks that every outcome gc branches on
 // arrives as gc's sentinel.
 func TestTrackerAdapterSentinels(t *testing.T) {
 	m := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer c.Close()
-	st, err := tracker.NewTracker(c, tracker.TrackerOptions{Prefix: "t:"})
+	st, err := redisstate.NewTracker(c, redisstate.TrackerOptions{Prefix: "t:"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,11 +7,11 @@ import (
 	"strconv"
 
 	"github.com/reclaim-registry/reclaim/gc"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
+	"github.com/reclaim-registry/reclaim/redisstate"
 )
 
 // Usage, the reclaimable-bytes estimates (gc/usage.go, kept by
-// storage/tracker's UsageStore):
+// redisstate's UsageStore):
 //
 //	GET /gc/v1/repositories/<name>/usage[?refresh=true]   one repository's estimate
 //	GET /gc/v1/usage[?top=N&by=reclaimable|exclusive]     the repositories ranked highest
@@ -113,15 +113,15 @@ func (h *gcAPI) topUsage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	n, by := defaultUsageTop, tracker.ByReclaimable
+	n, by := defaultUsageTop, redisstate.ByReclaimable
 	if v, ok := q["top"]; ok {
 		if n, err = strconv.Atoi(v); !positiveRe.MatchString(v) || err != nil || n > maxUsageTop {
 			return fmt.Errorf("%w: top=%q: want an integer from 1 to %d", errBadRequest, v, maxUsageTop)
 		}
 	}
 	if v, ok := q["by"]; ok {
-		if v != tracker.ByReclaimable && v != tracker.ByExclusive {
-			return fmt.Errorf("%w: by=%q: want %s or %s", errBadRequest, v, tracker.ByReclaimable, tracker.ByExclusive)
+		if v != redisstate.ByReclaimable && v != redisstate.ByExclusive {
+			return fmt.Errorf("%w: by=%q: want %s or %s", errBadRequest, v, redisstate.ByReclaimable, redisstate.ByExclusive)
 		}
 		by = v
 	}

@@ -13,13 +13,13 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/config"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
+	"github.com/reclaim-registry/reclaim/redisstate"
 )
 
 // TestUsageScopes: a stored estimate needs pull on the repository, a
 // refresh delete (it is a dry-run collect), the ranking the catalog scope.
 func TestUsageScopes(t *testing.T) {
-	do := scopeAPI(t, tracker.NewUsageStore(redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}), ""))
+	do := scopeAPI(t, redisstate.NewUsageStore(redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}), ""))
 	for _, c := range []struct {
 		path, grant string
 		status      int
@@ -50,7 +50,7 @@ func FuzzUsageRoute(f *testing.F) {
 		"z/retention/plans/abc/apply", "a/plans/0123456789abcdef01234567/apply", "a/collect", "a/plan", "runs/x", "a/retention/preview"} {
 		f.Add(seed)
 	}
-	store := tracker.NewUsageStore(redis.NewClient(&redis.Options{Addr: miniredis.RunT(f).Addr()}), "")
+	store := redisstate.NewUsageStore(redis.NewClient(&redis.Options{Addr: miniredis.RunT(f).Addr()}), "")
 	api := newGCAPI(&accessControl{}, config.Options{GC: config.GC{Enabled: true}}, &gcBackend{Usage: store,
 		Exists: func(context.Context, string) (bool, error) { return false, nil }}, http.NotFoundHandler())
 	f.Fuzz(func(t *testing.T, name string) {

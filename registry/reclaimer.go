@@ -11,7 +11,7 @@ import (
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/internal/metrics"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
+	"github.com/reclaim-registry/reclaim/redisstate"
 )
 
 // The background reclaimer runs inside `serve`, on every instance whose
@@ -41,7 +41,7 @@ func (s *Server) NewReclaimer(enabled bool) (*gc.Reclaimer, error) {
 	return gc.NewReclaimer(s.gc.Collector, s.env.Queue(), gc.ReclaimerConfig{
 		Enabled: enabled, Interval: rc.Interval, Batch: rc.Batch, Workers: rc.Workers, Lease: rc.Lease,
 		UsageRefresh: refresh, UsageMaxAge: rc.UsageMaxAge,
-		ScrubRepos: scrub, ScrubCursor: tracker.NewScrubCursor(s.env.Tracker.Client(), s.opts.Prefix),
+		ScrubRepos: scrub, ScrubCursor: redisstate.NewScrubCursor(s.env.Tracker.Client(), s.opts.Prefix),
 		Logf:    logrus.WithField("component", "reclaimer").Warnf,
 		Observe: observeTick,
 	})
@@ -88,7 +88,7 @@ func (s *Server) watchQueue(ctx context.Context) {
 	}
 }
 
-var _ gc.Queue = (*tracker.Queue)(nil)
+var _ gc.Queue = (*redisstate.Queue)(nil)
 
 // Reclaimer metrics, in Prometheus' default registry, named like the JSON.
 var (

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // (3) An in-process registry on a redis-server of its own whose
@@ -33,13 +33,13 @@ func TestE2ERedisEvictingPolicyRefusesGC(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	health := func() (map[string]json.RawMessage, tracker.RedisHealth, gc.ReclaimerStatus) {
+	health := func() (map[string]json.RawMessage, redisstate.RedisHealth, gc.ReclaimerStatus) {
 		t.Helper()
 		code, out, st := getStatus(t, r, false)
 		if code != 200 {
 			t.Fatalf("status: %d %s", code, out)
 		}
-		var h tracker.RedisHealth
+		var h redisstate.RedisHealth
 		if err := json.Unmarshal(out["redis_health"], &h); err != nil {
 			t.Fatalf("redis_health %s: %v", out["redis_health"], err)
 		}

@@ -10,8 +10,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/internal/rlog"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/storage/layout"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // ErrRetryable marks errors a client should retry (Handler answers 503).
@@ -88,14 +88,14 @@ func (d *driver) after(ctx context.Context, path string, p layout.Path) error {
 //
 // gone holds the deletion tombstones found on the objects, if any
 // (descriptors.go).
-func (d *driver) guard(ctx context.Context, blob digest.Digest, links []reclaim.Object) (gone []tracker.Tombstone, err error) {
+func (d *driver) guard(ctx context.Context, blob digest.Digest, links []reclaim.Object) (gone []redisstate.Tombstone, err error) {
 	return d.guardWait(ctx, blob, links, d.env.opts.FenceWait)
 }
 
 // mountCheck is the fence check of a mount. It does not wait: a fence
 // makes the source unknown (fenced), the client uploads instead, and that
 // is no refusal of the request.
-func (d *driver) mountCheck(ctx context.Context, blob digest.Digest, links []reclaim.Object) (gone []tracker.Tombstone, fenced bool, err error) {
+func (d *driver) mountCheck(ctx context.Context, blob digest.Digest, links []reclaim.Object) (gone []redisstate.Tombstone, fenced bool, err error) {
 	gone, err = d.guardWait(ctx, blob, links, 0)
 	if errors.Is(err, reclaim.ErrFenced) {
 		scopeOf(ctx).unrefuse()
@@ -112,7 +112,7 @@ func (d *driver) mountCheck(ctx context.Context, blob digest.Digest, links []rec
 // Within a request, a check that found no fence and no tombstone set the
 // access time, and GC refuses to fence anything accessed within its window,
 // so the request's later steps need no second round trip.
-func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []reclaim.Object, wait time.Duration) (gone []tracker.Tombstone, err error) {
+func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []reclaim.Object, wait time.Duration) (gone []redisstate.Tombstone, err error) {
 	if accessRecordsOff(ctx) {
 		return nil, nil
 	}
@@ -171,7 +171,7 @@ func refuse(ctx context.Context, blob digest.Digest, err error) error {
 // It reports whether the blob or link is fenced (being deleted): the caller
 // then answers "not found" instead of serving something half-deleted.
 // gone holds the deletion tombstones found, if any (see descriptors.go).
-func (d *driver) read(ctx context.Context, blob digest.Digest, links []reclaim.Object) (fenced bool, gone []tracker.Tombstone) {
+func (d *driver) read(ctx context.Context, blob digest.Digest, links []reclaim.Object) (fenced bool, gone []redisstate.Tombstone) {
 	if accessRecordsOff(ctx) {
 		return false, nil
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/storage/layout"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // DescriptorServiceFactory wraps every per-repository blob statter
@@ -94,7 +94,7 @@ func (s *descriptors) Stat(ctx context.Context, dgst digest.Digest) (v1.Descript
 		repo = info.from
 	}
 	links := s.links(info, repo, dgst)
-	var gone []tracker.Tombstone
+	var gone []redisstate.Tombstone
 	switch info.intent {
 	case intentReference:
 		var err error
@@ -154,7 +154,7 @@ func (s *descriptors) links(info requestInfo, repo string, dgst digest.Digest) [
 // data and at least one of repo's links to it must exist. It fails closed:
 // when the storage cannot tell, the answer is a retryable error, never the
 // cached "exists". gone are the tombstones the Stat's touch found.
-func (s *descriptors) verify(ctx context.Context, e *Env, repo string, dgst digest.Digest, desc v1.Descriptor, gone []tracker.Tombstone) (v1.Descriptor, error) {
+func (s *descriptors) verify(ctx context.Context, e *Env, repo string, dgst digest.Digest, desc v1.Descriptor, gone []redisstate.Tombstone) (v1.Descriptor, error) {
 	raw := e.Raw
 	exists := func(p string) (bool, error) {
 		_, err := raw.Stat(ctx, p)

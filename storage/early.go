@@ -9,8 +9,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/internal/rlog"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/storage/layout"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // Early reverse links: a request that is going to write a forward link
@@ -82,7 +82,7 @@ func (d *driver) startEarly(ctx context.Context, blob digest.Digest, l reclaim.R
 	go func() {
 		defer close(e.done)
 		links := []reclaim.Object{{Blob: blob, Repo: l.Repo, Kind: l.Kind}}
-		d.prefetch(ctx, []tracker.BlobTouch{{Blob: blob, Links: links}})
+		d.prefetch(ctx, []redisstate.BlobTouch{{Blob: blob, Links: links}})
 		close(e.checked)
 		if !s.covered(append([]reclaim.Object{{Blob: blob}}, links...), d.env.opts.Dedup) {
 			return // fenced, a tombstone, or Redis failing: the request's own checks decide

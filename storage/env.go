@@ -16,8 +16,8 @@ import (
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/internal/rlog"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // MiddlewareName is the name to list under `middleware: storage:`.
@@ -35,7 +35,7 @@ type Env struct {
 	// Raw is the driver below the middleware.
 	Raw storagedriver.StorageDriver
 	// Tracker records accesses and takes fences.
-	Tracker *tracker.Tracker
+	Tracker *redisstate.Tracker
 	// Links reads and writes reverse links (on Raw).
 	Links *linkdb.ReverseLinks
 	// Window is the protection window: GC must not delete what was
@@ -101,7 +101,7 @@ func NewEnv(ctx context.Context, below storagedriver.StorageDriver, opts config.
 			"Access records start now and die with the process, so GC will not delete shared blobs until it has recorded for a full window (%v)", m.Addr(), opts.Window)
 	}
 	client := opts.OpenRedis()
-	t, err := tracker.NewTracker(client, tracker.TrackerOptions{Prefix: opts.Prefix, AccessTTL: opts.AccessTTL, Timeout: opts.Timeout, Embedded: e.Embedded})
+	t, err := redisstate.NewTracker(client, redisstate.TrackerOptions{Prefix: opts.Prefix, AccessTTL: opts.AccessTTL, Timeout: opts.Timeout, Embedded: e.Embedded})
 	if err != nil {
 		client.Close()
 		if e.mini != nil {
@@ -175,7 +175,7 @@ func (e *Env) Evict(ctx context.Context, o reclaim.Object) error {
 	return err
 }
 
-func (e *Env) clearGone(ctx context.Context, gone []tracker.Tombstone) {
+func (e *Env) clearGone(ctx context.Context, gone []redisstate.Tombstone) {
 	if err := e.Tracker.ClearGone(ctx, gone); err != nil {
 		rlog.From(ctx).WithError(err).Debug("reclaim: could not clear a tombstone")
 	}

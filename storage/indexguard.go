@@ -14,9 +14,9 @@ import (
 	"github.com/distribution/distribution/v3/manifest/ocischema"
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/referrers"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -73,7 +73,7 @@ type indexWatch struct {
 	// its revision link makes referenced (each with repo's links to it),
 	// checked again before that link is written (refsBeforeRevision)
 	digest digest.Digest
-	refs   []tracker.BlobTouch
+	refs   []redisstate.BlobTouch
 }
 
 // isManifestPath reports whether p can be Distribution's manifest route,
@@ -159,9 +159,9 @@ func (d *driver) checkChildren(ctx context.Context, w *indexWatch) error {
 			{Blob: c, Repo: repo, Kind: reclaim.LinkLayer},
 		}
 	}
-	touches := make([]tracker.BlobTouch, len(children))
+	touches := make([]redisstate.BlobTouch, len(children))
 	for i, c := range children {
-		touches[i] = tracker.BlobTouch{Blob: c, Links: childLinks(c)}
+		touches[i] = redisstate.BlobTouch{Blob: c, Links: childLinks(c)}
 	}
 	w.refs = touches
 	d.prefetch(ctx, touches)

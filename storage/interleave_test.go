@@ -15,9 +15,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // These tests force each interleaving of docs/gc-protocol.md: the GC side
@@ -56,7 +56,7 @@ func watchFenced(a *testApp) *storagetest.Fenced {
 	return storagetest.WatchFenced(a.env.Tracker.Client())
 }
 
-func (a *testApp) fence(t *testing.T, o reclaim.Object) *tracker.Fence {
+func (a *testApp) fence(t *testing.T, o reclaim.Object) *redisstate.Fence {
 	t.Helper()
 	f, err := a.env.Tracker.Fence(context.Background(), o, testWindow, time.Minute)
 	if err != nil {
@@ -65,7 +65,7 @@ func (a *testApp) fence(t *testing.T, o reclaim.Object) *tracker.Fence {
 	return f
 }
 
-func (a *testApp) release(t *testing.T, f *tracker.Fence) {
+func (a *testApp) release(t *testing.T, f *redisstate.Fence) {
 	t.Helper()
 	if err := a.env.Tracker.Release(context.Background(), f); err != nil {
 		t.Fatal(err)

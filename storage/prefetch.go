@@ -8,7 +8,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/reclaim-registry/reclaim/reclaim"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
+	"github.com/reclaim-registry/reclaim/redisstate"
 )
 
 // prefetch fence-checks several blobs (each with its links) in one round
@@ -19,12 +19,12 @@ import (
 // failing) is left to them: they ask Redis again and wait, refuse or
 // report as they always do. A prefetch therefore changes the number of
 // round trips, never an outcome.
-func (d *driver) prefetch(ctx context.Context, touches []tracker.BlobTouch) {
+func (d *driver) prefetch(ctx context.Context, touches []redisstate.BlobTouch) {
 	s := scopeOf(ctx)
 	if s == nil || len(touches) == 0 || accessRecordsOff(ctx) {
 		return
 	}
-	var todo []tracker.BlobTouch
+	var todo []redisstate.BlobTouch
 	for _, bt := range touches {
 		if !s.covered(touchObjects(bt), d.env.opts.Dedup) {
 			todo = append(todo, bt)
@@ -48,7 +48,7 @@ func (d *driver) prefetch(ctx context.Context, touches []tracker.BlobTouch) {
 	}
 }
 
-func touchObjects(bt tracker.BlobTouch) []reclaim.Object {
+func touchObjects(bt redisstate.BlobTouch) []reclaim.Object {
 	return append([]reclaim.Object{{Blob: bt.Blob}}, bt.Links...)
 }
 
@@ -57,15 +57,15 @@ func touchObjects(bt tracker.BlobTouch) []reclaim.Object {
 // repo's layer link to it, as Distribution's verification reads them, and
 // the manifest with its revision link, which Distribution stats before it
 // writes the manifest's data and link (driver.before).
-func imageManifestTouches(repo string, md digest.Digest, m distribution.Manifest) []tracker.BlobTouch {
-	out := []tracker.BlobTouch{{Blob: md, Links: []reclaim.Object{{Blob: md, Repo: repo, Kind: reclaim.LinkManifest}}}}
+func imageManifestTouches(repo string, md digest.Digest, m distribution.Manifest) []redisstate.BlobTouch {
+	out := []redisstate.BlobTouch{{Blob: md, Links: []reclaim.Object{{Blob: md, Repo: repo, Kind: reclaim.LinkManifest}}}}
 	seen := map[digest.Digest]bool{md: true}
 	for _, ref := range m.References() {
 		if ref.Digest.Validate() != nil || seen[ref.Digest] || !verified(ref) {
 			continue
 		}
 		seen[ref.Digest] = true
-		out = append(out, tracker.BlobTouch{Blob: ref.Digest, Links: []reclaim.Object{{Blob: ref.Digest, Repo: repo, Kind: reclaim.LinkLayer}}})
+		out = append(out, redisstate.BlobTouch{Blob: ref.Digest, Links: []reclaim.Object{{Blob: ref.Digest, Repo: repo, Kind: reclaim.LinkLayer}}})
 	}
 	return out
 }

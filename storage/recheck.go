@@ -8,8 +8,8 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/internal/rlog"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/storage/layout"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -43,7 +43,7 @@ func (d *driver) refsBeforeRevision(ctx context.Context, p layout.Path) error {
 		return nil
 	}
 	s := scopeOf(ctx)
-	var stale []tracker.BlobTouch
+	var stale []redisstate.BlobTouch
 	for _, bt := range w.refs {
 		if !s.covered(touchObjects(bt), d.env.opts.Dedup) {
 			stale = append(stale, bt)
@@ -72,7 +72,7 @@ func (d *driver) refsBeforeRevision(ctx context.Context, p layout.Path) error {
 
 // referencePath is the forward link a manifest's reference lives by in its
 // repository: a child manifest's revision link, a layer's layer link.
-func referencePath(bt tracker.BlobTouch) string {
+func referencePath(bt redisstate.BlobTouch) string {
 	l := bt.Links[0]
 	return layout.ForwardLinkPath(l.Repo, l.Blob, l.Kind)
 }

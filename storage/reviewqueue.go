@@ -7,12 +7,12 @@ import (
 
 	"github.com/reclaim-registry/reclaim/internal/metrics"
 	"github.com/reclaim-registry/reclaim/internal/rlog"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
+	"github.com/reclaim-registry/reclaim/redisstate"
 )
 
 // Queue returns the Env's review queue (same Redis and prefix as the tracker).
-func (e *Env) Queue() *tracker.Queue {
-	return tracker.NewQueue(e.Tracker.Client(), e.opts.Prefix, e.opts.Timeout)
+func (e *Env) Queue() *redisstate.Queue {
+	return redisstate.NewQueue(e.Tracker.Client(), e.opts.Prefix, e.opts.Timeout)
 }
 
 var metricEnqueued = metrics.CounterVec("storage", "review_enqueued_total", "Blobs the middleware queued for review by the reclaimer, by cause (unlink, commit, takeback: a reverse link a request wrote and took back) and result (ok, error).", "cause", "result")

@@ -46,21 +46,21 @@ func TestDependencies(t *testing.T) {
 		pkg       string
 		forbidden []string
 	}{
-		{"gc", []string{mw, module + "/storage/tracker", module + "/storage/linkdb", module + "/registry", module + "/retention", redis, handlers}},
+		{"gc", []string{mw, module + "/redisstate", module + "/storage/linkdb", module + "/registry", module + "/retention", redis, handlers}},
 		// retention is the domain of pins and the in-use index: no Redis,
 		// no HTTP, no storage; its stores are retention/redisdb.
-		{"retention", []string{mw, module + "/storage/tracker", module + "/storage/linkdb", module + "/gc", module + "/registry",
+		{"retention", []string{mw, module + "/redisstate", module + "/storage/linkdb", module + "/gc", module + "/registry",
 			module + "/retention/redisdb", redis, handlers, "net/http"}},
-		{"retention/redisdb", []string{mw, module + "/storage/tracker", module + "/storage/linkdb", module + "/gc", module + "/registry", handlers}},
-		{"storage/layout", []string{mw, module + "/storage/tracker", module + "/storage/linkdb", module + "/gc", redis, handlers, "github.com/prometheus/client_golang/prometheus"}},
-		{"storage/tracker", []string{mw, module + "/storage/linkdb", module + "/gc", module + "/registry", handlers}},
-		{"storage/referrers", []string{mw, module + "/storage/tracker", module + "/gc", redis, handlers}},
+		{"retention/redisdb", []string{mw, module + "/redisstate", module + "/storage/linkdb", module + "/gc", module + "/registry", handlers}},
+		{"storage/layout", []string{mw, module + "/redisstate", module + "/storage/linkdb", module + "/gc", redis, handlers, "github.com/prometheus/client_golang/prometheus"}},
+		{"redisstate", []string{mw, module + "/storage/linkdb", module + "/gc", module + "/registry", handlers}},
+		{"storage/referrers", []string{mw, module + "/redisstate", module + "/gc", redis, handlers}},
 		{"storage/linkdb", []string{mw, module + "/gc", module + "/registry", handlers}},
 		{"storage", []string{module + "/gc", module + "/registry"}},
 		{"internal/config", []string{mw, module + "/storage/linkdb", module + "/gc", module + "/registry", handlers}},
 		// the cross-site check the GC API and the console share knows
 		// only HTTP (and how Distribution names its own URL)
-		{"internal/crosssite", []string{mw, module + "/storage/tracker", module + "/storage/linkdb", module + "/gc",
+		{"internal/crosssite", []string{mw, module + "/redisstate", module + "/storage/linkdb", module + "/gc",
 			module + "/registry", module + "/retention", module + "/internal/config", redis, handlers}},
 	} {
 		got := deps(t, tc.pkg)

@@ -7,8 +7,8 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // fenceLease bounds how long a crashed rebuild blocks pushes of one link:
@@ -30,12 +30,12 @@ func openFencer(opts config.Options) (f linkdb.Fencer, review func(context.Conte
 		return nil, nil, func() {}, nil
 	}
 	c := opts.OpenRedis()
-	t, err := tracker.NewTracker(c, tracker.TrackerOptions{Prefix: opts.Prefix, AccessTTL: opts.AccessTTL, Timeout: opts.Timeout})
+	t, err := redisstate.NewTracker(c, redisstate.TrackerOptions{Prefix: opts.Prefix, AccessTTL: opts.AccessTTL, Timeout: opts.Timeout})
 	if err != nil {
 		c.Close()
 		return nil, nil, nil, err
 	}
-	q := tracker.NewQueue(c, opts.Prefix, opts.Timeout)
+	q := redisstate.NewQueue(c, opts.Prefix, opts.Timeout)
 	review = func(ctx context.Context, blob digest.Digest) {
 		// best effort: `registry gc sweep --enqueue` finds what this misses
 		_ = q.Enqueue(ctx, opts.Window, blob)

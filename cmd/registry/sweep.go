@@ -22,11 +22,11 @@ import (
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/registry"
 	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // `registry gc sweep <config>` is the slow path: a walk of the whole blob
@@ -142,7 +142,7 @@ type sweeper struct {
 	o           sweepOptions
 	out, stderr io.Writer
 	raw         storagedriver.StorageDriver
-	q           *tracker.Queue
+	q           *redisstate.Queue
 	rec         *gc.Reclaimer // --apply only
 	st          *sweepStats
 }

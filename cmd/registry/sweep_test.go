@@ -15,9 +15,9 @@ import (
 	"github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -56,7 +56,7 @@ func newSweepFixture(t *testing.T) *sweepFixture {
 	defer rc.Close()
 	// recording for an hour already: GC may trust the tracker
 	rc.Set(ctx, "reclaim:since", strconv.FormatInt(time.Now().Add(-time.Hour).UnixMilli(), 10), 0)
-	if err := tracker.NewQueue(rc, "", 0).Enqueue(ctx, time.Hour, f.queued); err != nil {
+	if err := redisstate.NewQueue(rc, "", 0).Enqueue(ctx, time.Hour, f.queued); err != nil {
 		t.Fatal(err)
 	}
 	f.config = filepath.Join(t.TempDir(), "config.yml")
@@ -115,7 +115,7 @@ func (f *sweepFixture) exists(d digest.Digest) bool {
 func (f *sweepFixture) inQueue(t *testing.T, d digest.Digest) bool {
 	rc := redis.NewClient(&redis.Options{Addr: f.mini.Addr()})
 	defer rc.Close()
-	ok, err := tracker.NewQueue(rc, "", 0).Contains(context.Background(), d)
+	ok, err := redisstate.NewQueue(rc, "", 0).Contains(context.Background(), d)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/registry/console"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // BenchmarkConsoleRanked10k renders the overview (its Reclaimable card:
@@ -28,7 +28,7 @@ func BenchmarkConsoleRanked10k(b *testing.B) {
 	addr, prefix := storagetest.RealOrMini(b)
 	c := storagetest.NewClient(addr)
 	b.Cleanup(func() { c.Close() })
-	store := tracker.NewUsageStore(c, prefix)
+	store := redisstate.NewUsageStore(c, prefix)
 	ctx := context.Background()
 	names := make([]string, repos)
 	for i := range repos {

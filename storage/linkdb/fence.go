@@ -5,11 +5,11 @@ import (
 	"time"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
+	"github.com/reclaim-registry/reclaim/redisstate"
 )
 
 // Fencer takes the GC fence on one repository's link to a blob, the same
-// fence GC takes before it unlinks (tracker.Tracker.Fence). While it is
+// fence GC takes before it unlinks (redisstate.Tracker.Fence). While it is
 // held, the middleware refuses to (re-)create that link, so a stale reverse
 // link can be removed without racing a push. An error (recently accessed,
 // already fenced, Redis down) means: do not remove.
@@ -21,12 +21,12 @@ type Fencer interface {
 // uses, exactly as GC does: refused when the link was accessed within
 // window, or when the tracker has not been recording for a full window. The
 // lease bounds how long a crashed rebuild blocks pushes of that link.
-func TrackerFencer(t *tracker.Tracker, window, lease time.Duration) Fencer {
+func TrackerFencer(t *redisstate.Tracker, window, lease time.Duration) Fencer {
 	return trackerFencer{t: t, window: window, lease: lease}
 }
 
 type trackerFencer struct {
-	t             *tracker.Tracker
+	t             *redisstate.Tracker
 	window, lease time.Duration
 }
 

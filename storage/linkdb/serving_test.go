@@ -16,11 +16,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // The "linkdbhook" storage middleware, listed below "reclaim", lets a test
@@ -89,7 +89,7 @@ type serving struct {
 	r   *registrytest.Registry
 	mr  *miniredis.Miniredis
 	now time.Time
-	tr  *tracker.Tracker
+	tr  *redisstate.Tracker
 	old []v1.Image
 }
 
@@ -111,7 +111,7 @@ func newServing(t *testing.T) *serving {
 	client := redis.NewClient(&redis.Options{Addr: s.mr.Addr()})
 	t.Cleanup(func() { client.Close() })
 	var err error
-	if s.tr, err = tracker.NewTracker(client, tracker.TrackerOptions{}); err != nil {
+	if s.tr, err = redisstate.NewTracker(client, redisstate.TrackerOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return s

@@ -13,7 +13,7 @@ import (
 // Age moves every access record ("...}:a...") and the recording epoch
 // (prefix+"since") under prefix d into the past, as if d had passed without
 // an access: the test clock for miniredis and a real Redis (or cluster)
-// alike, whose scripts read their own TIME. It knows the tracker's key
+// alike, whose scripts read their own TIME. It knows redisstate's key
 // schema (docs/architecture.md, "Redis key schema").
 func Age(t testing.TB, c redis.UniversalClient, prefix string, d time.Duration) {
 	t.Helper()

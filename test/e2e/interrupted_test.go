@@ -20,10 +20,10 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // haltEnv is the registry's test hook (registry/gchalt.go): collections
@@ -94,7 +94,7 @@ func TestKilledCollectIsInterrupted(t *testing.T) {
 	if len(rec.OrphansQueued) != 4 || !slices.Contains(rec.OrphansQueued, lastBlob) {
 		t.Fatalf("orphans queued %v (last object %s), rechecked %+v", rec.OrphansQueued, lastBlob, rec.Rechecked)
 	}
-	q := tracker.NewQueue(rc, prefix, 0)
+	q := redisstate.NewQueue(rc, prefix, 0)
 	for _, b := range rec.OrphansQueued {
 		if ok, err := q.Contains(context.Background(), b); err != nil || !ok {
 			t.Fatalf("orphan %s not in the review queue: %v", b, err)

@@ -18,10 +18,10 @@ import (
 	"github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 var soakDuration = flag.Duration("soak.duration", 0, "workload duration of TestSoak (default 30s, env RECLAIM_SOAK_DURATION)")
@@ -91,7 +91,7 @@ type cluster struct {
 	redisAddrs []string
 	prefix     string
 	// tracker reads the Redis clock and the recording epoch under prefix.
-	tracker *tracker.Tracker
+	tracker *redisstate.Tracker
 	regs    []*registrytest.Registry
 	procs   []*registrytest.Process // nil entries for in-process instances
 }
@@ -114,7 +114,7 @@ func newClusterOn(t *testing.T, raw storagedriver.StorageDriver, storage registr
 	t.Helper()
 	rc := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: redisAddrs})
 	t.Cleanup(func() { rc.Close() })
-	tr, err := tracker.NewTracker(rc, tracker.TrackerOptions{Prefix: prefix})
+	tr, err := redisstate.NewTracker(rc, redisstate.TrackerOptions{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func finalPass(ctx context.Context, t *testing.T, c *cluster, repos []string) {
 // drained.
 func (c *cluster) drainQueue(ctx context.Context, t *testing.T) {
 	t.Helper()
-	q := tracker.NewQueue(c.tracker.Client(), c.prefix, 0)
+	q := redisstate.NewQueue(c.tracker.Client(), c.prefix, 0)
 	var queued int64
 	drained := poll(ctx, reclaimInterval, window+30*time.Second, func() bool {
 		n, _, err := q.Len(ctx)

@@ -13,10 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
-	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
 // TestReclaimerThroughput measures one `registry serve` process's reclaimer
@@ -101,7 +101,7 @@ func queueDue(ctx context.Context, t *testing.T, addr, prefix string, blobs []di
 	defer rc.Close()
 	// The tracker has recorded for longer than W: the reclaimer may delete.
 	rc.Set(ctx, prefix+"since", strconv.FormatInt(time.Now().Add(-time.Hour).UnixMilli(), 10), 0)
-	if err := tracker.NewQueue(rc, prefix, 0).Enqueue(ctx, 0, blobs...); err != nil {
+	if err := redisstate.NewQueue(rc, prefix, 0).Enqueue(ctx, 0, blobs...); err != nil {
 		t.Fatal(err)
 	}
 }

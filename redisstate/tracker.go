@@ -1,4 +1,4 @@
-package tracker
+package redisstate
 
 import (
 	"context"
@@ -12,29 +12,6 @@ import (
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/redis/go-redis/v9"
 )
-
-// The Redis key schema. Every key starts with the prefix (default
-// "reclaim:"); every key about one blob carries the hash tag {<digest>} so a
-// script can read and write all of them atomically in Redis Cluster.
-//
-//	reclaim:since                    unix ms: recording since (the epoch). Missing = GC must not trust.
-//	{reclaim:since}:nodes            hash: each Redis master's last run_id, replid, evicted_keys (redishealth.go)
-//	reclaim:{sha256:<hex>}:a         unix ms of the blob's last access          (PX AccessTTL)
-//	reclaim:{sha256:<hex>}:a:l:<r>   unix ms of the last access of r's layer link to the blob
-//	reclaim:{sha256:<hex>}:a:m:<r>   unix ms of the last access of r's manifest revision link
-//	reclaim:{sha256:<hex>}:f         fence on the blob (value: token, PX lease)
-//	reclaim:{sha256:<hex>}:f:l:<r>   fence on r's layer link   (":f:m:<r>": on r's revision link)
-//	reclaim:{sha256:<hex>}:gone      tombstone: the blob's data was deleted (value: token, PX GoneTTL)
-//	reclaim:{sha256:<hex>}:gone:<r>  tombstone: a link of r to the blob was deleted
-//	reclaim:run:<r>                  one GC run per repository (value: token, PX lease)
-//	reclaim:{reclaim:run:<r>}:...    the repository's GC run records, in the lock's slot (runs.go)
-//	reclaim:runid:<id>               the repository of GC run <id>
-//	reclaim:runs:recent              sorted set: the newest 500 run ids of every repository, by start
-//	reclaim:freed:<yyyy-mm-dd>       hash: bytes, objects, runs GC deleted that UTC day (freed.go; 8 days)
-//	reclaim:{<r>}:usage, reclaim:usage:...  usage estimates and their rankings (usage.go)
-//
-// Times are Redis server time (TIME inside the scripts), so registry and GC
-// processes never compare their own clocks.
 
 // TrackerOptions configure a Tracker. Zero values take the defaults.
 type TrackerOptions struct {

@@ -1,4 +1,4 @@
-package tracker
+package redisstate
 
 import (
 	"context"
@@ -32,8 +32,8 @@ const (
 // and queues blobs for review through Queue.Enqueue, on a private
 // redis-server, and reads INFO memory's used_memory before and after.
 //
-//	go test ./storage/tracker -run TestMeasureRedisMemory -v                   (100,000 records)
-//	RECLAIM_MEASURE=1 go test ./storage/tracker -run TestMeasureRedisMemory -v (2,000,000 records)
+//	go test ./redisstate -run TestMeasureRedisMemory -v                   (100,000 records)
+//	RECLAIM_MEASURE=1 go test ./redisstate -run TestMeasureRedisMemory -v (2,000,000 records)
 func TestMeasureRedisMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a redis-server and writes 100,000 keys")

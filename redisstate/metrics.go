@@ -1,4 +1,4 @@
-package tracker
+package redisstate
 
 import "github.com/reclaim-registry/reclaim/internal/metrics"
 
