@@ -4,7 +4,7 @@
 // reclaimable-bytes estimates and their rankings, the freed counters, the
 // reclaimer's scrub cursor, and the health of the Redis servers that hold
 // them. Retention's stores (pins, in-use sources, plans) are
-// retention/redisdb.
+// retention/redisstore.
 //
 // A Tracker (NewTracker) holds the state the GC protocol rests on: it
 // records accesses and takes fences in one atomic step per blob, keeps the

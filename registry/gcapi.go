@@ -17,7 +17,7 @@ import (
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/retention"
-	"github.com/reclaim-registry/reclaim/retention/redisdb"
+	"github.com/reclaim-registry/reclaim/retention/redisstore"
 )
 
 // The GC API, served on the registry's own listener:
@@ -62,8 +62,8 @@ type gcBackend struct {
 	Usage *redisstate.UsageStore
 	// Pins and InUse are the retention stores (nil: their endpoints
 	// answer 405).
-	Pins  *redisdb.Pins
-	InUse *redisdb.InUse
+	Pins  *redisstore.Pins
+	InUse *redisstore.InUse
 	// Retention serves the retention endpoints (nil: they answer 405).
 	Retention *retentionBackend
 	// HasVersion reports whether repo holds the tag or manifest ref.

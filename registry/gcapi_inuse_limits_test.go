@@ -17,7 +17,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/retention"
-	"github.com/reclaim-registry/reclaim/retention/redisdb"
+	"github.com/reclaim-registry/reclaim/retention/redisstore"
 )
 
 // inUseBody is an in-use upload of about size bytes.
@@ -134,7 +134,7 @@ func largeUpload(size int64) io.Reader {
 // TOO_MANY_REQUESTS, Retry-After. A small upload is not counted.
 func TestInUseBodyBound(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
-	api := newGCAPI(&accessControl{}, config.Options{GC: config.GC{Enabled: true}}, &gcBackend{InUse: redisdb.NewInUse(c, "")}, http.NotFoundHandler())
+	api := newGCAPI(&accessControl{}, config.Options{GC: config.GC{Enabled: true}}, &gcBackend{InUse: redisstore.NewInUse(c, "")}, http.NotFoundHandler())
 	held, release, waiting := make(chan struct{}, 8), make(chan struct{}), make(chan struct{}, 8)
 	api.bodies.held = func() { held <- struct{}{}; <-release }
 	api.bodies.waiting = func() { waiting <- struct{}{} }

@@ -17,7 +17,7 @@ import (
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/retention"
-	"github.com/reclaim-registry/reclaim/retention/redisdb"
+	"github.com/reclaim-registry/reclaim/retention/redisstore"
 )
 
 // Pins ask for what a collection asks for (delete on the repository; pull
@@ -33,7 +33,7 @@ func TestPinsAndInUseScopes(t *testing.T) {
 	m := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer c.Close()
-	b := &gcBackend{Collector: col, Pins: redisdb.NewPins(c, "t:", nil), InUse: redisdb.NewInUse(c, "t:"),
+	b := &gcBackend{Collector: col, Pins: redisstore.NewPins(c, "t:", nil), InUse: redisstore.NewInUse(c, "t:"),
 		Exists:     func(context.Context, string) (bool, error) { return true, nil },
 		HasVersion: func(context.Context, string, retention.Ref) (bool, error) { return true, nil },
 		Fenced:     func(context.Context, string, digest.Digest) (bool, error) { return false, nil },
@@ -97,8 +97,8 @@ func TestRetentionScopes(t *testing.T) {
 	m := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer c.Close()
-	inuse, pins := redisdb.NewInUse(c, "t:"), redisdb.NewPins(c, "t:", nil)
-	rb := &retentionBackend{Policy: retention.Policy{Cap: 1, MinAge: 1}, Plans: redisdb.NewPlans(c, "t:", 1e15), PlanMaxAge: 1e12, PlanKeep: 1e15,
+	inuse, pins := redisstore.NewInUse(c, "t:"), redisstore.NewPins(c, "t:", nil)
+	rb := &retentionBackend{Policy: retention.Policy{Cap: 1, MinAge: 1}, Plans: redisstore.NewPlans(c, "t:", 1e15), PlanMaxAge: 1e12, PlanKeep: 1e15,
 		Planner: &retention.Planner{Index: inuse, Pins: pins, MaxAge: 1e12, Now: time.Now}}
 	b := &gcBackend{Collector: col, Retention: rb, Exists: func(context.Context, string) (bool, error) { return true, nil }}
 	srv := httptest.NewServer(newGCAPI(newAccessControl(conf), config.Options{GC: config.GC{Enabled: true}}, b, http.NotFoundHandler()))

@@ -5,7 +5,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/retention"
-	"github.com/reclaim-registry/reclaim/retention/redisdb"
+	"github.com/reclaim-registry/reclaim/retention/redisstore"
 	"github.com/reclaim-registry/reclaim/storage"
 )
 
@@ -14,7 +14,7 @@ type retentionBackend struct {
 	Policy     retention.Policy // the configured defaults
 	Planner    *retention.Planner
 	Applier    *retention.Applier
-	Plans      *redisdb.Plans
+	Plans      *redisstore.Plans
 	PlanMaxAge time.Duration
 	PlanKeep   time.Duration
 }
@@ -25,14 +25,14 @@ func PolicyOf(r config.Retention) retention.Policy {
 		Include: r.Include, Exclude: r.Exclude, Sources: r.Sources, Cap: r.Cap}
 }
 
-func newRetentionBackend(env *storage.Env, opts config.Options, pins *redisdb.Pins, inuse *redisdb.InUse) *retentionBackend {
+func newRetentionBackend(env *storage.Env, opts config.Options, pins *redisstore.Pins, inuse *redisstore.InUse) *retentionBackend {
 	st := retentionStorage{raw: env.Raw, driver: env.Driver, fences: env.Tracker}
 	r := opts.Retention
 	return &retentionBackend{
 		Policy:     PolicyOf(r),
 		Planner:    &retention.Planner{Tags: st, Manifests: st, Index: inuse, Pins: pins, MaxAge: r.InUseMaxAge, Now: time.Now},
 		Applier:    &retention.Applier{Tags: st, Manifests: st, Index: inuse, InUse: inuse, Pins: pins, MaxAge: r.InUseMaxAge, Recheck: r.Recheck, Now: time.Now},
-		Plans:      redisdb.NewPlans(env.Tracker.Client(), opts.Prefix, r.PlanKeep),
+		Plans:      redisstore.NewPlans(env.Tracker.Client(), opts.Prefix, r.PlanKeep),
 		PlanMaxAge: r.PlanMaxAge,
 		PlanKeep:   r.PlanKeep,
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/retention"
-	"github.com/reclaim-registry/reclaim/retention/redisdb"
+	"github.com/reclaim-registry/reclaim/retention/redisstore"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -19,7 +19,7 @@ import (
 
 // inuseStore opens g's in-use index directly, to write what the API
 // refuses (a corrupt or an old source).
-func inuseStore(t *testing.T, g *gcRegistry) (*redisdb.InUse, string) {
+func inuseStore(t *testing.T, g *gcRegistry) (*redisstore.InUse, string) {
 	t.Helper()
 	prefix := "reclaim:"
 	for _, m := range g.Config.Middleware["storage"] {
@@ -27,7 +27,7 @@ func inuseStore(t *testing.T, g *gcRegistry) (*redisdb.InUse, string) {
 			prefix = p
 		}
 	}
-	return redisdb.NewInUse(g.Server.Env().Tracker.Client(), prefix), prefix
+	return redisstore.NewInUse(g.Server.Env().Tracker.Client(), prefix), prefix
 }
 
 // previewErr asks for a plan that must be refused with 503 and reason.

@@ -13,7 +13,7 @@ import (
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/retention"
-	"github.com/reclaim-registry/reclaim/retention/redisdb"
+	"github.com/reclaim-registry/reclaim/retention/redisstore"
 	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
@@ -35,7 +35,7 @@ func dryRunWait(d time.Duration) time.Duration {
 }
 
 func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
-	pins := redisdb.NewPins(env.Tracker.Client(), opts.Prefix, nil)
+	pins := redisstore.NewPins(env.Tracker.Client(), opts.Prefix, nil)
 	usage := redisstate.NewUsageStore(env.Tracker.Client(), opts.Prefix)
 	col, err := gc.New(gc.Config{
 		Driver:  haltingDriver(env.Driver),
@@ -64,7 +64,7 @@ func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	inuse := redisdb.NewInUse(env.Tracker.Client(), opts.Prefix)
+	inuse := redisstore.NewInUse(env.Tracker.Client(), opts.Prefix)
 	return &gcBackend{Collector: col, Exists: repositoryExists(env.Raw), Status: storageStatus(env),
 		Pins: pins, InUse: inuse, Usage: usage, Retention: newRetentionBackend(env, opts, pins, inuse),
 		HasVersion: hasVersion(env.Raw), Fenced: manifestFenced(env.Tracker), TagFenced: env.Tracker.TagFenced}, nil

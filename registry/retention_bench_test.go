@@ -12,7 +12,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/retention"
-	"github.com/reclaim-registry/reclaim/retention/redisdb"
+	"github.com/reclaim-registry/reclaim/retention/redisstore"
 	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
@@ -46,8 +46,8 @@ func newRetentionFixture(b *testing.B, n int) *retentionFixture {
 	f := &retentionFixture{env: env, drv: drv, redis: &storagetest.RedisCounter{}}
 	env.Tracker.Client().AddHook(f.redis)
 	opts, _ := config.Options{Retention: config.Retention{PlanKeep: 30 * 24 * time.Hour}}.WithDefaults()
-	pins := redisdb.NewPins(env.Tracker.Client(), opts.Prefix, nil)
-	inuse := redisdb.NewInUse(env.Tracker.Client(), opts.Prefix)
+	pins := redisstore.NewPins(env.Tracker.Client(), opts.Prefix, nil)
+	inuse := redisstore.NewInUse(env.Tracker.Client(), opts.Prefix)
 	f.backend = newRetentionBackend(env, opts, pins, inuse)
 	f.policy = retention.Policy{KeepNewest: 10, RollbackSlack: 3, MinAge: 1, Cap: n}
 	f.write(b, "bench/app", n)

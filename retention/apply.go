@@ -24,7 +24,7 @@ type TagWriter interface {
 }
 
 // InUseChecker answers from the index as it is now whether a source
-// declares the image (retention/redisdb.InUse).
+// declares the image (retention/redisstore.InUse).
 type InUseChecker interface {
 	Contains(ctx context.Context, im Image) (bool, error)
 }

@@ -13,7 +13,7 @@ The in-use index is keyed by registry path, repository plus digest, never by
 team: a shared image that three teams run is in use for all of them.
 
 The package does no I/O besides reading the files it is asked to scan: the
-stores live in retention/redisdb, the HTTP API in registry, the CLI in
+stores live in retention/redisstore, the HTTP API in registry, the CLI in
 cmd/registry. A pin protects an untagged manifest from the collector
 through gc's Pinner seam; see docs/api.md, "Pins" and "In-use index".
 */

@@ -9,7 +9,7 @@ import (
 	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
-// Index reads the in-use index (retention/redisdb.InUse).
+// Index reads the in-use index (retention/redisstore.InUse).
 type Index interface {
 	Sources(ctx context.Context) ([]Source, error)
 	Images(ctx context.Context, name string) (Source, []Image, error)

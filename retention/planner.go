@@ -14,7 +14,7 @@ type Tags interface {
 	Tags(ctx context.Context, repo string) ([]TagInfo, error)
 }
 
-// PinLister reads a repository's active pins (retention/redisdb.Pins).
+// PinLister reads a repository's active pins (retention/redisstore.Pins).
 type PinLister interface {
 	List(ctx context.Context, repo string) ([]Pin, error)
 }

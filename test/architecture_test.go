@@ -48,10 +48,10 @@ func TestDependencies(t *testing.T) {
 	}{
 		{"gc", []string{mw, module + "/redisstate", module + "/storage/linkdb", module + "/registry", module + "/retention", redis, handlers}},
 		// retention is the domain of pins and the in-use index: no Redis,
-		// no HTTP, no storage; its stores are retention/redisdb.
+		// no HTTP, no storage; its stores are retention/redisstore.
 		{"retention", []string{mw, module + "/redisstate", module + "/storage/linkdb", module + "/gc", module + "/registry",
-			module + "/retention/redisdb", redis, handlers, "net/http"}},
-		{"retention/redisdb", []string{mw, module + "/redisstate", module + "/storage/linkdb", module + "/gc", module + "/registry", handlers}},
+			module + "/retention/redisstore", redis, handlers, "net/http"}},
+		{"retention/redisstore", []string{mw, module + "/redisstate", module + "/storage/linkdb", module + "/gc", module + "/registry", handlers}},
 		{"storage/layout", []string{mw, module + "/redisstate", module + "/storage/linkdb", module + "/gc", redis, handlers, "github.com/prometheus/client_golang/prometheus"}},
 		{"redisstate", []string{mw, module + "/storage/linkdb", module + "/gc", module + "/registry", handlers}},
 		{"storage/referrers", []string{mw, module + "/redisstate", module + "/gc", redis, handlers}},

@@ -1,4 +1,4 @@
-package redisdb
+package redisstore
 
 import (
 	"context"

@@ -1,11 +1,14 @@
-// Package redisdb stores pins and the in-use index in Redis.
+// Package redisstore is retention's state in Redis: pins, the in-use index
+// and retention plans.
 //
-// The key schema. Every key starts with the registry's prefix (default
-// "reclaim:"). The keys of one repository share the hash tag {<repository>}
-// and the keys of one source share {inuse:<source>}, so each is one slot in
-// Redis Cluster and a source is replaced atomically (MULTI). Repository
-// names hold no ':' and source names no '{', '}' or ':', so the two
-// families cannot meet.
+// # Key schema
+//
+// Every key starts with the registry's prefix (default "reclaim:"), as the
+// keys of redisstate do. The keys of one repository share the hash tag
+// {<repository>} and the keys of one source share {inuse:<source>}, so each
+// is one slot in Redis Cluster and a source is replaced atomically (MULTI).
+// Repository names hold no ':' and source names no '{', '}' or ':', so the
+// two families cannot meet.
 //
 //	reclaim:{<repo>}:pins                hash: <tag or digest> -> JSON retention.Pin
 //	reclaim:{inuse:<source>}:images      set: "<repo>@<digest>", what the source declared last
@@ -17,4 +20,4 @@
 //
 // An expired pin is ignored on read and removed by the next listing, only
 // if it was not replaced meanwhile.
-package redisdb
+package redisstore
