@@ -55,7 +55,7 @@ type Config struct {
 	// (gc/usage.go) and the reclaimer finds what to refresh.
 	Usage UsageStore
 	// Context, when set, derives the context of every run's storage and
-	// tracker calls; the registry passes storage.WithoutAccessRecords so
+	// tracker calls; the registry passes middleware.WithoutAccessRecords so
 	// the run's own reads do not count as access.
 	Context func(context.Context) context.Context
 

@@ -15,8 +15,8 @@ import (
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
-	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/middleware"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -147,7 +147,7 @@ func (h redisHold) Release(ctx context.Context) error { return h.r.Release(ctx, 
 type leaseFixture struct {
 	t   *testing.T
 	mr  *miniredis.Miniredis
-	env *storage.Env
+	env *middleware.Env
 	mem storagedriver.StorageDriver // below the hook
 	clk *fakeClock
 	tr  *redisTracker
@@ -169,7 +169,7 @@ func newLeaseFixture(t *testing.T, mod ...func(*Config)) *leaseFixture {
 			f.mu.Unlock()
 		}
 	}
-	env, err := storage.NewEnv(context.Background(), hd, config.Options{
+	env, err := middleware.NewEnv(context.Background(), hd, config.Options{
 		Redis: redis.UniversalOptions{Addrs: []string{f.mr.Addr()}}, Window: time.Hour, FenceWait: time.Millisecond, FencePoll: time.Millisecond,
 	})
 	if err != nil {
@@ -182,7 +182,7 @@ func newLeaseFixture(t *testing.T, mod ...func(*Config)) *leaseFixture {
 	f.tr = &redisTracker{Tracker: env.Tracker}
 	cfg := Config{Driver: env.Driver, Tracker: f.tr, Links: env.Links,
 		LinkDBComplete: func(context.Context) (bool, error) { return true, nil },
-		Context:        storage.WithoutAccessRecords,
+		Context:        middleware.WithoutAccessRecords,
 		Window:         time.Hour, FenceLease: testLease,
 		// Long enough that no FastForward of these tests expires it.
 		LockLease: 24 * time.Hour}
@@ -210,7 +210,7 @@ func (f *leaseFixture) deletesSince(n int) []string {
 // middleware would (reverse link first), recording no access.
 func (f *leaseFixture) layer(repo, content string) digest.Digest {
 	f.t.Helper()
-	ctx := storage.WithoutAccessRecords(context.Background())
+	ctx := middleware.WithoutAccessRecords(context.Background())
 	d := digest.FromString(content)
 	if err := f.env.Driver.PutContent(ctx, layout.BlobDataPath(d), []byte(content)); err != nil {
 		f.t.Fatal(err)

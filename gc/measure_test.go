@@ -16,9 +16,9 @@ import (
 
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
-	rstorage "github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
+	"github.com/reclaim-registry/reclaim/storage/middleware"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -54,7 +54,7 @@ type measureRig struct {
 	w        *storagetest.WalkCounter
 	counting *storagetest.CountingDriver
 	c        *Collector
-	env      *rstorage.Env
+	env      *middleware.Env
 }
 
 func newMeasureRig(t testing.TB, R, M int) *measureRig {
@@ -66,13 +66,13 @@ func newMeasureRig(t testing.TB, R, M int) *measureRig {
 	// The reclaim middleware over the counting driver: deletes remove
 	// reverse links (counted too). Access records come from the fake
 	// tracker; the middleware's own Redis is an embedded one.
-	env, err := rstorage.NewEnv(r.ctx, r.counting, config.Options{Window: time.Hour})
+	env, err := middleware.NewEnv(r.ctx, r.counting, config.Options{Window: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { env.Close() })
 	r.env = env
-	r.c, err = New(Config{Driver: env.Driver, Tracker: f.tr, Links: env.Links, Context: rstorage.WithoutAccessRecords,
+	r.c, err = New(Config{Driver: env.Driver, Tracker: f.tr, Links: env.Links, Context: middleware.WithoutAccessRecords,
 		LinkDBComplete: func(context.Context) (bool, error) { return true, nil }, Window: time.Hour, Now: f.tr.clock})
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
-	rstorage "github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/storage/middleware"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -40,7 +40,7 @@ func TestMeasureUsageRefresh(t *testing.T) {
 		storagetest.Age(t, client, prefix, 2*time.Hour)
 		collector := func(usage UsageStore) *Collector {
 			c, err := New(Config{Driver: r.env.Driver, Tracker: &redisTracker{Tracker: tr}, Links: r.env.Links, Usage: usage,
-				Context: rstorage.WithoutAccessRecords, LinkDBComplete: func(context.Context) (bool, error) { return true, nil }, Window: time.Hour})
+				Context: middleware.WithoutAccessRecords, LinkDBComplete: func(context.Context) (bool, error) { return true, nil }, Window: time.Hour})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
-	rstorage "github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/middleware"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -40,12 +40,12 @@ func newUsageFixture(t *testing.T, mod ...func(*Config)) *usageFixture {
 		}
 		return nil
 	}}
-	env, err := rstorage.NewEnv(context.Background(), hook, config.Options{Window: time.Hour})
+	env, err := middleware.NewEnv(context.Background(), hook, config.Options{Window: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { env.Close() })
-	cfg := Config{Driver: env.Driver, Tracker: u.tr, Links: env.Links, Context: rstorage.WithoutAccessRecords, Usage: u.usage,
+	cfg := Config{Driver: env.Driver, Tracker: u.tr, Links: env.Links, Context: middleware.WithoutAccessRecords, Usage: u.usage,
 		LinkDBComplete: func(context.Context) (bool, error) { return u.linkdbOK, nil }, Window: time.Hour, Now: u.tr.clock}
 	for _, m := range mod {
 		m(&cfg)

@@ -6,7 +6,7 @@ import (
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/redisstore"
-	"github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/storage/middleware"
 )
 
 // retentionBackend is what the retention endpoints need.
@@ -25,7 +25,7 @@ func PolicyOf(r config.Retention) retention.Policy {
 		Include: r.Include, Exclude: r.Exclude, Sources: r.Sources, Cap: r.Cap}
 }
 
-func newRetentionBackend(env *storage.Env, opts config.Options, pins *redisstore.Pins, inuse *redisstore.InUse) *retentionBackend {
+func newRetentionBackend(env *middleware.Env, opts config.Options, pins *redisstore.Pins, inuse *redisstore.InUse) *retentionBackend {
 	st := retentionStorage{raw: env.Raw, driver: env.Driver, fences: env.Tracker}
 	r := opts.Retention
 	return &retentionBackend{

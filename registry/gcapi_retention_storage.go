@@ -13,8 +13,8 @@ import (
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/retention"
-	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/middleware"
 )
 
 // retentionStorage is retention's view of storage: tags and manifests read
@@ -120,7 +120,7 @@ func (s retentionStorage) DeleteTag(ctx context.Context, repo, tag string, want 
 	if err := s.fences.Confirm(ctx, f, tagFenceLease); err != nil {
 		return retention.ChangedCheckFail, err.Error()
 	}
-	err = s.driver.Delete(storage.WithoutAccessRecords(ctx), layout.TagsDir(repo)+"/"+tag)
+	err = s.driver.Delete(middleware.WithoutAccessRecords(ctx), layout.TagsDir(repo)+"/"+tag)
 	if err != nil && !layout.IsNotFound(err) {
 		return retention.ChangedDeleteErr, err.Error()
 	}

@@ -14,13 +14,13 @@ import (
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/redisstore"
-	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
+	"github.com/reclaim-registry/reclaim/storage/middleware"
 )
 
-// This file adapts the storage package to the small interfaces gc
-// declares, so gc stays free of Redis and storage types.
+// This file adapts the middleware's Env and redisstate to the small
+// interfaces gc declares, so gc stays free of Redis and storage types.
 
 // newGCBackend builds the collector on the storage Env: the driver wrapped
 // by the reclaim middleware (deletes through it remove reverse links and
@@ -34,7 +34,7 @@ func dryRunWait(d time.Duration) time.Duration {
 	return d
 }
 
-func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
+func newGCBackend(env *middleware.Env, opts config.Options) (*gcBackend, error) {
 	pins := redisstore.NewPins(env.Tracker.Client(), opts.Prefix, nil)
 	usage := redisstate.NewUsageStore(env.Tracker.Client(), opts.Prefix)
 	col, err := gc.New(gc.Config{
@@ -54,7 +54,7 @@ func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
 		Pinner:       pins,
 		Usage:        usage,
 		Review:       env.Queue(),
-		Context:      storage.WithoutAccessRecords,
+		Context:      middleware.WithoutAccessRecords,
 		Window:       opts.Window,
 		Cap:          opts.GC.Cap,
 		KeepUntagged: opts.GC.KeepUntagged,
@@ -101,7 +101,7 @@ func manifestFenced(t *redisstate.Tracker) func(ctx context.Context, repo string
 
 // storageStatus is gcBackend.Status: whether Redis has recorded for a full
 // window and whether the link database is complete.
-func storageStatus(env *storage.Env) func(ctx context.Context) map[string]any {
+func storageStatus(env *middleware.Env) func(ctx context.Context) map[string]any {
 	return func(ctx context.Context) map[string]any {
 		out := map[string]any{"window_seconds": int64(env.Window.Seconds()), "embedded_redis": env.Embedded}
 		if since, err := env.Tracker.RecordingSince(ctx); err != nil {

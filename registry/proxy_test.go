@@ -8,7 +8,7 @@ import (
 	"github.com/distribution/distribution/v3/configuration"
 
 	"github.com/reclaim-registry/reclaim/internal/config"
-	"github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/storage/middleware"
 )
 
 // No collector is built on a pull-through cache, whatever the gc block
@@ -18,7 +18,7 @@ func TestCollectorRefusesProxy(t *testing.T) {
 	cfg := &configuration.Configuration{}
 	cfg.Storage = configuration.Storage{"inmemory": configuration.Parameters{}}
 	cfg.Proxy.RemoteURL = "http://127.0.0.1:1"
-	cfg.Middleware = map[string][]configuration.Middleware{"storage": {{Name: storage.MiddlewareName}}}
+	cfg.Middleware = map[string][]configuration.Middleware{"storage": {{Name: middleware.MiddlewareName}}}
 	s, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -22,16 +22,16 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/config"
-	"github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/storage/middleware"
 )
 
-// The blob descriptor wrapper (storage.DescriptorServiceFactory) sees every
+// The blob descriptor wrapper (middleware.DescriptorServiceFactory) sees every
 // blob Stat, cache hits included: without it a HEAD answers 200 for a
 // collected blob and a re-push skips the upload, leaving a broken image.
 // Distribution has registry options only process-wide; the wrapper serves
 // the Env whose request scope a request carries, and nothing otherwise.
 func init() {
-	if err := registrymiddleware.RegisterOptions(storage.RegistryOption()); err != nil {
+	if err := registrymiddleware.RegisterOptions(middleware.RegistryOption()); err != nil {
 		panic(err)
 	}
 }
@@ -40,8 +40,8 @@ func init() {
 type Server struct {
 	conf   *configuration.Configuration
 	opts   config.Options
-	on     bool         // the reclaim middleware is configured
-	env    *storage.Env // nil unless on
+	on     bool            // the reclaim middleware is configured
+	env    *middleware.Env // nil unless on
 	access *accessControl
 	// gc is the collector and what the GC API reports about it; nil unless
 	// on, and on a pull-through cache.
@@ -93,7 +93,7 @@ func (s *Server) open(ctx context.Context) error {
 		s.referrers = backendFromDriver(d)
 		return nil
 	}
-	env, err := storage.Open(ctx, s.conf, s.opts)
+	env, err := middleware.Open(ctx, s.conf, s.opts)
 	if err != nil {
 		return err
 	}
@@ -140,7 +140,7 @@ func (s *Server) Handler(app http.Handler) http.Handler {
 }
 
 // Env is the storage Env, nil without the reclaim middleware.
-func (s *Server) Env() *storage.Env { return s.env }
+func (s *Server) Env() *middleware.Env { return s.env }
 
 // Close stops the reclaimer and closes the storage Env (its Redis clients
 // and the binding to the configuration).

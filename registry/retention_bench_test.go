@@ -13,8 +13,8 @@ import (
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/redisstore"
-	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/middleware"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -27,7 +27,7 @@ import (
 //	go test ./registry -run XXX -bench Retention -benchtime 5x
 
 type retentionFixture struct {
-	env      *storage.Env
+	env      *middleware.Env
 	drv      *storagetest.CountingDriver
 	redis    *storagetest.RedisCounter
 	backend  *retentionBackend
@@ -38,7 +38,7 @@ type retentionFixture struct {
 func newRetentionFixture(b *testing.B, n int) *retentionFixture {
 	ctx := context.Background()
 	drv := storagetest.NewCountingDriver(inmemory.New())
-	env, err := storage.NewEnv(ctx, drv, config.Options{})
+	env, err := middleware.NewEnv(ctx, drv, config.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

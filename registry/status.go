@@ -6,7 +6,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/internal/config"
-	"github.com/reclaim-registry/reclaim/storage"
+	"github.com/reclaim-registry/reclaim/storage/middleware"
 )
 
 // GET /gc/v1/status reports the GC API (gcapi.go) and the background
@@ -28,8 +28,8 @@ type statusHandler struct {
 	next      http.Handler
 	access    *accessControl
 	api       *gcAPI
-	env       *storage.Env  // nil without the reclaim middleware
-	reclaimer *gc.Reclaimer // nil when disabled
+	env       *middleware.Env // nil without the reclaim middleware
+	reclaimer *gc.Reclaimer   // nil when disabled
 }
 
 func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -40,7 +40,7 @@ func TestDependencies(t *testing.T) {
 	const (
 		redis    = "github.com/redis/go-redis/v9"
 		handlers = "github.com/distribution/distribution/v3/registry/handlers"
-		mw       = module + "/storage"
+		mw       = module + "/storage/middleware"
 	)
 	for _, tc := range []struct {
 		pkg       string
@@ -56,7 +56,7 @@ func TestDependencies(t *testing.T) {
 		{"redisstate", []string{mw, module + "/storage/linkdb", module + "/gc", module + "/registry", handlers}},
 		{"storage/referrers", []string{mw, module + "/redisstate", module + "/gc", redis, handlers}},
 		{"storage/linkdb", []string{mw, module + "/gc", module + "/registry", handlers}},
-		{"storage", []string{module + "/gc", module + "/registry"}},
+		{"storage/middleware", []string{module + "/gc", module + "/registry"}},
 		{"internal/config", []string{mw, module + "/storage/linkdb", module + "/gc", module + "/registry", handlers}},
 		// the cross-site check the GC API and the console share knows
 		// only HTTP (and how Distribution names its own URL)

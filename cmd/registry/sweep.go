@@ -24,9 +24,9 @@ import (
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/registry"
-	"github.com/reclaim-registry/reclaim/storage"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
+	"github.com/reclaim-registry/reclaim/storage/middleware"
 )
 
 // `registry gc sweep <config>` is the slow path: a walk of the whole blob
@@ -118,7 +118,7 @@ func runSweep(cmd *cobra.Command, configPath string, o sweepOptions) int {
 	defer closeFn()
 	sw.out, sw.stderr = cmd.OutOrStdout(), stderr
 	// The sweep's own reads must not count as accesses.
-	ctx = storage.WithoutAccessRecords(ctx)
+	ctx = middleware.WithoutAccessRecords(ctx)
 	prog := newSweepProgress(stderr, sw.st)
 	defer prog.stop()
 	err = walkBlobShards(ctx, sw.raw, sw.st, stderr, func(shardBlobs map[digest.Digest]*blobEntry) {

@@ -73,7 +73,7 @@ const (
 type Options struct {
 	// Redis is where access records, fences and the review queue live: the
 	// entry's redis block, else Distribution's `redis:` section. No address
-	// means an embedded in-process Redis (the storage package starts it).
+	// means an embedded in-process Redis (storage/middleware starts it).
 	Redis redis.UniversalOptions
 	// DescriptorCache is Distribution's Redis when its blob descriptor cache
 	// is "redis": deletes evict their entries from it. Nil otherwise.

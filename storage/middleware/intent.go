@@ -1,0 +1,283 @@
+package middleware
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v2 "github.com/distribution/distribution/v3/registry/api/v2"
+	"github.com/gorilla/mux"
+	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/reclaim"
+)
+
+type ctxKey int
+
+const (
+	keyNoAccess ctxKey = iota
+	keyScope
+	keyCacheOnly
+)
+
+// WithoutAccessRecords marks ctx so that driver calls made with it record no
+// access and check no fence: GC, rebuild and verify read through the
+// middleware without keeping everything they look at alive.
+func WithoutAccessRecords(ctx context.Context) context.Context {
+	return context.WithValue(ctx, keyNoAccess, true)
+}
+
+func accessRecordsOff(ctx context.Context) bool {
+	v, _ := ctx.Value(keyNoAccess).(bool)
+	return v
+}
+
+// withCacheOnly marks ctx for a call of Distribution's statter Clear that
+// must drop the blob descriptor cache entry and nothing else: Clear also
+// deletes the repository's link, which a concurrent push may have just
+// written (driver.Delete skips link deletes under this mark).
+func withCacheOnly(ctx context.Context) context.Context {
+	return context.WithValue(ctx, keyCacheOnly, true)
+}
+
+func cacheOnly(ctx context.Context) bool {
+	v, _ := ctx.Value(keyCacheOnly).(bool)
+	return v
+}
+
+// intent is what the request that makes a driver call is about to do with
+// the blobs it touches.
+type intent int
+
+const (
+	// intentRead: a pull, or anything outside a request. Access is best
+	// effort and deduplicated; a fence makes the blob unknown.
+	intentRead intent = iota
+	// intentReference: manifest PUT verification. The request will make the
+	// blobs it checks referenced, so every check is fence-checked.
+	intentReference
+	// intentMount: cross-repository mount. Fence-checked; a fence makes the
+	// source unknown so the client falls back to a normal upload.
+	intentMount
+	// intentCommit: upload commit. Fence-checked, waits for a fence to clear.
+	intentCommit
+)
+
+// requestInfo is what the middleware learns from the HTTP request that a
+// driver call belongs to. Distribution puts the request ("http.request"),
+// the mux vars ("vars.name") and gorilla's current route into the context
+// it passes down to the driver.
+type requestInfo struct {
+	intent intent
+	route  string        // Distribution's route name (v2.RouteName*)
+	repo   string        // vars.name: the repository of the request
+	from   string        // mount: the source repository
+	mount  digest.Digest // mount: the blob
+}
+
+func requestOf(ctx context.Context) requestInfo {
+	r, _ := ctx.Value("http.request").(*http.Request)
+	if r == nil {
+		return requestInfo{}
+	}
+	info := requestInfo{}
+	info.repo, _ = ctx.Value("vars.name").(string)
+	route := ""
+	if rt := mux.CurrentRoute((&http.Request{}).WithContext(ctx)); rt != nil {
+		route = rt.GetName()
+	}
+	info.route = route
+	switch route {
+	case v2.RouteNameManifest:
+		if r.Method == http.MethodPut {
+			info.intent = intentReference
+		}
+	case v2.RouteNameBlobUpload, v2.RouteNameBlobUploadChunk:
+		q := r.URL.Query()
+		switch {
+		case r.Method == http.MethodPost && q.Get("mount") != "" && q.Get("from") != "":
+			info.intent = intentMount
+			info.from = q.Get("from")
+			info.mount = digest.Digest(q.Get("mount"))
+		case r.Method == http.MethodPut, r.Method == http.MethodPost && q.Get("digest") != "":
+			info.intent = intentCommit
+		}
+	}
+	return info
+}
+
+// scope is per HTTP request (installed by Env.Handler): the Env serving
+// it, what this request has already fence-checked, and whether the
+// middleware refused it.
+type scope struct {
+	env     *Env
+	mu      sync.Mutex
+	guarded accessTimes
+	// linked: blobs this request reached through a repository link (the
+	// references a manifest PUT verifies, as opposed to the manifest itself)
+	linked  map[digest.Digest]bool
+	refused atomic.Bool
+	// unlinked: blobs this request wrote into the blob store and has not
+	// linked (yet); queued for review when the request ends.
+	unlinked map[digest.Digest]*Env
+	// early: reverse links this request writes ahead of their forward
+	// link (early.go)
+	early map[earlyKey]*earlyLink
+}
+
+func (s *scope) commit(e *Env, blob digest.Digest) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unlinked == nil {
+		s.unlinked = map[digest.Digest]*Env{}
+	}
+	s.unlinked[blob] = e
+}
+
+// settle ends the wait for a link to a blob this request committed: the
+// link write succeeded (nothing to review) or failed. It reports whether
+// the blob was waiting and its link failed: the caller queues it.
+func (s *scope) settle(blob digest.Digest, linked bool) (queue bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, waiting := s.unlinked[blob]
+	delete(s.unlinked, blob)
+	return waiting && !linked
+}
+
+// done takes back the early reverse links the request did not use and
+// queues what it committed and never linked (a failed link write, a
+// manifest PUT that failed after storing its payload).
+func (s *scope) done(ctx context.Context) {
+	s.takeBackEarly(ctx)
+	s.mu.Lock()
+	left := s.unlinked
+	s.unlinked = nil
+	s.mu.Unlock()
+	for blob, e := range left {
+		e.enqueue(ctx, "commit", blob)
+	}
+}
+
+func scopeOf(ctx context.Context) *scope {
+	s, _ := ctx.Value(keyScope).(*scope)
+	return s
+}
+
+// covered reports whether every object was fence-checked by this request
+// within maxAge. A successful check at t records an access at t, and GC
+// refuses to fence an object accessed within its window, so no fence can
+// appear on those objects for a window after t.
+func (s *scope) covered(objs []reclaim.Object, maxAge time.Duration) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	age, ok := s.guarded.oldest(objs, s.env.now())
+	return ok && age <= maxAge
+}
+
+func (s *scope) record(objs []reclaim.Object, at time.Time) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.guarded == nil {
+		s.guarded = accessTimes{}
+	}
+	s.guarded.set(objs, at)
+}
+
+// noteLinks remembers the blobs of link objects among objs.
+func (s *scope) noteLinks(objs []reclaim.Object) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, o := range objs {
+		if o.Repo != "" {
+			if s.linked == nil {
+				s.linked = map[digest.Digest]bool{}
+			}
+			s.linked[o.Blob] = true
+		}
+	}
+}
+
+// reachedByLink reports whether this request reached blob through a link.
+func (s *scope) reachedByLink(blob digest.Digest) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.linked[blob]
+}
+
+func (s *scope) refuse() {
+	if s != nil {
+		s.refused.Store(true)
+	}
+}
+
+// unrefuse takes a refusal back: the request goes on another way.
+func (s *scope) unrefuse() {
+	if s != nil {
+		s.refused.Store(false)
+	}
+}
+
+// retryAfter is the Retry-After (seconds) sent with a refused request.
+const retryAfter = "1"
+
+// Handler installs the per-request scope the middleware uses and turns a
+// request the middleware refused (a fence, or Redis down on a write) into
+// "503 Service Unavailable" with Retry-After, whatever error code
+// Distribution chose for the storage error (500, or 400 for a manifest whose
+// references could not be verified). Clients retry 503 (go-containerregistry,
+// containerd, docker); they would give up on a 400.
+func (e *Env) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := &scope{env: e}
+		rw := &refusalWriter{ResponseWriter: w, s: s}
+		ctx := context.WithValue(r.Context(), keyScope, s)
+		defer s.done(ctx)
+		next.ServeHTTP(rw, watchManifestPut(r.WithContext(ctx))) // index children: indexguard.go
+	})
+}
+
+type refusalWriter struct {
+	http.ResponseWriter
+	s           *scope
+	wroteHeader bool
+}
+
+func (w *refusalWriter) WriteHeader(code int) {
+	if !w.wroteHeader && code >= 400 && w.s.refused.Load() {
+		w.Header().Set("Retry-After", retryAfter)
+		code = http.StatusServiceUnavailable
+	}
+	w.wroteHeader = true
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *refusalWriter) Write(b []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer (Flush,
+// deadlines).
+func (w *refusalWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *refusalWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
