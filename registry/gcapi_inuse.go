@@ -20,7 +20,7 @@ import (
 // Distribution's catalog uses (registry:catalog:*): it says what runs
 // where. Writes (PUT, DELETE) ask for registry:inuse:write, which the
 // catalog scope does not grant: what the index declares is what retention
-// never deletes (access.go).
+// never deletes (accesscontrol.go).
 
 // maxInUseBody bounds a source's upload: some 150,000 images.
 const maxInUseBody = 32 << 20

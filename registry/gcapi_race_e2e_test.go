@@ -106,8 +106,9 @@ func layerHash(t *testing.T, img ggcrv1.Image) ggcrv1.Hash {
 // its own manifest, or S3 was slow) while a collect of the repository,
 // which cannot see the new manifest yet, finds its references untouched for
 // a window and deletes them. The PUT must then not answer 201; before the
-// re-check at the revision link write (storage/recheck.go) it did, and the
-// tag pointed at an image that no longer pulled.
+// re-check at the revision link write
+// (storage/middleware/revisionrecheck.go) it did, and the tag pointed at an
+// image that no longer pulled.
 //
 // Each test holds the PUT with a storage hook at the write of the
 // manifest's data, lets the window pass, runs a real collect, then lets

@@ -174,7 +174,7 @@ func (d *driver) checkChildren(ctx context.Context, w *indexWatch) error {
 			}
 			// A tombstone needs no answer here: Distribution's
 			// verification stats each child right after, and the re-check
-			// before the revision link (recheck.go) covers a stall.
+			// before the revision link (revisionrecheck.go) covers a stall.
 			_, err := d.guard(gctx, c, childLinks(c))
 			return err
 		})

@@ -18,7 +18,7 @@ import (
 // below it and overrides only the calls that read or change links and blob
 // data; everything else (uploads, walks, lists) passes straight through.
 //
-// The fence checks and access records are in access.go, the link writes
+// The fence checks and access records are in accessrecord.go, the link writes
 // and unlinks in links.go.
 type driver struct {
 	storagedriver.StorageDriver

@@ -74,7 +74,8 @@ func imageManifestTouches(repo string, md digest.Digest, m distribution.Manifest
 // (registry/storage/schema2manifesthandler.go, ocimanifesthandler.go):
 // every reference but a schema2 foreign layer and an OCI non-distributable
 // layer that names URLs. A layer that names URLs with any other media type
-// is statted, so it is checked (and re-checked, recheck.go) like any other.
+// is statted, so it is checked (and re-checked, revisionrecheck.go) like
+// any other.
 func verified(ref distribution.Descriptor) bool {
 	switch ref.MediaType {
 	case schema2.MediaTypeForeignLayer:

@@ -12,8 +12,8 @@ import (
 )
 
 // A manifest PUT checks (and re-checks before its revision link,
-// recheck.go) exactly the references Distribution's verification stats: a
-// layer that names URLs is statted unless it is a foreign or
+// revisionrecheck.go) exactly the references Distribution's verification
+// stats: a layer that names URLs is statted unless it is a foreign or
 // non-distributable layer, so it must be checked too.
 func TestImageManifestTouchesFollowDistribution(t *testing.T) {
 	layer := func(mt string, urls ...string) v1.Descriptor {

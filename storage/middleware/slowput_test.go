@@ -18,7 +18,7 @@ import (
 // references were checked, right before it writes its revision link, while
 // GC fences and deletes a layer link nothing referenced yet: the PUT must
 // not answer 201 for an image whose layer is gone (docs/gc-protocol.md,
-// case 11). Before the re-check (recheck.go) it did.
+// case 11). Before the re-check (revisionrecheck.go) it did.
 func TestSlowManifestPutMeetsCollectedLayer(t *testing.T) {
 	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
 		for _, cache := range []string{"", "inmemory"} {
