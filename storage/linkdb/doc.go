@@ -25,7 +25,7 @@
 //
 // Removing a stale reverse link races a push that re-links the blob (the
 // push writes the reverse link, then the forward one). Rebuild removes one
-// only under the link's GC fence (Fencer, backed by tracker.Tracker) after a
+// only under the link's GC fence (Fencer, backed by redisstate.Tracker) after a
 // fresh re-check, or with Offline when nothing serves the storage; otherwise
 // stale entries are reported and kept, which is always safe. Adding reverse
 // links needs no fence: an extra reverse link only makes GC keep more.
