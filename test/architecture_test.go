@@ -4,78 +4,192 @@ package test
 
 import (
 	"encoding/json"
+	"maps"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
 
 const module = "github.com/reclaim-registry/reclaim"
 
-// deps returns every package pkg depends on, directly or not.
-func deps(t *testing.T, pkg string) map[string]bool {
+// allowed is the package graph of docs/architecture.md, as an allow-list:
+// for every package of the module (paths relative to the module), the
+// module packages its non-test code may import. A package that is not a
+// key fails TestDependencies until it is added here, with its edges; an
+// edge that is not listed fails it too. Imports point down: nothing here
+// lists a package that imports it back.
+var allowed = map[string][]string{
+	// the words every package speaks
+	"reclaim": {},
+
+	// small helpers, importing nothing of the project
+	"internal/config":    {}, // one typed configuration: depends on nothing it configures
+	"internal/crosssite": {},
+	"internal/metrics":   {},
+	"internal/rlog":      {},
+
+	// the storage tree, the referrers index and the link database
+	"storage/layout":                        {"reclaim"},
+	"storage/referrers":                     {"storage/layout"},
+	"storage/linkdb":                        {"reclaim", "redisstate", "storage/layout", "storage/referrers"},
+	"storage/linkdb/internal/gen":           {"reclaim", "storage/layout", "storage/referrers"},
+	"storage/linkdb/internal/gen/linkdbgen": {"storage/linkdb/internal/gen"},
+	"storage/storagetest":                   {},
+
+	// every piece of Redis state
+	"redisstate": {"internal/metrics", "internal/rlog", "reclaim", "storage/layout"},
+
+	// the storage-driver middleware, its Env and request scope
+	"storage/middleware": {"internal/config", "internal/metrics", "internal/rlog", "reclaim", "redisstate",
+		"storage/layout", "storage/linkdb", "storage/referrers"},
+
+	// garbage collection
+	"gc": {"reclaim", "storage/layout"},
+
+	// retention: the domain, and its state in Redis
+	"retention":            {"reclaim"},
+	"retention/redisstore": {"retention"},
+
+	// HTTP, and the binary
+	"registry": {"gc", "internal/config", "internal/crosssite", "internal/metrics", "reclaim", "redisstate",
+		"registry/console", "retention", "retention/redisstore",
+		"storage/layout", "storage/linkdb", "storage/middleware", "storage/referrers"},
+	"registry/console":      {"gc", "internal/crosssite", "reclaim"},
+	"registry/registrytest": {"registry"},
+	"cmd/registry": {"gc", "internal/config", "reclaim", "redisstate", "registry", "retention",
+		"storage/layout", "storage/linkdb", "storage/middleware"},
+
+	// whole-program tests (test files only)
+	"test":      {},
+	"test/e2e":  {},
+	"test/soak": {},
+}
+
+// pkg is what go list says of one package of the module.
+type pkg struct {
+	ImportPath string
+	Imports    []string // direct imports of its non-test files
+	Deps       []string // everything it depends on, directly or not
+}
+
+// listModule returns every package of the module, by path relative to it.
+func listModule(t *testing.T) map[string]pkg {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-deps", "-json=ImportPath", module+"/"+pkg).Output()
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports,Deps", "./...")
+	cmd.Dir = ".."
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go list %s: %v", pkg, err)
+		t.Fatalf("go list ./...: %v", err)
 	}
-	got := map[string]bool{}
+	pkgs := map[string]pkg{}
 	dec := json.NewDecoder(strings.NewReader(string(out)))
 	for dec.More() {
-		var p struct{ ImportPath string }
+		var p pkg
 		if err := dec.Decode(&p); err != nil {
 			t.Fatal(err)
 		}
-		got[p.ImportPath] = true
+		rel, ok := strings.CutPrefix(p.ImportPath, module+"/")
+		if !ok {
+			t.Fatalf("go list ./...: %s is outside the module", p.ImportPath)
+		}
+		pkgs[rel] = p
 	}
-	return got
+	return pkgs
 }
 
-// TestDependencies keeps the package graph of docs/architecture.md: the
-// words (package reclaim) import only the standard library and go-digest,
-// the decision core knows nothing of Redis or HTTP, the link database tools
-// run without the registry's handlers, the storage tree is a leaf, the one
+// TestDependencies keeps the package graph of docs/architecture.md: every
+// import between the module's packages is one the allow-list names; then
+// the rules on what each may depend on at all, directly or not.
+func TestDependencies(t *testing.T) {
+	pkgs := listModule(t)
+	for _, rel := range slices.Sorted(maps.Keys(pkgs)) {
+		p := pkgs[rel]
+		may, ok := allowed[rel]
+		if !ok {
+			t.Errorf("package %s is not in the allow-list: add it to allowed in test/architecture_test.go "+
+				"with the module packages it may import, and draw it in docs/architecture.md", rel)
+			continue
+		}
+		for _, imp := range p.Imports {
+			to, ours := strings.CutPrefix(imp, module+"/")
+			if ours && !slices.Contains(may, to) {
+				t.Errorf("%s imports %s, which the allow-list does not let it (test/architecture_test.go)", rel, to)
+			}
+		}
+	}
+	for _, rel := range slices.Sorted(maps.Keys(allowed)) {
+		if _, ok := pkgs[rel]; !ok {
+			t.Errorf("the allow-list names %s, which is no package of the module: remove or rename it", rel)
+		}
+	}
+	checkForbidden(t, pkgs)
+	checkWords(t, pkgs["reclaim"])
+}
+
+// checkForbidden holds the rules on everything a package depends on,
+// directly or not, the module's packages and the outside world alike: the
+// decision core knows nothing of Redis or HTTP, the link database tools run
+// without the registry's handlers, the storage tree is a leaf, the one
 // typed configuration depends on nothing it configures, and retention's
 // domain knows neither Redis nor HTTP nor the collector.
-func TestDependencies(t *testing.T) {
+func checkForbidden(t *testing.T, pkgs map[string]pkg) {
 	const (
 		redis    = "github.com/redis/go-redis/v9"
 		handlers = "github.com/distribution/distribution/v3/registry/handlers"
-		mw       = module + "/storage/middleware"
+		prom     = "github.com/prometheus/client_golang/prometheus"
 	)
+	our := func(rel ...string) []string {
+		out := make([]string, len(rel))
+		for i, r := range rel {
+			out[i] = module + "/" + r
+		}
+		return out
+	}
 	for _, tc := range []struct {
 		pkg       string
 		forbidden []string
 	}{
-		{"gc", []string{mw, module + "/redisstate", module + "/storage/linkdb", module + "/registry", module + "/retention", redis, handlers}},
+		{"gc", append(our("storage/middleware", "redisstate", "storage/linkdb", "registry", "retention"), redis, handlers)},
 		// retention is the domain of pins and the in-use index: no Redis,
 		// no HTTP, no storage; its stores are retention/redisstore.
-		{"retention", []string{mw, module + "/redisstate", module + "/storage/linkdb", module + "/gc", module + "/registry",
-			module + "/retention/redisstore", redis, handlers, "net/http"}},
-		{"retention/redisstore", []string{mw, module + "/redisstate", module + "/storage/linkdb", module + "/gc", module + "/registry", handlers}},
-		{"storage/layout", []string{mw, module + "/redisstate", module + "/storage/linkdb", module + "/gc", redis, handlers, "github.com/prometheus/client_golang/prometheus"}},
-		{"redisstate", []string{mw, module + "/storage/linkdb", module + "/gc", module + "/registry", handlers}},
-		{"storage/referrers", []string{mw, module + "/redisstate", module + "/gc", redis, handlers}},
-		{"storage/linkdb", []string{mw, module + "/gc", module + "/registry", handlers}},
-		{"storage/middleware", []string{module + "/gc", module + "/registry"}},
-		{"internal/config", []string{mw, module + "/storage/linkdb", module + "/gc", module + "/registry", handlers}},
+		{"retention", append(our("storage/middleware", "redisstate", "storage/linkdb", "gc", "registry", "retention/redisstore"),
+			redis, handlers, "net/http")},
+		{"retention/redisstore", append(our("storage/middleware", "redisstate", "storage/linkdb", "gc", "registry"), handlers)},
+		{"storage/layout", append(our("storage/middleware", "redisstate", "storage/linkdb", "gc"), redis, handlers, prom)},
+		{"redisstate", append(our("storage/middleware", "storage/linkdb", "gc", "registry"), handlers)},
+		{"storage/referrers", append(our("storage/middleware", "redisstate", "gc"), redis, handlers)},
+		{"storage/linkdb", append(our("storage/middleware", "gc", "registry"), handlers)},
+		{"storage/middleware", our("gc", "registry")},
+		{"internal/config", append(our("storage/middleware", "redisstate", "storage/linkdb", "gc", "registry"), handlers)},
 		// the cross-site check the GC API and the console share knows
 		// only HTTP (and how Distribution names its own URL)
-		{"internal/crosssite", []string{mw, module + "/redisstate", module + "/storage/linkdb", module + "/gc",
-			module + "/registry", module + "/retention", module + "/internal/config", redis, handlers}},
+		{"internal/crosssite", append(our("storage/middleware", "redisstate", "storage/linkdb", "gc", "registry", "retention",
+			"internal/config"), redis, handlers)},
 	} {
-		got := deps(t, tc.pkg)
+		p, ok := pkgs[tc.pkg]
+		if !ok {
+			t.Errorf("rule for %s: no such package", tc.pkg)
+			continue
+		}
 		for _, f := range tc.forbidden {
-			if got[f] {
+			if slices.Contains(p.Deps, f) {
 				t.Errorf("%s depends on %s", tc.pkg, f)
 			}
 		}
 	}
-	// The words are an allow-list: every package imports them, so they
-	// import nothing of the project and nothing outside the standard
-	// library but go-digest.
-	for p := range deps(t, "reclaim") {
+}
+
+// checkWords: the words are an allow-list of their own. Every package
+// imports them, so they import nothing of the project and nothing outside
+// the standard library but go-digest.
+func checkWords(t *testing.T, words pkg) {
+	if words.ImportPath == "" {
+		t.Fatal("no package reclaim")
+	}
+	for _, p := range words.Deps {
 		first, _, _ := strings.Cut(p, "/")
-		if p != module+"/reclaim" && p != "github.com/opencontainers/go-digest" && strings.Contains(first, ".") {
+		if p != "github.com/opencontainers/go-digest" && strings.Contains(first, ".") {
 			t.Errorf("reclaim depends on %s; it may import only the standard library and go-digest", p)
 		}
 	}
