@@ -184,7 +184,7 @@ func (r *run) abort(err error) error {
 }
 
 // finish checks the preconditions, then takes the snapshot, gathers the
-// facts, decides and, unless this is a dry run, sweeps. A dry run goes on
+// facts, decides and, unless this is a dry run, deletes (the delete phase). A dry run goes on
 // past a blocker (Redis recording for less than the window, say) and lists
 // it in the report; a real run aborts.
 func (r *run) finish(ctx context.Context) (*Report, error) {
@@ -223,7 +223,7 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 			r.rep.add(d)
 		}
 	} else {
-		(&deleter{c: r.c, pol: r.pol, log: r.log}).sweep(ctx, p, r.rep)
+		(&deleter{c: r.c, pol: r.pol, log: r.log}).deletePhase(ctx, p, r.rep)
 		r.c.countFreed(ctx, r.rep.BytesFreed, len(r.rep.ManifestsDeleted)+len(r.rep.LayersUnlinked)+len(r.rep.BlobsDeleted))
 		if err := context.Cause(ctx); errors.Is(err, reclaim.ErrLockLost) {
 			// What was deleted before the loss is in the report; every
@@ -251,7 +251,7 @@ func (r *run) underLock(ctx context.Context) (context.Context, func()) {
 }
 
 // done completes and stores the report of a run that finished; t0, t1, t2
-// are when the snapshot, the plan and the sweep began.
+// are when the snapshot, the plan and the delete phase began.
 func (r *run) done(t0, t1, t2 time.Time) {
 	rep, t3 := r.rep, r.c.cfg.Now()
 	if r.pol.restrict != nil {

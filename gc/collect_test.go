@@ -209,7 +209,7 @@ func (p *latePins) Pinned(_ context.Context, _ string, d digest.Digest) (bool, e
 }
 
 // A pin stored after the plan, even after the manifest's fence was taken,
-// keeps it: the sweep re-checks pins under the fence, right before the
+// keeps it: the delete phase re-checks pins under the fence, right before the
 // delete. A pin check that fails keeps the manifest too.
 func TestPinAfterTheFenceKeepsTheManifest(t *testing.T) {
 	pins := &latePins{pinned: map[digest.Digest]bool{}}

@@ -13,7 +13,7 @@ import (
 )
 
 // deleter deletes objects, each behind its fence and after a re-check: the
-// sweep of a collection and the reclaimer's review share it.
+// delete phase of a collection and the reclaimer's review share it.
 type deleter struct {
 	c   *Collector
 	pol policy

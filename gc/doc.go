@@ -12,7 +12,7 @@ a failed read being a fact too), then decides every object it looked at:
 one Decision with one typed Reason each. Deciding does no I/O, so the same
 snapshot and facts always give the same decisions. A dry run stops there
 and reports exactly what a real run would delete now. A real run then
-sweeps:
+deletes (the delete phase):
 
 	for each deletable object (manifests first, an index before its children,
 	then layer links, then blobs whose last link the run removed):

@@ -157,7 +157,7 @@ func keepers(s *snapshot) map[digest.Digest][]digest.Digest {
 }
 
 // parentsFirst orders manifests so that an index comes before its children
-// and a subject before its referrers: if the first survives the sweep
+// and a subject before its referrers: if the first survives the delete phase
 // (accessed at the last moment), the others are then still there to be kept.
 func parentsFirst(s *snapshot, ds []digest.Digest) []digest.Digest {
 	in := setOf(ds)

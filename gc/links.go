@@ -12,7 +12,7 @@ import (
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
-// readTags re-reads every tag's current link; the sweep uses it right
+// readTags re-reads every tag's current link; the delete phase uses it right
 // before deleting manifests.
 func readTags(ctx context.Context, d storagedriver.StorageDriver, repo string) (map[digest.Digest][]string, error) {
 	names, err := d.List(ctx, layout.TagsDir(repo))

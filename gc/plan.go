@@ -65,7 +65,7 @@ func (p policy) inPlan(k reclaim.ObjectKind, d digest.Digest) bool {
 }
 
 // planned is what decide returns: a decision for every object, and what to
-// delete in the order the sweep deletes it.
+// delete in the order the delete phase deletes it.
 type planned struct {
 	s         *snapshot
 	decisions []Decision      // every object, in report order

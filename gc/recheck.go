@@ -33,9 +33,9 @@ func (sp sincePlan) keeps(k reclaim.ObjectKind, d digest.Digest) (Decision, bool
 
 // readSincePlan re-reads the repository's revision links, after a batch of
 // fences was taken and before anything of the batch is deleted. A plan is
-// older than its sweep: a manifest PUT that completed after the snapshot
+// older than its delete phase: a manifest PUT that completed after the snapshot
 // touched what it references, but only a window before this re-read at
-// best, and a sweep that runs longer than the window (a slow store, many
+// best, and a delete phase that runs longer than the window (a slow store, many
 // objects) would take the fence of a layer link or child manifest that
 // manifest needs. Every revision link that is not one the plan counted
 // (the snapshot's, minus those this run deleted) is read with its manifest,

@@ -329,7 +329,7 @@ func (r *Reclaimer) review(ctx context.Context, dl *deleter, it reclaim.ReviewIt
 }
 
 // Review runs the deletion step on one blob now, outside the queue (the
-// slow-path sweep uses it). The preconditions of a tick apply.
+// slow-path `registry gc sweep` uses it). The preconditions of a tick apply.
 func (r *Reclaimer) Review(ctx context.Context, blob digest.Digest) (Decision, error) {
 	if !r.cfg.Enabled {
 		return Decision{}, ErrDisabled

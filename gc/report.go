@@ -84,7 +84,7 @@ type Recheck struct {
 type Timings struct {
 	SnapshotMS int64 `json:"snapshot_ms"`
 	PlanMS     int64 `json:"plan_ms"`
-	SweepMS    int64 `json:"sweep_ms"`
+	SweepMS    int64 `json:"sweep_ms"` // the delete phase (the JSON name predates the word)
 	TotalMS    int64 `json:"total_ms"`
 }
 

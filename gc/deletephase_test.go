@@ -9,9 +9,9 @@ import (
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
-// A client racing the sweep: between the plan and the fence.
+// A client racing the delete phase: between the plan and the fence.
 
-// atFence runs do when the sweep is about to fence o.
+// atFence runs do when the delete phase is about to fence o.
 func (f *fixture) atFence(o reclaim.Object, do func()) {
 	f.tr.onFence = func(got reclaim.Object) {
 		if got == o {
@@ -20,7 +20,7 @@ func (f *fixture) atFence(o reclaim.Object, do func()) {
 	}
 }
 
-// run is one real run of repo (no dry run first: the race is in the sweep).
+// run is one real run of repo (no dry run first: the race is in the delete phase).
 func (f *fixture) run(repo string) *Report {
 	f.t.Helper()
 	rep, err := f.c.Collect(context.Background(), repo, RunOptions{})
@@ -30,7 +30,7 @@ func (f *fixture) run(repo string) *Report {
 	return rep
 }
 
-func TestAccessAtTheLastMomentWinsOverTheSweep(t *testing.T) {
+func TestAccessAtTheLastMomentWinsOverTheDeletePhase(t *testing.T) {
 	f := newFixture(t)
 	ix := f.index("race", f.image("race", nil, "child-layer"))
 	// A client pulls the index by digest after the plan, just before GC
@@ -70,7 +70,7 @@ func TestTaggedAfterPlanIsKept(t *testing.T) {
 	}
 }
 
-func TestReferrerKeptWhenItsSubjectSurvivesTheSweep(t *testing.T) {
+func TestReferrerKeptWhenItsSubjectSurvivesTheDeletePhase(t *testing.T) {
 	f := newFixture(t)
 	subject := f.image("s", nil, "subject-layer")
 	sig := f.image("s", &subject, "signature")

@@ -8,16 +8,16 @@ import (
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
-// sweepBatch is how many objects are fenced before one re-read of the tags.
+// deleteBatch is how many objects are fenced before one re-read of the tags.
 // Every fence is taken before the re-read, so a tag moved after the re-read
 // had to pass the fence (and failed); one re-read per batch instead of per
-// object keeps a sweep O(deletions + tags*deletions/batch).
-const sweepBatch = 64
+// object keeps a delete phase O(deletions + tags*deletions/batch).
+const deleteBatch = 64
 
-// sweep destroys what the plan found deletable, one object at a time, each
+// deletePhase destroys what the plan found deletable, one object at a time, each
 // behind its fence and after a re-check. Anything that fails is kept and
 // reported; the run goes on.
-func (dl *deleter) sweep(ctx context.Context, p *planned, rep *Report) {
+func (dl *deleter) deletePhase(ctx context.Context, p *planned, rep *Report) {
 	for _, dec := range p.decisions {
 		if dec.Kind != reclaim.KindBlob && !dec.Deleted() {
 			rep.add(dec)
@@ -25,18 +25,18 @@ func (dl *deleter) sweep(ctx context.Context, p *planned, rep *Report) {
 	}
 	removed := map[digest.Digest]bool{} // blobs whose link this run removed
 	dl.log.step(ctx, reclaim.StepManifests)
-	deleted := dl.sweepManifests(ctx, p, rep, removed)
+	deleted := dl.deleteManifests(ctx, p, rep, removed)
 	dl.log.step(ctx, reclaim.StepLayerLinks)
-	dl.sweepLayers(ctx, p, rep, deleted, removed)
+	dl.deleteLayers(ctx, p, rep, deleted, removed)
 	dl.log.step(ctx, reclaim.StepBlobs)
 	for _, b := range sortedDigests(removed) {
 		rep.add(dl.deleteBlob(ctx, b, rep))
 	}
 }
 
-// sweepManifests deletes the planned manifests, parents first, a batch at a
+// deleteManifests deletes the planned manifests, parents first, a batch at a
 // time, and returns the ones it deleted.
-func (dl *deleter) sweepManifests(ctx context.Context, p *planned, rep *Report, removed map[digest.Digest]bool) map[digest.Digest]bool {
+func (dl *deleter) deleteManifests(ctx context.Context, p *planned, rep *Report, removed map[digest.Digest]bool) map[digest.Digest]bool {
 	keptBy := keepers(p.s) // the indexes that list a manifest, a referrer's subject
 	deleted := map[digest.Digest]bool{}
 	for start := 0; start < len(p.manifests); {
@@ -69,15 +69,15 @@ func (dl *deleter) sweepManifests(ctx context.Context, p *planned, rep *Report, 
 	return deleted
 }
 
-// nextBatch is the longest prefix of ms, up to sweepBatch, that holds no
+// nextBatch is the longest prefix of ms, up to deleteBatch, that holds no
 // manifest together with one of its parents: a child is fenced only once its
-// parents are gone, so a client pulling a parent that survives the sweep
+// parents are gone, so a client pulling a parent that survives the delete phase
 // (pulled at the last moment) never meets a fenced child, which would read
 // as unknown.
 func nextBatch(ms []digest.Digest, keptBy map[digest.Digest][]digest.Digest) []digest.Digest {
 	inBatch := map[digest.Digest]bool{}
 	end := 0
-	for end < len(ms) && end < sweepBatch && !anyOf(keptBy[ms[end]], inBatch) {
+	for end < len(ms) && end < deleteBatch && !anyOf(keptBy[ms[end]], inBatch) {
 		inBatch[ms[end]] = true
 		end++
 	}
@@ -105,11 +105,11 @@ func (dl *deleter) fenceManifests(ctx context.Context, s *snapshot, batch []dige
 	return held
 }
 
-// sweepLayers deletes the planned layer links that no manifest kept during
-// the sweep references, nor a manifest that appeared since the plan: a
+// deleteLayers deletes the planned layer links that no manifest kept during
+// the delete phase references, nor a manifest that appeared since the plan: a
 // batch of fences is taken, then the revisions are re-read
 // (readSincePlan), then the batch is deleted.
-func (dl *deleter) sweepLayers(ctx context.Context, p *planned, rep *Report, deleted, removed map[digest.Digest]bool) {
+func (dl *deleter) deleteLayers(ctx context.Context, p *planned, rep *Report, deleted, removed map[digest.Digest]bool) {
 	survivors := map[digest.Digest]bool{}
 	for m := range p.s.revisions {
 		if !deleted[m] {
@@ -120,19 +120,19 @@ func (dl *deleter) sweepLayers(ctx context.Context, p *planned, rep *Report, del
 	var todo []digest.Digest
 	for _, l := range p.layers {
 		if refd[l] || unknown {
-			rep.add(Decision{Kind: reclaim.KindLayerLink, Digest: l, Reason: reclaim.ReasonReferenced, Detail: "referenced by a manifest kept during the sweep"})
+			rep.add(Decision{Kind: reclaim.KindLayerLink, Digest: l, Reason: reclaim.ReasonReferenced, Detail: "referenced by a manifest kept during the sweep"}) // the detail is output: unchanged
 			continue
 		}
 		todo = append(todo, l)
 	}
-	for start := 0; start < len(todo); start += sweepBatch {
-		dl.sweepLayerBatch(ctx, p, rep, todo[start:min(start+sweepBatch, len(todo))], deleted, removed)
+	for start := 0; start < len(todo); start += deleteBatch {
+		dl.deleteLayerBatch(ctx, p, rep, todo[start:min(start+deleteBatch, len(todo))], deleted, removed)
 	}
 }
 
-// sweepLayerBatch fences the layer links of batch, re-reads the revisions
+// deleteLayerBatch fences the layer links of batch, re-reads the revisions
 // and deletes the links no manifest pushed since the plan references.
-func (dl *deleter) sweepLayerBatch(ctx context.Context, p *planned, rep *Report, batch []digest.Digest, deleted, removed map[digest.Digest]bool) {
+func (dl *deleter) deleteLayerBatch(ctx context.Context, p *planned, rep *Report, batch []digest.Digest, deleted, removed map[digest.Digest]bool) {
 	held := map[digest.Digest]Hold{}
 	for _, l := range batch {
 		h, r, detail := dl.fence(ctx, reclaim.Object{Blob: l, Repo: dl.pol.repo, Kind: reclaim.LinkLayer})
@@ -173,7 +173,7 @@ func anyOf(ds []digest.Digest, set map[digest.Digest]bool) bool {
 }
 
 // survivingParent returns a parent (an index, or the subject of a referrer)
-// that the sweep did not delete: the manifest is then kept with it.
+// that the delete phase did not delete: the manifest is then kept with it.
 func survivingParent(parents []digest.Digest, deleted map[digest.Digest]bool) (digest.Digest, bool) {
 	for _, p := range parents {
 		if !deleted[p] {
