@@ -34,6 +34,18 @@ type Config struct {
 	Driver  storagedriver.StorageDriver
 	Tracker Tracker
 	Links   LinkIndex
+	// Clock is optional: the tracker's clock, which access records are
+	// compared against. Nil: Now, the local clock (skew between instances
+	// then eats into the window).
+	Clock Clock
+	// Runs is optional: where real runs keep their records for every
+	// instance (run records, interrupted runs, their reconciliation). Nil:
+	// a run is known only to the process that ran it, nothing is found
+	// interrupted and nothing is reconciled.
+	Runs RunRecorder
+	// Freed is optional: where collects and reclaimer ticks add what they
+	// deleted to the daily sums. Nil: no sums are kept.
+	Freed FreedCounter
 	// LinkDBComplete reports whether the reverse-link database is
 	// complete. Nil means "not known to be complete": no blob is deleted.
 	LinkDBComplete CompletenessFunc
@@ -84,7 +96,7 @@ type Collector struct {
 	links   LinkIndex
 	pinner  Pinner
 	evictor Evictor
-	// recorder keeps run records in the tracker (nil: in memory only);
+	// recorder keeps run records (Config.Runs; nil: in memory only);
 	// instance names this collector when it marks a run interrupted.
 	recorder RunRecorder
 	instance string
@@ -139,10 +151,9 @@ func New(cfg Config) (*Collector, error) {
 	case cfg.DryRunWait < 0:
 		cfg.DryRunWait = 0
 	}
-	rec, _ := cfg.Tracker.(RunRecorder)
 	return &Collector{
 		cfg: cfg, clock: realClock{}, driver: cfg.Driver, tracker: cfg.Tracker, links: cfg.Links,
-		pinner: cfg.Pinner, evictor: cfg.Evictor, recorder: rec, instance: newID(),
+		pinner: cfg.Pinner, evictor: cfg.Evictor, recorder: cfg.Runs, instance: newID(),
 		plans: map[string]*Plan{}, runs: map[string]*storedRun{}, dry: newDryRuns(cfg.DryRuns, cfg.DryRunWait),
 	}, nil
 }

@@ -49,14 +49,11 @@ type Hold interface {
 // link file, never left out.
 type LinkIndex interface {
 	List(ctx context.Context, blob digest.Digest) ([]reclaim.RepoLink, error)
-}
-
-// LinkIndexFor is what a LinkIndex may also offer. ListFor returns, when a
-// repository other than repo links blob, at least one such link (a walk
-// may stop there); otherwise every link, as List. Its cost does not grow
-// with how many repositories link the blob. The collector uses it when it
-// is there: one other link keeps a blob, so its decisions need no more.
-type LinkIndexFor interface {
+	// ListFor returns, when a repository other than repo links blob, at
+	// least one such link (a walk may stop there); otherwise every link,
+	// as List. Its cost does not grow with how many repositories link the
+	// blob: one other link keeps a blob, so a run's decisions need no
+	// more. An index with no cheaper walk may answer as List.
 	ListFor(ctx context.Context, blob digest.Digest, repo string) ([]reclaim.RepoLink, error)
 }
 
@@ -87,18 +84,16 @@ type Evictor interface {
 // complete. Until it is, a run may unlink but never deletes a blob.
 type CompletenessFunc func(ctx context.Context) (bool, error)
 
-// Clock is an optional interface of a Tracker: the clock its access records
-// use (Redis server time). When the tracker has one, the run compares
-// records against it instead of the local clock, so clock skew between
-// instances cannot shrink the window.
+// Clock is the clock the tracker's access records use (Redis server
+// time). A run compares records against it instead of the local clock, so
+// clock skew between instances cannot shrink the window (Config.Clock).
 type Clock interface {
 	Now(ctx context.Context) (time.Time, error)
 }
 
-// RunRecorder is an optional interface of a Tracker: it keeps run records
-// where every instance reads them, so that a run whose process died is found
-// ("interrupted") instead of vanishing with the process. Without it, runs
-// are known only to the process that ran them.
+// RunRecorder keeps run records where every instance reads them, so that a
+// run whose process died is found ("interrupted") instead of vanishing with
+// the process (Config.Runs).
 type RunRecorder interface {
 	// BeginRun is LockRepository that also records run id as running
 	// under the lock, in one step.
@@ -111,6 +106,10 @@ type RunRecorder interface {
 	// RepositoryRuns reads repo's recent runs, newest first, marking dead
 	// ones as LoadRun does.
 	RepositoryRuns(ctx context.Context, repo, marker string) ([]reclaim.RunState, error)
+	// RecentRuns reads the registry's most recent runs, of every
+	// repository and instance, newest first, marking dead ones as LoadRun
+	// does.
+	RecentRuns(ctx context.Context, n int, marker string) ([]reclaim.RunState, error)
 	// MarkReconciled claims the reconciliation of interrupted run id for
 	// run by; false when it is not interrupted or already claimed.
 	MarkReconciled(ctx context.Context, repo, id, by string) (bool, error)
@@ -133,9 +132,9 @@ type Enqueuer interface {
 	Enqueue(ctx context.Context, delay time.Duration, blobs ...digest.Digest) error
 }
 
-// FreedCounter is an optional interface of a Tracker: it sums, per day and
-// over every instance, what collects and reclaimer ticks deleted (the
-// console's freed today and this week; runs themselves are kept 24 hours).
+// FreedCounter sums (Config.Freed), per day and over every instance, what
+// collects and reclaimer ticks deleted (the console's freed today and this
+// week; runs themselves are kept 24 hours).
 type FreedCounter interface {
 	CountFreed(ctx context.Context, at time.Time, bytes int64, objects int) error
 }

@@ -157,6 +157,11 @@ func (s scanLinks) List(ctx context.Context, blob digest.Digest) ([]reclaim.Repo
 	return out, err
 }
 
+// ListFor is List: the scan has no cheaper walk.
+func (s scanLinks) ListFor(ctx context.Context, blob digest.Digest, _ string) ([]reclaim.RepoLink, error) {
+	return s.List(ctx, blob)
+}
+
 // fixture writes Distribution's layout directly.
 type fixture struct {
 	t  testing.TB

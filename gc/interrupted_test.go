@@ -38,7 +38,7 @@ func TestInterruptedRunIsReconciled(t *testing.T) {
 		{blobTarget, reclaim.StepBlobs, []string{"orphaned"}, true},
 	} {
 		t.Run(tc.target.name, func(t *testing.T) {
-			f := newLeaseFixture(t, func(c *Config) { c.Tracker = recordingTracker{c.Tracker.(*redisTracker)} })
+			f := newLeaseFixture(t, func(c *Config) { r := recordingTracker{c.Tracker.(*redisTracker)}; c.Tracker, c.Runs = r, r })
 			f.c.cfg.Review = f.env.Queue()
 			const repo = "crash"
 			d := f.layer(repo, "stray "+tc.target.name)

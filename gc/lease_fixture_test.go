@@ -180,7 +180,7 @@ func newLeaseFixture(t *testing.T, mod ...func(*Config)) *leaseFixture {
 	// The epoch was set at real time now; Redis time is three hours on.
 	f.mr.SetTime(time.Now().Add(3 * time.Hour))
 	f.tr = &redisTracker{Tracker: env.Tracker}
-	cfg := Config{Driver: env.Driver, Tracker: f.tr, Links: env.Links,
+	cfg := Config{Driver: env.Driver, Tracker: f.tr, Links: env.Links, Clock: env.Tracker, Freed: env.Tracker,
 		LinkDBComplete: func(context.Context) (bool, error) { return true, nil },
 		Context:        storage.WithoutAccessRecords,
 		Window:         time.Hour, FenceLease: testLease,

@@ -76,10 +76,7 @@ func readLink(ctx context.Context, d storagedriver.StorageDriver, p string) (dig
 }
 
 // linksFor reads the reverse links of blob that decide whether repo may
-// let it go: all of them, or with a LinkIndexFor enough of them.
+// let it go: enough of them (LinkIndex.ListFor).
 func linksFor(ctx context.Context, idx LinkIndex, blob digest.Digest, repo string) ([]reclaim.RepoLink, error) {
-	if f, ok := idx.(LinkIndexFor); ok {
-		return f.ListFor(ctx, blob, repo)
-	}
-	return idx.List(ctx, blob)
+	return idx.ListFor(ctx, blob, repo)
 }

@@ -39,7 +39,7 @@ func TestMeasureUsageRefresh(t *testing.T) {
 		}
 		storagetest.Age(t, client, prefix, 2*time.Hour)
 		collector := func(usage UsageStore) *Collector {
-			c, err := New(Config{Driver: r.env.Driver, Tracker: &redisTracker{Tracker: tr}, Links: r.env.Links, Usage: usage,
+			c, err := New(Config{Driver: r.env.Driver, Tracker: &redisTracker{Tracker: tr}, Links: r.env.Links, Usage: usage, Clock: tr, Freed: tr,
 				Context: rstorage.WithoutAccessRecords, LinkDBComplete: func(context.Context) (bool, error) { return true, nil }, Window: time.Hour})
 			if err != nil {
 				t.Fatal(err)

@@ -88,8 +88,8 @@ func (c *Collector) assess(ctx context.Context) (trust, error) {
 		return trust{}, abort(reclaim.AbortRedisUnavailable, err)
 	}
 	tr.now = c.cfg.Now()
-	if clk, ok := c.tracker.(Clock); ok {
-		now, cerr := clk.Now(ctx)
+	if c.cfg.Clock != nil {
+		now, cerr := c.cfg.Clock.Now(ctx)
 		if cerr != nil {
 			return trust{}, abort(reclaim.AbortRedisUnavailable, cerr)
 		}

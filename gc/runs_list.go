@@ -4,8 +4,6 @@ import (
 	"context"
 	"slices"
 	"strings"
-
-	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // Runs returns the reports of the runs this collector remembers (the last
@@ -23,13 +21,6 @@ func (c *Collector) Runs() []*Report {
 	return out
 }
 
-// RecentRunReader is an optional interface of a RunRecorder: the
-// registry's most recent runs, of every repository and instance, newest
-// first, marking dead ones as LoadRun does.
-type RecentRunReader interface {
-	RecentRuns(ctx context.Context, n int, marker string) ([]reclaim.RunState, error)
-}
-
 // RecentRuns returns the runs this collector remembers together with up
 // to n of the registry's most recent run records: runs of other instances,
 // and runs whose process died, which read "interrupted" (this reader marks
@@ -37,11 +28,10 @@ type RecentRunReader interface {
 // cannot be read, it returns this process's runs and the error.
 func (c *Collector) RecentRuns(ctx context.Context, n int) ([]*Report, error) {
 	out := c.Runs()
-	rr, ok := c.recorder.(RecentRunReader)
-	if !ok {
+	if c.recorder == nil {
 		return out, nil
 	}
-	states, err := rr.RecentRuns(ctx, n, "instance "+c.instance)
+	states, err := c.recorder.RecentRuns(ctx, n, "instance "+c.instance)
 	if err != nil {
 		return out, err
 	}
@@ -73,12 +63,11 @@ func sortRuns(out []*Report) {
 }
 
 // countFreed adds what a collect or a reclaimer tick deleted to the
-// tracker's daily sums, when it keeps them. Best effort: the sums are for
+// daily sums, when the collector keeps them (Config.Freed). Best effort: the sums are for
 // people; the Prometheus counters and the reports are the record.
 func (c *Collector) countFreed(ctx context.Context, bytes int64, objects int) {
-	fc, ok := c.cfg.Tracker.(FreedCounter)
-	if !ok || objects == 0 {
+	if c.cfg.Freed == nil || objects == 0 {
 		return
 	}
-	_ = fc.CountFreed(context.WithoutCancel(ctx), c.cfg.Now(), bytes, objects)
+	_ = c.cfg.Freed.CountFreed(context.WithoutCancel(ctx), c.cfg.Now(), bytes, objects)
 }

@@ -146,3 +146,7 @@ func (notRecording) LockRepository(ctx context.Context, _ string, _ time.Duratio
 type noLinks struct{}
 
 func (noLinks) List(context.Context, digest.Digest) ([]reclaim.RepoLink, error) { return nil, nil }
+
+func (noLinks) ListFor(context.Context, digest.Digest, string) ([]reclaim.RepoLink, error) {
+	return nil, nil
+}

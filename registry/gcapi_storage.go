@@ -37,10 +37,14 @@ func dryRunWait(d time.Duration) time.Duration {
 func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
 	pins := redisdb.NewPins(env.Tracker.Client(), opts.Prefix, nil)
 	usage := tracker.NewUsageStore(env.Tracker.Client(), opts.Prefix)
+	tr := gcTracker{env.Tracker}
 	col, err := gc.New(gc.Config{
 		Driver:  haltingDriver(env.Driver),
-		Tracker: gcTracker{env.Tracker},
+		Tracker: tr,
 		Links:   env.Links,
+		Clock:   tr,
+		Runs:    tr,
+		Freed:   env.Tracker,
 		LinkDBComplete: func(ctx context.Context) (bool, error) {
 			_, ok, err := linkdb.LinkDBComplete(ctx, env.Raw)
 			return ok, err
@@ -152,9 +156,9 @@ var (
 	_ gc.Clock        = gcTracker{}
 	_ gc.RunRecorder  = gcTracker{}
 	_ gc.LinkIndex    = (*linkdb.ReverseLinks)(nil)
-	_ gc.LinkIndexFor = (*linkdb.ReverseLinks)(nil)
 	_ gc.LinkRepairer = (*linkdb.ReverseLinks)(nil)
 	_ gc.UsageStore   = (*tracker.UsageStore)(nil)
+	_ gc.FreedCounter = (*tracker.Tracker)(nil)
 )
 
 func (a gcTracker) Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (gc.Hold, error) {
