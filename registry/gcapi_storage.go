@@ -8,7 +8,7 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/retention"
@@ -38,7 +38,7 @@ func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
 	pins := redisdb.NewPins(env.Tracker.Client(), opts.Prefix, nil)
 	usage := tracker.NewUsageStore(env.Tracker.Client(), opts.Prefix)
 	tr := gcTracker{env.Tracker}
-	col, err := gc.New(gc.Config{
+	col, err := collector.New(collector.Config{
 		Driver:  haltingDriver(env.Driver),
 		Tracker: tr,
 		Links:   env.Links,
@@ -146,22 +146,22 @@ func repositoryExists(d storagedriver.StorageDriver) func(ctx context.Context, r
 	}
 }
 
-// gcTracker is the tracker as gc.Tracker: gc and the tracker share one
+// gcTracker is the tracker as collector.Tracker: gc and the tracker share one
 // vocabulary (package reclaim), so only Fence and BeginRun, whose results gc
 // sees as a Hold and a RunHandle, need wrapping.
 type gcTracker struct{ *tracker.Tracker }
 
 var (
-	_ gc.Tracker      = gcTracker{}
-	_ gc.Clock        = gcTracker{}
-	_ gc.RunRecorder  = gcTracker{}
-	_ gc.LinkIndex    = (*linkdb.ReverseLinks)(nil)
-	_ gc.LinkRepairer = (*linkdb.ReverseLinks)(nil)
-	_ gc.UsageStore   = (*tracker.UsageStore)(nil)
-	_ gc.FreedCounter = (*tracker.Tracker)(nil)
+	_ collector.Tracker      = gcTracker{}
+	_ collector.Clock        = gcTracker{}
+	_ collector.RunRecorder  = gcTracker{}
+	_ collector.LinkIndex    = (*linkdb.ReverseLinks)(nil)
+	_ collector.LinkRepairer = (*linkdb.ReverseLinks)(nil)
+	_ collector.UsageStore   = (*tracker.UsageStore)(nil)
+	_ collector.FreedCounter = (*tracker.Tracker)(nil)
 )
 
-func (a gcTracker) Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (gc.Hold, error) {
+func (a gcTracker) Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (collector.Hold, error) {
 	f, err := a.Tracker.Fence(ctx, o, window, lease)
 	if err != nil {
 		return nil, err
@@ -169,8 +169,8 @@ func (a gcTracker) Fence(ctx context.Context, o reclaim.Object, window, lease ti
 	return gcHold{t: a.Tracker, f: f, lease: lease}, nil
 }
 
-// BeginRun is the tracker's, with its lock seen as a gc.RunHandle.
-func (a gcTracker) BeginRun(ctx context.Context, repo, id string, started time.Time, lease time.Duration) (gc.RunHandle, error) {
+// BeginRun is the tracker's, with its lock seen as a collector.RunHandle.
+func (a gcTracker) BeginRun(ctx context.Context, repo, id string, started time.Time, lease time.Duration) (collector.RunHandle, error) {
 	l, err := a.Tracker.BeginRun(ctx, repo, id, started, lease)
 	if err != nil {
 		return nil, err

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
@@ -71,7 +71,7 @@ func (h *gcAPI) repoUsage(w http.ResponseWriter, r *http.Request, repo string) e
 	exists := func() error {
 		if b.Exists != nil {
 			if ok, err := b.Exists(ctx, repo); err == nil && !ok {
-				return fmt.Errorf("%w: %s", gc.ErrRepositoryNotFound, repo)
+				return fmt.Errorf("%w: %s", collector.ErrRepositoryNotFound, repo)
 			}
 		}
 		return nil

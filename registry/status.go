@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/storage"
 )
@@ -28,8 +28,8 @@ type statusHandler struct {
 	next      http.Handler
 	access    *accessControl
 	api       *gcAPI
-	env       *storage.Env  // nil without the reclaim middleware
-	reclaimer *gc.Reclaimer // nil when disabled
+	env       *storage.Env         // nil without the reclaim middleware
+	reclaimer *collector.Reclaimer // nil when disabled
 }
 
 func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
