@@ -68,8 +68,8 @@ func statusOf(err error) (int, apiError) {
 	case errors.Is(err, collector.ErrPlanRepository):
 		// Never say whose plan it is: the handlers answer as for an unknown
 		// id (planUnknown); this is the fallback, without the message.
-		return http.StatusNotFound, apiError{"PLAN_UNKNOWN", collector.ErrPlanNotFound.Error(), nil}
-	case errors.Is(err, collector.ErrPlanNotFound):
+		return http.StatusNotFound, apiError{"PLAN_UNKNOWN", collector.ErrPlanNotInMemory.Error(), nil}
+	case errors.Is(err, collector.ErrPlanNotInMemory):
 		return http.StatusNotFound, apiError{"PLAN_UNKNOWN", err.Error(), nil}
 	case errors.Is(err, retention.ErrPinExpired):
 		return http.StatusBadRequest, apiError{"PIN_EXPIRED", err.Error(), nil}

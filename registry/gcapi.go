@@ -221,7 +221,7 @@ func (h *gcAPI) checkOverride(req collectRequest) error {
 // planUnknown is the one answer for a plan id the caller cannot use: not
 // found, expired, or made for another repository. Saying which would let a
 // caller probe other repositories' ids (and name them).
-func planUnknown(id string) error { return fmt.Errorf("%w: %q", collector.ErrPlanNotFound, id) }
+func planUnknown(id string) error { return fmt.Errorf("%w: %q", collector.ErrPlanNotInMemory, id) }
 
 // runUnknown is planUnknown for runs.
 func runUnknown(id string) error { return fmt.Errorf("%w: %q", errRunNotFound, id) }
@@ -229,7 +229,7 @@ func runUnknown(id string) error { return fmt.Errorf("%w: %q", errRunNotFound, i
 // hidePlan turns every "this plan is not yours to use" error into
 // planUnknown.
 func hidePlan(err error, id string) error {
-	if errors.Is(err, collector.ErrPlanNotFound) || errors.Is(err, collector.ErrPlanRepository) {
+	if errors.Is(err, collector.ErrPlanNotInMemory) || errors.Is(err, collector.ErrPlanRepository) {
 		return planUnknown(id)
 	}
 	return err

@@ -114,7 +114,7 @@ func (c *Collector) begin(ctx context.Context, repo string, o RunOptions) (*run,
 	if o.PlanID != "" {
 		p, ok := c.Plan(o.PlanID)
 		if !ok {
-			return nil, fmt.Errorf("%w: %s", ErrPlanNotFound, o.PlanID)
+			return nil, fmt.Errorf("%w: %s", ErrPlanNotInMemory, o.PlanID)
 		}
 		if p.Repository != repo {
 			return nil, fmt.Errorf("%w: plan %s is for %s", ErrPlanRepository, o.PlanID, p.Repository)

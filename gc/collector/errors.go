@@ -13,9 +13,11 @@ var (
 	ErrInvalidName = errors.New("gc: invalid repository name")
 	// ErrRepositoryNotFound: the repository has no manifests and no layer links.
 	ErrRepositoryNotFound = errors.New("gc: repository not found")
-	// ErrPlanNotFound: the plan id is unknown or expired (plans live in the
-	// memory of the instance that made them).
-	ErrPlanNotFound = errors.New("gc: plan not found or expired")
+	// ErrPlanNotInMemory: this instance holds no plan with that id: it is
+	// unknown, expired, or was made by another instance (a Plan lives in
+	// the memory of the instance that made it; retention's plans, which
+	// Redis keeps, answer retention.ErrPlanNotInMemory).
+	ErrPlanNotInMemory = errors.New("gc: plan not found or expired")
 	// ErrPlanRepository: the plan was made for another repository.
 	ErrPlanRepository = errors.New("gc: plan belongs to another repository")
 	// ErrDisabled: GC is switched off in the configuration.

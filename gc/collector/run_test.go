@@ -104,7 +104,7 @@ func TestPlanThenApply(t *testing.T) {
 	if _, err := f.c.Collect(ctx, "other", RunOptions{PlanID: plan.ID}); !errors.Is(err, ErrPlanRepository) {
 		t.Fatalf("plan for another repo: %v", err)
 	}
-	if _, err := f.c.Collect(ctx, "p", RunOptions{PlanID: "nope"}); !errors.Is(err, ErrPlanNotFound) {
+	if _, err := f.c.Collect(ctx, "p", RunOptions{PlanID: "nope"}); !errors.Is(err, ErrPlanNotInMemory) {
 		t.Fatalf("unknown plan: %v", err)
 	}
 }
@@ -167,7 +167,7 @@ func TestPlanExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.tr.now = f.tr.now.Add(DefaultPlanTTL + time.Minute)
-	if _, err := f.c.Collect(context.Background(), "e", RunOptions{PlanID: plan.ID}); !errors.Is(err, ErrPlanNotFound) {
+	if _, err := f.c.Collect(context.Background(), "e", RunOptions{PlanID: plan.ID}); !errors.Is(err, ErrPlanNotInMemory) {
 		t.Fatalf("expired plan: %v", err)
 	}
 }
