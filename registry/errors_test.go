@@ -13,7 +13,7 @@ func TestStatusOfMapsEveryError(t *testing.T) {
 		errBadRequest:                   400,
 		errDigestAlgorithm:              400,
 		collector.ErrRepositoryNotFound: 404,
-		collector.ErrPlanNotInMemory:       404,
+		collector.ErrPlanNotInMemory:    404,
 		reclaim.ErrRepositoryBusy:       409,
 		collector.ErrPlanRepository:     404, // never says whose plan it is
 		errTooLarge:                     413,

@@ -80,3 +80,49 @@ func TestDependencies(t *testing.T) {
 		}
 	}
 }
+
+// imports returns the packages pkg imports directly.
+func imports(t *testing.T, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-f", "{{join .Imports \"\\n\"}}", module+"/"+pkg).Output()
+	if err != nil {
+		t.Fatalf("go list %s: %v", pkg, err)
+	}
+	return strings.Fields(string(out))
+}
+
+// TestGCLayers keeps gc's three layers apart (issue 26): the decision core
+// (gc) does no I/O, directly or through anything it imports; the collector
+// (and the reclaimer, once it has its own package) may import gc and the
+// words, but neither Redis nor the registry.
+func TestGCLayers(t *testing.T) {
+	// Standard I/O packages: the core must not import them itself (fmt
+	// imports os, so a transitive check would forbid everything).
+	for _, p := range imports(t, "gc") {
+		switch p {
+		case "os", "net", "net/http", "io/fs":
+			t.Errorf("gc imports %s; the decision core does no I/O", p)
+		}
+	}
+	// Nothing the core depends on, directly or not, may be a storage
+	// driver, Distribution's storage interfaces, Redis, or the module's
+	// storage and registry packages.
+	for p := range deps(t, "gc") {
+		switch {
+		case p == "github.com/redis/go-redis/v9",
+			p == "github.com/distribution/distribution/v3",
+			strings.HasPrefix(p, "github.com/distribution/distribution/v3/registry/storage"),
+			strings.HasPrefix(p, module+"/storage"),
+			strings.HasPrefix(p, module+"/registry"),
+			strings.HasPrefix(p, module+"/gc/"):
+			t.Errorf("gc depends on %s; the decision core does no I/O", p)
+		}
+	}
+	for _, pkg := range []string{"gc/collector"} {
+		for p := range deps(t, pkg) {
+			if p == "github.com/redis/go-redis/v9" || strings.HasPrefix(p, module+"/registry") {
+				t.Errorf("%s depends on %s", pkg, p)
+			}
+		}
+	}
+}
