@@ -38,8 +38,8 @@ A cap bounds the link deletions of one run (oldest access first; the rest
 is kept as "capped", together with everything it keeps).
 
 The collector (gc/collector) reads the snapshot and the facts, and deletes
-what Decide lists under fences; the reclaimer (gc/reclaimer) reviews single
-blobs with DecideBlob. This package imports nothing that does I/O
+what Decide lists under fences, re-checking each blob under its fence with
+LinksKeep; its reclaimer reviews single blobs with DecideBlob. This package imports nothing that does I/O
 (test/architecture_test.go): only the words (package reclaim), go-digest
 and the standard library.
 */

@@ -50,7 +50,7 @@ func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
 			return ok, err
 		},
 		// A missing reverse link a run finds is written back through the
-		// same store the middleware writes with (gc/repair.go).
+		// same store the middleware writes with (gc/collector/repair.go).
 		Repair: env.Links,
 		MarkLinkDBIncomplete: func(ctx context.Context) error {
 			return linkdb.MarkLinkDBIncomplete(ctx, env.Raw)

@@ -10,7 +10,7 @@ import (
 	"github.com/reclaim-registry/reclaim/storage/tracker"
 )
 
-// Usage, the reclaimable-bytes estimates (gc/usage.go, kept by
+// Usage, the reclaimable-bytes estimates (gc/collector/usage.go, kept by
 // storage/tracker's UsageStore):
 //
 //	GET /gc/v1/repositories/<name>/usage[?refresh=true]   one repository's estimate

@@ -50,7 +50,7 @@ type Config struct {
 	// complete. Nil means "not known to be complete": no blob is deleted.
 	LinkDBComplete CompletenessFunc
 	// Repair is optional: where a run writes back a reverse link it finds
-	// missing for one of its repository's forward links (gc/repair.go).
+	// missing for one of its repository's forward links (gc/collector/repair.go).
 	// Without it such a link is only reported.
 	Repair LinkRepairer
 	// MarkLinkDBIncomplete is optional: it removes the completeness
@@ -64,7 +64,7 @@ type Config struct {
 	// when it reconciles an interrupted run.
 	Review Enqueuer
 	// Usage is optional: where runs write the repository's usage
-	// (gc/usage.go) and the reclaimer finds what to refresh.
+	// (gc/collector/usage.go) and the reclaimer finds what to refresh.
 	Usage UsageStore
 	// Context, when set, derives the context of every run's storage and
 	// tracker calls; the registry passes storage.WithoutAccessRecords so

@@ -21,7 +21,7 @@ import (
 //	   start at its end).
 //
 // One refresh is one dry run of one repository plus its usage checks
-// (gc/usage.go), kept out of the collector's runs (nobody asked for it: a
+// (gc/collector/usage.go), kept out of the collector's runs (nobody asked for it: a
 // few every tick would crowd out the runs people did ask for); a
 // repository found gone loses its record.
 

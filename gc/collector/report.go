@@ -92,7 +92,7 @@ type Report struct {
 	// Errors lists deletes and checks that failed; the run went on.
 	Errors []gc.Decision `json:"errors"`
 	// ReverseLinksRepaired lists the repository's forward links the run
-	// found without their reverse link, and what it did (gc/repair.go).
+	// found without their reverse link, and what it did (gc/collector/repair.go).
 	ReverseLinksRepaired []LinkRepair `json:"reverse_links_repaired,omitempty"`
 
 	Timings Timings `json:"timings"`
