@@ -7,33 +7,32 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/reclaim"
-	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // reasonInvalid is the zero reclaim.Reason: no reason (yet), so nothing
 // keeps or deletes the object on that account.
 const reasonInvalid reclaim.Reason = 0
 
-// decide is the whole judgement of a run, and does no I/O: mark from the
+// Decide is the whole judgement of a run, and does no I/O: mark from the
 // roots, keep untagged manifests by policy, pin and access record, cap the
 // deletions, then decide the layer links and the blobs whose last link the
 // plan removes. The snapshot and the facts are the only inputs, so a dry run
 // and a real run reading the same storage decide the same.
-func decide(s *snapshot, f *facts, pol policy) *planned {
-	p := &planned{s: s}
+func Decide(s *Snapshot, f *Facts, pol Policy) *Outcome {
+	p := &Outcome{}
 	last := map[key]time.Time{} // access records, for the cap's order
 	mk := markRoots(s)
 	keepUntagged(mk, f, pol, last)
-	decideManifests(p, mk, pol, last)
-	decideLayers(p, mk, f, pol, last)
+	decideManifests(s, p, mk, pol, last)
+	decideLayers(s, p, mk, f, pol, last)
 	decideBlobs(p, f, pol)
 	return p
 }
 
 // keepUntagged keeps each manifest the roots do not keep, when the policy,
 // a pin or a recent access asks for it, or when a check failed.
-func keepUntagged(mk *marking, f *facts, pol policy, last map[key]time.Time) {
-	for _, d := range sortedDigests(mk.s.revisions) {
+func keepUntagged(mk *marking, f *Facts, pol Policy, last map[key]time.Time) {
+	for _, d := range sortedDigests(mk.s.Revisions) {
 		if _, ok := mk.kept[d]; ok {
 			continue
 		}
@@ -52,11 +51,11 @@ func keepUntagged(mk *marking, f *facts, pol policy, last map[key]time.Time) {
 
 // untaggedReason is why an unmarked manifest is kept anyway; reasonInvalid
 // when nothing keeps it. t is its last access, when that was read.
-func untaggedReason(f *facts, pol policy, d digest.Digest) (r reclaim.Reason, detail string, t time.Time) {
-	if pol.keepUntag {
+func untaggedReason(f *Facts, pol Policy, d digest.Digest) (r reclaim.Reason, detail string, t time.Time) {
+	if pol.KeepUntagged {
 		return reclaim.ReasonPolicyKeepUntagged, "", time.Time{}
 	}
-	if pol.pins {
+	if pol.Pins {
 		pinned, err := f.pinned(d)
 		if err != nil {
 			return reclaim.ReasonCheckFailed, "pin check: " + err.Error(), time.Time{}
@@ -65,13 +64,13 @@ func untaggedReason(f *facts, pol policy, d digest.Digest) (r reclaim.Reason, de
 			return reclaim.ReasonPinned, "", time.Time{}
 		}
 	}
-	t, err := f.lastAccess(reclaim.Object{Blob: d, Repo: pol.repo, Kind: reclaim.LinkManifest})
+	t, err := f.lastAccess(reclaim.Object{Blob: d, Repo: pol.Repo, Kind: reclaim.LinkManifest})
 	switch {
 	case err != nil:
 		return reclaim.ReasonCheckFailed, "access record: " + err.Error(), time.Time{}
-	case pol.recent(t):
+	case pol.Recent(t):
 		return reclaim.ReasonRecentlyAccessed, "", t
-	case !pol.inPlan(reclaim.KindManifest, d):
+	case !pol.InPlan(reclaim.KindManifest, d):
 		return reclaim.ReasonNotInPlan, "", t
 	}
 	return reasonInvalid, "", t
@@ -80,35 +79,34 @@ func untaggedReason(f *facts, pol policy, d digest.Digest) (r reclaim.Reason, de
 // decideManifests applies the cap (the oldest candidates go first; the rest
 // are kept as capped, and so is everything they keep) and records a
 // decision for every manifest.
-func decideManifests(p *planned, mk *marking, pol policy, last map[key]time.Time) {
-	s := p.s
+func decideManifests(s *Snapshot, p *Outcome, mk *marking, pol Policy, last map[key]time.Time) {
 	cands := mk.unkept()
-	if pol.cap > 0 && len(cands) > pol.cap {
+	if pol.Cap > 0 && len(cands) > pol.Cap {
 		byAge(cands, reclaim.KindManifest, last)
-		for _, d := range cands[pol.cap:] {
+		for _, d := range cands[pol.Cap:] {
 			mk.keep(d, reclaim.ReasonCapped, "")
 		}
 		cands = mk.unkept()
 	}
-	p.manifests = parentsFirst(s, cands)
-	for _, d := range sortedDigests(s.revisions) {
+	p.Manifests = parentsFirst(s, cands)
+	for _, d := range sortedDigests(s.Revisions) {
 		if dec, ok := mk.kept[d]; ok {
-			dec.Size = s.revisions[d].size
-			p.decisions = append(p.decisions, dec)
+			dec.Size = s.Revisions[d].Size
+			p.Decisions = append(p.Decisions, dec)
 		}
 	}
-	for _, d := range p.manifests {
-		p.decisions = append(p.decisions, Decision{Kind: reclaim.KindManifest, Digest: d, Reason: reclaim.ReasonUnreferenced,
-			Size: s.revisions[d].size, LastAccess: ptime(last[key{reclaim.KindManifest, d}])})
+	for _, d := range p.Manifests {
+		p.Decisions = append(p.Decisions, Decision{Kind: reclaim.KindManifest, Digest: d, Reason: reclaim.ReasonUnreferenced,
+			Size: s.Revisions[d].Size, LastAccess: ptime(last[key{reclaim.KindManifest, d}])})
 	}
 }
 
 // decideLayers keeps the layer links a kept manifest references or that
 // were accessed recently, and caps the rest with what the manifests left.
-func decideLayers(p *planned, mk *marking, f *facts, pol policy, last map[key]time.Time) {
+func decideLayers(s *Snapshot, p *Outcome, mk *marking, f *Facts, pol Policy, last map[key]time.Time) {
 	refd, unknown := mk.referenced()
 	var cands []digest.Digest
-	for _, d := range sortedDigests(p.s.layers) {
+	for _, d := range sortedDigests(s.Layers) {
 		dec := Decision{Kind: reclaim.KindLayerLink, Digest: d}
 		switch {
 		case refd[d]:
@@ -116,58 +114,58 @@ func decideLayers(p *planned, mk *marking, f *facts, pol policy, last map[key]ti
 		case unknown:
 			dec.Reason = reclaim.ReasonUnknownManifestKept
 		default:
-			t, err := f.lastAccess(reclaim.Object{Blob: d, Repo: pol.repo, Kind: reclaim.LinkLayer})
+			t, err := f.lastAccess(reclaim.Object{Blob: d, Repo: pol.Repo, Kind: reclaim.LinkLayer})
 			last[key{reclaim.KindLayerLink, d}] = t
 			dec.LastAccess = ptime(t)
 			switch {
 			case err != nil:
 				dec.Reason, dec.Detail = reclaim.ReasonCheckFailed, err.Error()
-			case pol.recent(t):
+			case pol.Recent(t):
 				dec.Reason = reclaim.ReasonRecentlyAccessed
-			case !pol.inPlan(reclaim.KindLayerLink, d):
+			case !pol.InPlan(reclaim.KindLayerLink, d):
 				dec.Reason = reclaim.ReasonNotInPlan
 			default:
 				cands = append(cands, d)
 				continue
 			}
 		}
-		p.decisions = append(p.decisions, dec)
+		p.Decisions = append(p.Decisions, dec)
 	}
-	if left := max(pol.cap-len(p.manifests), 0); pol.cap > 0 && len(cands) > left {
+	if left := max(pol.Cap-len(p.Manifests), 0); pol.Cap > 0 && len(cands) > left {
 		byAge(cands, reclaim.KindLayerLink, last)
 		for _, d := range cands[left:] {
-			p.decisions = append(p.decisions, Decision{Kind: reclaim.KindLayerLink, Digest: d, Reason: reclaim.ReasonCapped,
+			p.Decisions = append(p.Decisions, Decision{Kind: reclaim.KindLayerLink, Digest: d, Reason: reclaim.ReasonCapped,
 				LastAccess: ptime(last[key{reclaim.KindLayerLink, d}])})
 		}
 		cands = cands[:left]
 		sort.Slice(cands, func(i, j int) bool { return cands[i] < cands[j] })
 	}
-	p.layers = cands
+	p.Layers = cands
 	for _, d := range cands {
-		p.decisions = append(p.decisions, Decision{Kind: reclaim.KindLayerLink, Digest: d, Reason: reclaim.ReasonUnreferenced,
+		p.Decisions = append(p.Decisions, Decision{Kind: reclaim.KindLayerLink, Digest: d, Reason: reclaim.ReasonUnreferenced,
 			LastAccess: ptime(last[key{reclaim.KindLayerLink, d}])})
 	}
 }
 
 // decideBlobs decides the blobs whose link in this repository the plan
 // removes, ignoring those links.
-func decideBlobs(p *planned, f *facts, pol policy) {
-	removing := map[reclaim.LinkKind]map[digest.Digest]bool{reclaim.LinkManifest: setOf(p.manifests), reclaim.LinkLayer: setOf(p.layers)}
-	for _, d := range unionSorted(p.manifests, p.layers) {
-		dec := decideBlob(f, pol, d, func(l reclaim.RepoLink) bool { return l.Repo == pol.repo && removing[l.Kind][d] })
+func decideBlobs(p *Outcome, f *Facts, pol Policy) {
+	removing := map[reclaim.LinkKind]map[digest.Digest]bool{reclaim.LinkManifest: setOf(p.Manifests), reclaim.LinkLayer: setOf(p.Layers)}
+	for _, d := range unionSorted(p.Manifests, p.Layers) {
+		dec := decideBlob(f, pol, d, func(l reclaim.RepoLink) bool { return l.Repo == pol.Repo && removing[l.Kind][d] })
 		if dec.Deleted() {
-			p.blobs = append(p.blobs, d)
+			p.Blobs = append(p.Blobs, d)
 		}
-		p.decisions = append(p.decisions, dec)
+		p.Decisions = append(p.Decisions, dec)
 	}
 }
 
 // decideBlob decides one blob from its reverse links (ignoring the ones
 // removed reports), its access record and its size.
-func decideBlob(f *facts, pol policy, d digest.Digest, removed func(reclaim.RepoLink) bool) Decision {
+func decideBlob(f *Facts, pol Policy, d digest.Digest, removed func(reclaim.RepoLink) bool) Decision {
 	dec := Decision{Kind: reclaim.KindBlob, Digest: d}
-	if !pol.linkdbOK {
-		dec.Reason, dec.Detail = reclaim.ReasonLinkDBIncomplete, pol.linkdbNote
+	if !pol.LinkDBComplete {
+		dec.Reason, dec.Detail = reclaim.ReasonLinkDBIncomplete, pol.LinkDBNote
 		return dec
 	}
 	links, err := f.reverseLinks(d)
@@ -175,7 +173,7 @@ func decideBlob(f *facts, pol policy, d digest.Digest, removed func(reclaim.Repo
 		dec.Reason, dec.Detail = reclaim.ReasonCheckFailed, fmt.Sprintf("reverse links: %v", err)
 		return dec
 	}
-	if r, detail := linkedReason(links, pol.repo, removed); r != reasonInvalid {
+	if r, detail := linkedReason(links, pol.Repo, removed); r != reasonInvalid {
 		dec.Reason, dec.Detail = r, detail
 		return dec
 	}
@@ -185,26 +183,46 @@ func decideBlob(f *facts, pol policy, d digest.Digest, removed func(reclaim.Repo
 	case err != nil:
 		dec.Reason, dec.Detail = reclaim.ReasonCheckFailed, fmt.Sprintf("access record: %v", err)
 		return dec
-	case pol.recent(t):
+	case pol.Recent(t):
 		dec.Reason = reclaim.ReasonRecentlyAccessed
 		return dec
-	case !pol.inPlan(reclaim.KindBlob, d):
+	case !pol.InPlan(reclaim.KindBlob, d):
 		dec.Reason = reclaim.ReasonNotInPlan
 		return dec
 	}
+	// Size 0 without an error: the data is gone already; the directory
+	// (and any stale reverse link) is still worth removing.
 	size, err := f.size(d)
-	switch {
-	case layout.IsNotFound(err):
-		// The data is gone already; the directory (and any stale reverse
-		// link) is still worth removing.
-	case err != nil:
+	if err != nil {
 		dec.Reason, dec.Detail = reclaim.ReasonCheckFailed, fmt.Sprintf("stat: %v", err)
 		return dec
-	default:
-		dec.Size = size
 	}
+	dec.Size = size
 	dec.Reason = reclaim.ReasonUnreferenced
 	return dec
+}
+
+// DecideBlob decides one blob outside a plan (the delete phase after a
+// link was removed, the reclaimer's review): as Decide does, with every
+// reverse link counted.
+func DecideBlob(f *Facts, pol Policy, d digest.Digest) Decision {
+	return decideBlob(f, pol, d, func(reclaim.RepoLink) bool { return false })
+}
+
+// LinksKeep is the re-check of a blob under its fence, right before its
+// delete: any reverse link listed now keeps it (a mount or push that
+// linked it before the fence shows up here). The zero Reason: none does.
+func LinksKeep(links []reclaim.RepoLink, repo string) (reclaim.Reason, string) {
+	if detail, ok := malformed(links, func(reclaim.RepoLink) bool { return false }); ok {
+		return reclaim.ReasonCheckFailed, detail
+	}
+	if len(links) == 0 {
+		return reasonInvalid, ""
+	}
+	if links[0].Repo == repo {
+		return reclaim.ReasonStillLinked, links[0].Repo
+	}
+	return reclaim.ReasonLinkedElsewhere, links[0].Repo
 }
 
 // linkedReason is why the reverse links keep a blob: a malformed link

@@ -10,16 +10,16 @@ import (
 // marking is the mark phase: the closure of kept manifests over index
 // children and referrers.
 type marking struct {
-	s           *snapshot
+	s           *Snapshot
 	kept        map[digest.Digest]Decision
 	referrersOf map[digest.Digest][]digest.Digest // subject -> referrers
 	unknownKept bool
 }
 
-func newMarking(s *snapshot) *marking {
+func newMarking(s *Snapshot) *marking {
 	m := &marking{s: s, kept: map[digest.Digest]Decision{}, referrersOf: map[digest.Digest][]digest.Digest{}}
-	for _, d := range sortedDigests(s.revisions) {
-		if sub := s.revisions[d].subject; sub != "" {
+	for _, d := range sortedDigests(s.Revisions) {
+		if sub := s.Revisions[d].Subject; sub != "" {
 			m.referrersOf[sub] = append(m.referrersOf[sub], d)
 		}
 	}
@@ -31,23 +31,23 @@ func newMarking(s *snapshot) *marking {
 // type, with everything they keep. An unknown manifest's references are
 // unknown, so it could reference any other manifest of the repository:
 // then all of them are kept.
-func markRoots(s *snapshot) *marking {
+func markRoots(s *Snapshot) *marking {
 	mk := newMarking(s)
 	tagsOf := map[digest.Digest][]string{}
-	for tag, d := range s.tags {
+	for tag, d := range s.Tags {
 		tagsOf[d] = append(tagsOf[d], tag)
 	}
 	for _, d := range sortedDigests(tagsOf) {
 		sort.Strings(tagsOf[d])
 		mk.keep(d, reclaim.ReasonTagged, "tag "+tagsOf[d][0])
 	}
-	for _, d := range sortedDigests(s.revisions) {
-		if !s.revisions[d].known {
-			mk.keep(d, reclaim.ReasonUnknownMediaType, s.revisions[d].mediaType)
+	for _, d := range sortedDigests(s.Revisions) {
+		if !s.Revisions[d].Known {
+			mk.keep(d, reclaim.ReasonUnknownMediaType, s.Revisions[d].MediaType)
 		}
 	}
 	if mk.unknownKept {
-		for _, d := range sortedDigests(s.revisions) {
+		for _, d := range sortedDigests(s.Revisions) {
 			mk.keep(d, reclaim.ReasonUnknownManifestKept, "")
 		}
 	}
@@ -64,12 +64,12 @@ func (m *marking) keep(d digest.Digest, r reclaim.Reason, detail string) {
 	for len(queue) > 0 {
 		cur := queue[0]
 		queue = queue[1:]
-		info := m.s.revisions[cur]
-		if !info.known {
+		info := m.s.Revisions[cur]
+		if !info.Known {
 			m.unknownKept = true
 		}
 		keptBy := Decision{Kind: reclaim.KindManifest, Detail: "kept by " + cur.String()}
-		for _, c := range info.refs {
+		for _, c := range info.Refs {
 			if keptBy.Digest, keptBy.Reason = c, reclaim.ReasonIndexChild; m.add(c, keptBy) {
 				queue = append(queue, c)
 			}
@@ -87,7 +87,7 @@ func (m *marking) add(d digest.Digest, dec Decision) bool {
 	if _, ok := m.kept[d]; ok {
 		return false
 	}
-	if _, ok := m.s.revisions[d]; !ok {
+	if _, ok := m.s.Revisions[d]; !ok {
 		return false
 	}
 	m.kept[d] = dec
@@ -97,7 +97,7 @@ func (m *marking) add(d digest.Digest, dec Decision) bool {
 // unkept lists the manifests not kept, sorted.
 func (m *marking) unkept() []digest.Digest {
 	var out []digest.Digest
-	for _, d := range sortedDigests(m.s.revisions) {
+	for _, d := range sortedDigests(m.s.Revisions) {
 		if _, ok := m.kept[d]; !ok {
 			out = append(out, d)
 		}
@@ -112,43 +112,43 @@ func (m *marking) referenced() (map[digest.Digest]bool, bool) {
 	for d := range m.kept {
 		keptSet[d] = true
 	}
-	return referencedBy(m.s, keptSet)
+	return m.s.ReferencedBy(keptSet)
 }
 
-// referencedBy returns every digest the given manifests reference, their own
+// ReferencedBy returns every digest the given manifests reference, their own
 // digests included, and whether any of them has an unknown media type.
-func referencedBy(s *snapshot, manifests map[digest.Digest]bool) (map[digest.Digest]bool, bool) {
+func (s *Snapshot) ReferencedBy(manifests map[digest.Digest]bool) (map[digest.Digest]bool, bool) {
 	out := map[digest.Digest]bool{}
 	unknown := false
 	for d := range manifests {
-		info := s.revisions[d]
+		info := s.Revisions[d]
 		if info == nil {
 			continue
 		}
 		out[d] = true
-		if !info.known {
+		if !info.Known {
 			unknown = true
 		}
-		for _, r := range info.refs {
+		for _, r := range info.Refs {
 			out[r] = true
 		}
 	}
 	return out, unknown
 }
 
-// keepers returns, for each manifest, the manifests whose survival keeps it:
+// Parents returns, for each manifest, the manifests whose survival keeps it:
 // the indexes that list it and the subject it refers to. Only manifests of
 // the snapshot count.
-func keepers(s *snapshot) map[digest.Digest][]digest.Digest {
+func (s *Snapshot) Parents() map[digest.Digest][]digest.Digest {
 	out := map[digest.Digest][]digest.Digest{}
-	for _, d := range sortedDigests(s.revisions) {
-		for _, c := range uniq(s.revisions[d].refs) {
-			if _, ok := s.revisions[c]; ok && c != d {
+	for _, d := range sortedDigests(s.Revisions) {
+		for _, c := range uniq(s.Revisions[d].Refs) {
+			if _, ok := s.Revisions[c]; ok && c != d {
 				out[c] = append(out[c], d)
 			}
 		}
-		if sub := s.revisions[d].subject; sub != "" && sub != d {
-			if _, ok := s.revisions[sub]; ok {
+		if sub := s.Revisions[d].Subject; sub != "" && sub != d {
+			if _, ok := s.Revisions[sub]; ok {
 				out[d] = append(out[d], sub)
 			}
 		}
@@ -157,11 +157,11 @@ func keepers(s *snapshot) map[digest.Digest][]digest.Digest {
 }
 
 // parentsFirst orders manifests so that an index comes before its children
-// and a subject before its referrers: if the first survives the sweep
+// and a subject before its referrers: if the first survives the delete phase
 // (accessed at the last moment), the others are then still there to be kept.
-func parentsFirst(s *snapshot, ds []digest.Digest) []digest.Digest {
+func parentsFirst(s *Snapshot, ds []digest.Digest) []digest.Digest {
 	in := setOf(ds)
-	keptBy := keepers(s)
+	keptBy := s.Parents()
 	children := map[digest.Digest][]digest.Digest{}
 	indeg := map[digest.Digest]int{}
 	for _, d := range ds {

@@ -1,224 +1,36 @@
 package gc
 
-import (
-	"context"
-	"errors"
-	"fmt"
-	"path"
-	"sync"
+import "github.com/opencontainers/go-digest"
 
-	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
-	"github.com/opencontainers/go-digest"
-	"github.com/reclaim-registry/reclaim/reclaim"
-	"github.com/reclaim-registry/reclaim/storage/layout"
-	"golang.org/x/sync/errgroup"
-)
-
-// readConcurrency bounds the parallel storage and tracker reads of one run.
-const readConcurrency = 8
-
-// snapshot is everything a plan is built from: one read of the repository.
-type snapshot struct {
-	repo      string
-	tags      map[string]digest.Digest          // tag -> current manifest
-	tagIndex  map[digest.Digest][]string        // manifest -> tags whose history lists it
-	revisions map[digest.Digest]*manifestInfo   // manifest revisions
-	layers    map[digest.Digest]bool            // layer links
-	referrers map[digest.Digest][]digest.Digest // referrer -> subjects in the referrers index
+// Snapshot is everything a decision is built from: one read of the
+// repository (the collector's takeSnapshot fills it in).
+type Snapshot struct {
+	Repo      string
+	Tags      map[string]digest.Digest          // tag -> current manifest
+	TagIndex  map[digest.Digest][]string        // manifest -> tags whose history lists it
+	Revisions map[digest.Digest]*Manifest       // manifest revisions
+	Layers    map[digest.Digest]bool            // layer links
+	Referrers map[digest.Digest][]digest.Digest // referrer -> subjects in the referrers index
 }
 
-func newSnapshot(repo string) *snapshot {
-	return &snapshot{
-		repo:      repo,
-		tags:      map[string]digest.Digest{},
-		tagIndex:  map[digest.Digest][]string{},
-		revisions: map[digest.Digest]*manifestInfo{},
-		layers:    map[digest.Digest]bool{},
-		referrers: map[digest.Digest][]digest.Digest{},
+// NewSnapshot returns an empty snapshot of repo.
+func NewSnapshot(repo string) *Snapshot {
+	return &Snapshot{
+		Repo:      repo,
+		Tags:      map[string]digest.Digest{},
+		TagIndex:  map[digest.Digest][]string{},
+		Revisions: map[digest.Digest]*Manifest{},
+		Layers:    map[digest.Digest]bool{},
+		Referrers: map[digest.Digest][]digest.Digest{},
 	}
 }
 
-// takeSnapshot reads tags, revisions, layer links and every revision's
-// manifest. Any read error aborts: an unreadable tag could be a root, an
-// unreadable manifest could reference anything. So does anything at a
-// revision link or a tag's current link path that is not a file (a
-// directory, a dangling symlink): skipping it would make a tagged manifest
-// look untagged, or a manifest and what it references look absent.
-func takeSnapshot(ctx context.Context, d storagedriver.StorageDriver, repo string) (*snapshot, error) {
-	for attempt := 1; ; attempt++ {
-		s, err := readSnapshot(ctx, d, repo)
-		if !errors.Is(err, errWalkCut) || attempt == snapshotAttempts {
-			return s, err
-		}
-	}
-}
-
-// snapshotAttempts bounds how often a snapshot is read again after a
-// concurrent delete cut its walk short.
-const snapshotAttempts = 3
-
-// errWalkCut: a walk ended with "not found" although the directory it
-// walks is there. Drivers without a native Walk list one directory at a
-// time, and a directory deleted between being listed and being entered
-// (a client deleting a manifest) ends the whole walk with PathNotFound:
-// taken for "nothing there", it would hide every revision and tag after
-// it, and what they reference would look unreferenced.
-var errWalkCut = errors.New("the walk was cut short by a concurrent delete")
-
-// walkEnd tells a walk that ended with err over an absent root (absent
-// true) from one cut short (an error wrapping errWalkCut).
-func walkEnd(ctx context.Context, d storagedriver.StorageDriver, root string, err error) (absent bool, _ error) {
-	if !layout.IsNotFound(err) {
-		return false, err
-	}
-	_, serr := d.Stat(ctx, root)
-	switch {
-	case layout.IsNotFound(serr):
-		return true, nil
-	case serr != nil:
-		return false, serr
-	}
-	return false, fmt.Errorf("%s: %w", root, errWalkCut)
-}
-
-func readSnapshot(ctx context.Context, d storagedriver.StorageDriver, repo string) (*snapshot, error) {
-	s := newSnapshot(repo)
-	w := &manifestWalk{s: s,
-		revDirs: map[digest.Digest]string{}, currentDirs: map[string]string{}, tagSeen: map[string]bool{}}
-	noManifests, err := walkEnd(ctx, d, layout.ManifestsDir(repo), d.Walk(ctx, layout.ManifestsDir(repo), w.visit))
-	if err != nil {
-		return nil, abort(reclaim.AbortStorageUnreadable, fmt.Errorf("walk manifests of %s: %w", repo, err))
-	}
-	if err := w.probeUnseen(ctx, d); err != nil {
-		return nil, err
-	}
-	noLayers, err := walkLayers(ctx, d, s)
-	if err != nil {
-		return nil, abort(reclaim.AbortStorageUnreadable, fmt.Errorf("walk layers of %s: %w", repo, err))
-	}
-	if noManifests && noLayers {
-		return nil, fmt.Errorf("%w: %s", ErrRepositoryNotFound, repo)
-	}
-	if err := readContents(ctx, d, s, w.tagNames); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// manifestWalk collects the links under a repository's _manifests.
-type manifestWalk struct {
-	s        *snapshot
-	tagNames []string
-	// Directories that should hold a revision link or a tag's current link:
-	// one where the walk saw no link file is probed, because Walk leaves out
-	// an entry it cannot stat (a dangling symlink).
-	revDirs     map[digest.Digest]string
-	currentDirs map[string]string
-	tagSeen     map[string]bool
-}
-
-func (w *manifestWalk) visit(fi storagedriver.FileInfo) error {
-	p := layout.Classify(fi.Path())
-	if p.Repo != w.s.repo {
-		return nil
-	}
-	if fi.IsDir() {
-		return w.visitDir(fi.Path(), p)
-	}
-	switch p.Kind {
-	case layout.PathRevisionLink:
-		w.s.revisions[p.Digest] = &manifestInfo{digest: p.Digest}
-	case layout.PathTagCurrent:
-		w.tagNames = append(w.tagNames, p.Tag)
-		w.tagSeen[p.Tag] = true
-	case layout.PathTagIndex:
-		w.s.tagIndex[p.Digest] = append(w.s.tagIndex[p.Digest], p.Tag)
-	case layout.PathReferrerLink:
-		w.s.referrers[p.Referrer] = append(w.s.referrers[p.Referrer], p.Digest)
-	}
-	return nil
-}
-
-func (w *manifestWalk) visitDir(dir string, p layout.Path) error {
-	switch {
-	case p.Kind == layout.PathRevisionLinkDir:
-		w.revDirs[p.Digest] = dir + "/link"
-	case p.Kind == layout.PathTagDir && p.Tag != "" && dir == path.Dir(layout.TagCurrentPath(w.s.repo, p.Tag)):
-		w.currentDirs[p.Tag] = dir + "/link"
-	case p.Kind == layout.PathRevisionLink, p.Kind == layout.PathTagCurrent:
-		// Fail closed: this could be the tag or the revision that
-		// keeps everything else.
-		return fmt.Errorf("%s: %w: a directory", dir, errNotALink)
-	}
-	return nil
-}
-
-// probeUnseen looks at each revision and current-tag directory where the
-// walk saw no link file.
-func (w *manifestWalk) probeUnseen(ctx context.Context, d storagedriver.StorageDriver) error {
-	repo := w.s.repo
-	for _, dg := range sortedDigests(w.revDirs) {
-		if _, ok := w.s.revisions[dg]; ok {
-			continue
-		}
-		present, err := probeLink(ctx, d, w.revDirs[dg])
-		if err != nil {
-			return abort(reclaim.AbortStorageUnreadable, fmt.Errorf("revision %s of %s: %w", dg, repo, err))
-		}
-		if present { // written since the walk passed
-			w.s.revisions[dg] = &manifestInfo{digest: dg}
-		}
-	}
-	for tag, p := range w.currentDirs {
-		if w.tagSeen[tag] {
-			continue
-		}
-		present, err := probeLink(ctx, d, p)
-		if err != nil {
-			return abort(reclaim.AbortStorageUnreadable, fmt.Errorf("tag %s:%s: %w", repo, tag, err))
-		}
-		if present {
-			w.tagNames = append(w.tagNames, tag)
-		}
-	}
-	return nil
-}
-
-// walkLayers collects the layer links; absent when there is no _layers.
-func walkLayers(ctx context.Context, d storagedriver.StorageDriver, s *snapshot) (absent bool, _ error) {
-	root := layout.LayersDir(s.repo)
-	err := d.Walk(ctx, root, func(fi storagedriver.FileInfo) error {
-		if p := layout.Classify(fi.Path()); !fi.IsDir() && p.Kind == layout.PathLayerLink && p.Repo == s.repo {
-			s.layers[p.Digest] = true
-		}
-		return nil
-	})
-	return walkEnd(ctx, d, root, err)
-}
-
-// readContents reads every tag's current link and every revision's
-// manifest, readConcurrency at a time.
-func readContents(ctx context.Context, d storagedriver.StorageDriver, s *snapshot, tagNames []string) error {
-	var mu sync.Mutex
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(readConcurrency)
-	for _, tag := range tagNames {
-		g.Go(func() error {
-			dg, err := readLink(gctx, d, layout.TagCurrentPath(s.repo, tag))
-			if layout.IsNotFound(err) {
-				return nil // the tag was deleted while we walked
-			}
-			if err != nil {
-				return abort(reclaim.AbortStorageUnreadable, fmt.Errorf("read tag %s:%s: %w", s.repo, tag, err))
-			}
-			mu.Lock()
-			s.tags[tag] = dg
-			mu.Unlock()
-			return nil
-		})
-	}
-	for _, m := range s.revisions {
-		g.Go(func() error { return readManifest(gctx, d, m) })
-	}
-	return g.Wait()
+// Manifest is one manifest revision as the decision sees it.
+type Manifest struct {
+	Digest    digest.Digest
+	MediaType string
+	Known     bool            // parsed by a registered handler; an unknown one references anything
+	Refs      []digest.Digest // config and layers, or an index's children
+	Subject   digest.Digest   // OCI subject, "" when none
+	Size      int64           // of the content read
 }

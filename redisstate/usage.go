@@ -13,7 +13,7 @@ import (
 )
 
 // UsageStore keeps each repository's reclaimable-bytes estimate
-// (reclaim.Usage, made by gc/usage.go) and ranks the repositories by it:
+// (reclaim.Usage, made by gc/collector/usage.go) and ranks the repositories by it:
 //
 //	reclaim:{<repo>}:usage       JSON reclaim.Usage, the repository's last estimate
 //	reclaim:usage:reclaimable    sorted set: repo -> reclaimable bytes

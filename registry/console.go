@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
@@ -66,7 +66,7 @@ func (c *consoleData) authorize(r *http.Request, repo string, a console.Access) 
 }
 
 // collector is the GC API's collector, nil while the API is off.
-func (c *consoleData) collector() *gc.Collector {
+func (c *consoleData) collector() *collector.Collector {
 	if c.api.backend == nil {
 		return nil
 	}
@@ -77,14 +77,14 @@ func (c *consoleData) collector() *gc.Collector {
 // read (one Redis read each, with the report).
 const recentRunsShown = 50
 
-func (c *consoleData) runs(ctx context.Context) ([]*gc.Report, error) {
+func (c *consoleData) runs(ctx context.Context) ([]*collector.Report, error) {
 	if col := c.collector(); col != nil {
 		return col.RecentRuns(ctx, recentRunsShown)
 	}
 	return nil, nil
 }
 
-func (c *consoleData) run(ctx context.Context, id string) (*gc.Report, bool, error) {
+func (c *consoleData) run(ctx context.Context, id string) (*collector.Report, bool, error) {
 	if col := c.collector(); col != nil {
 		return col.LookupRun(ctx, id)
 	}
@@ -92,17 +92,17 @@ func (c *consoleData) run(ctx context.Context, id string) (*gc.Report, bool, err
 }
 
 // preview is a dry-run collect, counted in the metrics as the API's are.
-func (c *consoleData) preview(ctx context.Context, repo string) (*gc.Report, error) {
+func (c *consoleData) preview(ctx context.Context, repo string) (*collector.Report, error) {
 	b := c.api.backend
 	if b == nil {
 		return nil, errGCDisabled
 	}
 	if b.Exists != nil {
 		if ok, err := b.Exists(ctx, repo); err == nil && !ok {
-			return nil, fmt.Errorf("%w: %s", gc.ErrRepositoryNotFound, repo)
+			return nil, fmt.Errorf("%w: %s", collector.ErrRepositoryNotFound, repo)
 		}
 	}
-	rep, err := b.Collector.Collect(ctx, repo, gc.RunOptions{DryRun: true})
+	rep, err := b.Collector.Collect(ctx, repo, collector.RunOptions{DryRun: true})
 	observe(rep, err)
 	return rep, err
 }

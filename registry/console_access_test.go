@@ -13,7 +13,7 @@ import (
 
 	"github.com/distribution/distribution/v3/configuration"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
@@ -31,7 +31,7 @@ func consoleScopes(t *testing.T) (get func(method, path, grant string, form url.
 	}
 	t.Cleanup(func() { s.Close() })
 	for repo, id := range map[string]string{"team/app": teamRun, "other/app": otherRun} {
-		rep := &gc.Report{RunID: id, Repository: repo, Status: reclaim.StatusDone, DryRun: true, StartedAt: time.Now(), FinishedAt: time.Now()}
+		rep := &collector.Report{RunID: id, Repository: repo, Status: reclaim.StatusDone, DryRun: true, StartedAt: time.Now(), FinishedAt: time.Now()}
 		body, err := json.Marshal(rep)
 		if err != nil {
 			t.Fatal(err)

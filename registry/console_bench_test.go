@@ -10,7 +10,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
@@ -34,7 +34,7 @@ func BenchmarkConsoleOverviewRecentRuns(b *testing.B) {
 	ctx := b.Context()
 	for i := range 50 {
 		repo, id := fmt.Sprintf("bench/r%02d", i), fmt.Sprintf("benchrun%02d", i)
-		rep := &gc.Report{RunID: id, Repository: repo, Status: reclaim.StatusDone, StartedAt: time.Now(), FinishedAt: time.Now(), BytesFreed: 1 << 20}
+		rep := &collector.Report{RunID: id, Repository: repo, Status: reclaim.StatusDone, StartedAt: time.Now(), FinishedAt: time.Now(), BytesFreed: 1 << 20}
 		for j := range 100 {
 			rep.BlobsDeleted = append(rep.BlobsDeleted, digest.FromString(fmt.Sprint(i, j)))
 		}

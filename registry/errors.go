@@ -9,7 +9,7 @@ import (
 	"github.com/distribution/distribution/v3/registry/auth"
 	"github.com/sirupsen/logrus"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/crosssite"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/retention"
@@ -38,7 +38,7 @@ var (
 
 // statusOf is the one place errors become HTTP statuses and codes.
 func statusOf(err error) (int, apiError) {
-	var ae *gc.AbortError
+	var ae *collector.AbortError
 	var re *retention.AbortError
 	switch {
 	case errors.As(err, &ae):
@@ -55,7 +55,7 @@ func statusOf(err error) (int, apiError) {
 		return http.StatusConflict, apiError{"POLICY_CHANGED", err.Error(), nil}
 	case errors.Is(err, retention.ErrPlanSkipped):
 		return http.StatusConflict, apiError{"PLAN_SKIPPED", err.Error(), nil}
-	case errors.Is(err, gc.ErrInvalidName):
+	case errors.Is(err, collector.ErrInvalidName):
 		return http.StatusBadRequest, apiError{"NAME_INVALID", err.Error(), nil}
 	case errors.Is(err, errBadRequest):
 		return http.StatusBadRequest, apiError{"PARAM_INVALID", err.Error(), nil}
@@ -63,13 +63,13 @@ func statusOf(err error) (int, apiError) {
 		return http.StatusBadRequest, apiError{"POLICY_OVERRIDE_DENIED", err.Error(), nil}
 	case errors.Is(err, errDigestAlgorithm):
 		return http.StatusBadRequest, apiError{"DIGEST_INVALID", err.Error(), nil}
-	case errors.Is(err, gc.ErrRepositoryNotFound):
+	case errors.Is(err, collector.ErrRepositoryNotFound):
 		return http.StatusNotFound, apiError{"NAME_UNKNOWN", err.Error(), nil}
-	case errors.Is(err, gc.ErrPlanRepository):
+	case errors.Is(err, collector.ErrPlanRepository):
 		// Never say whose plan it is: the handlers answer as for an unknown
 		// id (planUnknown); this is the fallback, without the message.
-		return http.StatusNotFound, apiError{"PLAN_UNKNOWN", gc.ErrPlanNotFound.Error(), nil}
-	case errors.Is(err, gc.ErrPlanNotFound):
+		return http.StatusNotFound, apiError{"PLAN_UNKNOWN", collector.ErrPlanNotInMemory.Error(), nil}
+	case errors.Is(err, collector.ErrPlanNotInMemory):
 		return http.StatusNotFound, apiError{"PLAN_UNKNOWN", err.Error(), nil}
 	case errors.Is(err, retention.ErrPinExpired):
 		return http.StatusBadRequest, apiError{"PIN_EXPIRED", err.Error(), nil}
@@ -89,7 +89,7 @@ func statusOf(err error) (int, apiError) {
 		return http.StatusServiceUnavailable, apiError{"UNAVAILABLE", err.Error(), nil}
 	case errors.Is(err, errUsageUnknown):
 		return http.StatusNotFound, apiError{"USAGE_UNKNOWN", err.Error(), nil}
-	case errors.Is(err, gc.ErrNoUsageStore):
+	case errors.Is(err, collector.ErrNoUsageStore):
 		return http.StatusMethodNotAllowed, apiError{"UNSUPPORTED", err.Error(), nil}
 	case errors.Is(err, errRunNotFound):
 		return http.StatusNotFound, apiError{"RUN_UNKNOWN", err.Error(), nil}
@@ -97,11 +97,11 @@ func statusOf(err error) (int, apiError) {
 		return http.StatusNotFound, apiError{"NOT_FOUND", err.Error(), nil}
 	case errors.Is(err, reclaim.ErrRepositoryBusy):
 		return http.StatusConflict, apiError{"GC_BUSY", err.Error(), nil}
-	case errors.Is(err, errTooMany), errors.Is(err, gc.ErrTooManyDryRuns):
+	case errors.Is(err, errTooMany), errors.Is(err, collector.ErrTooManyDryRuns):
 		return http.StatusTooManyRequests, apiError{"TOO_MANY_REQUESTS", err.Error(), nil}
 	case errors.Is(err, errTooLarge):
 		return http.StatusRequestEntityTooLarge, apiError{"SIZE_INVALID", err.Error(), nil}
-	case errors.Is(err, errMethod), errors.Is(err, gc.ErrDisabled):
+	case errors.Is(err, errMethod), errors.Is(err, collector.ErrDisabled):
 		return http.StatusMethodNotAllowed, apiError{"UNSUPPORTED", err.Error(), nil}
 	case errors.Is(err, crosssite.ErrRefused):
 		// 403, not 401: the credentials may be fine; the page that sent

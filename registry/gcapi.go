@@ -12,7 +12,7 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
@@ -50,7 +50,7 @@ const maxBody = 64 << 10
 
 // gcBackend is what the API needs from the storage layer.
 type gcBackend struct {
-	Collector *gc.Collector
+	Collector *collector.Collector
 	// Status reports the health of the tracker and link database.
 	Status func(ctx context.Context) map[string]any
 	// Exists reports whether storage holds the repository (manifests or
@@ -75,7 +75,7 @@ type gcBackend struct {
 }
 
 // errGCDisabled answers every GC API request while `gc.enabled` is off.
-var errGCDisabled = fmt.Errorf("%w: set gc.enabled in the reclaim storage middleware options", gc.ErrDisabled)
+var errGCDisabled = fmt.Errorf("%w: set gc.enabled in the reclaim storage middleware options", collector.ErrDisabled)
 
 type gcAPI struct {
 	next    http.Handler
@@ -167,11 +167,11 @@ func (h *gcAPI) serve(w http.ResponseWriter, r *http.Request) error {
 // repository can have such a name: that is a 400, not a 503 that says
 // retry.
 func validateRepository(repo string) error {
-	if err := gc.ValidateName(repo); err != nil {
+	if err := collector.ValidateName(repo); err != nil {
 		return err
 	}
 	if !storagedriver.PathRegexp.MatchString("/" + repo) {
-		return fmt.Errorf("%w: %q: not a storage path (a host with a port or an IPv6 address?)", gc.ErrInvalidName, repo)
+		return fmt.Errorf("%w: %q: not a storage path (a host with a port or an IPv6 address?)", collector.ErrInvalidName, repo)
 	}
 	return nil
 }
@@ -200,7 +200,7 @@ func (h *gcAPI) repoRequest(r *http.Request, repo string) (collectRequest, *gcBa
 		// An error is not "absent": the run reads storage again and aborts
 		// if it cannot.
 		if ok, err := b.Exists(r.Context(), repo); err == nil && !ok {
-			return collectRequest{}, nil, fmt.Errorf("%w: %s", gc.ErrRepositoryNotFound, repo)
+			return collectRequest{}, nil, fmt.Errorf("%w: %s", collector.ErrRepositoryNotFound, repo)
 		}
 	}
 	return req, b, nil
@@ -221,7 +221,7 @@ func (h *gcAPI) checkOverride(req collectRequest) error {
 // planUnknown is the one answer for a plan id the caller cannot use: not
 // found, expired, or made for another repository. Saying which would let a
 // caller probe other repositories' ids (and name them).
-func planUnknown(id string) error { return fmt.Errorf("%w: %q", gc.ErrPlanNotFound, id) }
+func planUnknown(id string) error { return fmt.Errorf("%w: %q", collector.ErrPlanNotInMemory, id) }
 
 // runUnknown is planUnknown for runs.
 func runUnknown(id string) error { return fmt.Errorf("%w: %q", errRunNotFound, id) }
@@ -229,7 +229,7 @@ func runUnknown(id string) error { return fmt.Errorf("%w: %q", errRunNotFound, i
 // hidePlan turns every "this plan is not yours to use" error into
 // planUnknown.
 func hidePlan(err error, id string) error {
-	if errors.Is(err, gc.ErrPlanNotFound) || errors.Is(err, gc.ErrPlanRepository) {
+	if errors.Is(err, collector.ErrPlanNotInMemory) || errors.Is(err, collector.ErrPlanRepository) {
 		return planUnknown(id)
 	}
 	return err

@@ -15,7 +15,7 @@ import (
 	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
@@ -70,12 +70,12 @@ func scopeAPI(t *testing.T, usage *redisstate.UsageStore) (do func(method, path,
 		digest.FromString("x").Encoded()+"/link", []byte(digest.FromString("x"))); err != nil {
 		t.Fatal(err)
 	}
-	cfg := gc.Config{Driver: d, Tracker: notRecording{}, Links: noLinks{}}
+	cfg := collector.Config{Driver: d, Tracker: notRecording{}, Links: noLinks{}}
 	b := &gcBackend{}
 	if usage != nil {
 		cfg.Usage, b.Usage = usage, usage
 	}
-	col, err := gc.New(cfg)
+	col, err := collector.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func (notRecording) RecordingSince(context.Context) (t0 time.Time, err error) {
 func (notRecording) LastAccess(context.Context, reclaim.Object) (time.Time, bool, error) {
 	return time.Time{}, false, nil
 }
-func (notRecording) Fence(context.Context, reclaim.Object, time.Duration, time.Duration) (gc.Hold, error) {
+func (notRecording) Fence(context.Context, reclaim.Object, time.Duration, time.Duration) (collector.Hold, error) {
 	return nil, reclaim.ErrFenced
 }
 func (notRecording) LockRepository(ctx context.Context, _ string, _ time.Duration) (context.Context, func(), error) {
@@ -146,3 +146,7 @@ func (notRecording) LockRepository(ctx context.Context, _ string, _ time.Duratio
 type noLinks struct{}
 
 func (noLinks) List(context.Context, digest.Digest) ([]reclaim.RepoLink, error) { return nil, nil }
+
+func (noLinks) ListFor(context.Context, digest.Digest, string) ([]reclaim.RepoLink, error) {
+	return nil, nil
+}

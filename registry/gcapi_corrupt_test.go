@@ -17,7 +17,7 @@ import (
 	ggcrv1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
@@ -167,7 +167,7 @@ func blobsOf(t *testing.T, img ggcrv1.Image) []digest.Digest {
 // gcOutcome is what one run answered: a report, or an abort reason.
 type gcOutcome struct {
 	abort string
-	rep   *gc.Report
+	rep   *collector.Report
 }
 
 // collectBoth runs a dry run, then a real run of repo, and checks that they
@@ -233,7 +233,7 @@ func (c *corruptRegistry) assertKept(t *testing.T, s *scene) {
 	}
 }
 
-func blobReason(rep *gc.Report, d digest.Digest) (reclaim.Reason, string) {
+func blobReason(rep *collector.Report, d digest.Digest) (reclaim.Reason, string) {
 	for _, k := range rep.Kept {
 		if k.Kind == reclaim.KindBlob && k.Digest == d {
 			return k.Reason, k.Detail

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/registry"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
@@ -93,7 +93,7 @@ func TestConcurrentIdenticalDryRunsShareOneWalk(t *testing.T) {
 	const n = 8
 	var joined atomic.Int64
 	allJoined := make(chan struct{})
-	registry.SetDryRunHooks(g.Server, gc.DryRunHooks{Joined: func(string, bool) {
+	registry.SetDryRunHooks(g.Server, collector.DryRunHooks{Joined: func(string, bool) {
 		if joined.Add(1) == n {
 			close(allJoined)
 		}
@@ -135,7 +135,7 @@ func TestDryRunsBeyondTheBoundWait(t *testing.T) {
 	repos := []string{"b/r0", "b/r1", "b/r2", "b/r3", "b/r4"}
 	g := startDryRuns(t, map[string]any{"dryruns": 2, "dryrunwait": "10m"}, repos...)
 	waiting := make(chan string, len(repos))
-	registry.SetDryRunHooks(g.Server, gc.DryRunHooks{Waiting: func(repo string) { waiting <- repo }})
+	registry.SetDryRunHooks(g.Server, collector.DryRunHooks{Waiting: func(repo string) { waiting <- repo }})
 	w := gateWalks(t, repos...)
 	var wg sync.WaitGroup
 	errs := make(chan error, len(repos))

@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
@@ -81,7 +81,7 @@ func TestE2ERedisDownAborts(t *testing.T) {
 // assertBlocked checks that a real run is refused with 503 and reason,
 // that a dry run answers 200 with the plan and reason listed as a run-wide
 // blocker, and that neither changed storage. It returns the dry run.
-func assertBlocked(t *testing.T, g *gcRegistry, repo, reason string) *gc.Report {
+func assertBlocked(t *testing.T, g *gcRegistry, repo, reason string) *collector.Report {
 	t.Helper()
 	before := g.tree(t)
 	code, body := g.collectRaw(t, repo, false)
@@ -93,7 +93,7 @@ func assertBlocked(t *testing.T, g *gcRegistry, repo, reason string) *gc.Report 
 		t.Fatalf("dry run: %d %s, want 200 with blockers", code, body)
 	}
 	dry := decodeReport(t, body)
-	if !dry.DryRun || dry.Status != reclaim.StatusDone || !hasBlocker(dry, reason, gc.BlocksRun) {
+	if !dry.DryRun || dry.Status != reclaim.StatusDone || !hasBlocker(dry, reason, collector.BlocksRun) {
 		t.Fatalf("dry run: %s, want blocker %s", body, reason)
 	}
 	if after := g.tree(t); after != before {
@@ -102,7 +102,7 @@ func assertBlocked(t *testing.T, g *gcRegistry, repo, reason string) *gc.Report 
 	return dry
 }
 
-func hasBlocker(rep *gc.Report, reason, blocks string) bool {
+func hasBlocker(rep *collector.Report, reason, blocks string) bool {
 	for _, b := range rep.Blockers {
 		if string(b.Reason) == reason && b.Blocks == blocks && b.Detail != "" {
 			return true

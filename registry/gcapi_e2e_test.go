@@ -22,7 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
@@ -103,9 +103,9 @@ func (g *gcRegistry) collectRaw(t *testing.T, repo string, dry bool) (int, []byt
 	return g.post(t, fmt.Sprintf("/gc/v1/repositories/%s/collect?dry_run=%v", repo, dry))
 }
 
-func decodeReport(t *testing.T, b []byte) *gc.Report {
+func decodeReport(t *testing.T, b []byte) *collector.Report {
 	t.Helper()
-	var rep gc.Report
+	var rep collector.Report
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatalf("report: %v\n%s", err, b)
 	}
@@ -115,7 +115,7 @@ func decodeReport(t *testing.T, b []byte) *gc.Report {
 // collect runs a dry run (which must change nothing), then a real run,
 // which must delete exactly what the dry run announced; it checks the link
 // database afterwards.
-func (g *gcRegistry) collect(t *testing.T, repo string) *gc.Report {
+func (g *gcRegistry) collect(t *testing.T, repo string) *collector.Report {
 	t.Helper()
 	before := g.tree(t)
 	code, body := g.collectRaw(t, repo, true)
@@ -260,7 +260,7 @@ func contains(ds []digest.Digest, h ggcrv1.Hash) bool {
 	return false
 }
 
-func reasonOf(rep *gc.Report, kind reclaim.ObjectKind, h ggcrv1.Hash) string {
+func reasonOf(rep *collector.Report, kind reclaim.ObjectKind, h ggcrv1.Hash) string {
 	for _, k := range rep.Kept {
 		if k.Kind == kind && k.Digest.String() == h.String() {
 			return k.Reason.String()

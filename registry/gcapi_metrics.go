@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/metrics"
 	"github.com/reclaim-registry/reclaim/reclaim"
 )
@@ -24,7 +24,7 @@ var (
 )
 
 // observe records a finished synchronous run.
-func observe(rep *gc.Report, err error) {
+func observe(rep *collector.Report, err error) {
 	if err != nil {
 		observeAbort(err)
 	}
@@ -51,7 +51,7 @@ func observe(rep *gc.Report, err error) {
 }
 
 func observeAbort(err error) {
-	var ae *gc.AbortError
+	var ae *collector.AbortError
 	switch {
 	case errors.As(err, &ae):
 		metricAborts.WithLabelValues(string(ae.Reason)).Inc()

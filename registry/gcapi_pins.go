@@ -7,7 +7,7 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/retention"
 )
 
@@ -116,7 +116,7 @@ func (h *gcAPI) putPin(w http.ResponseWriter, r *http.Request, repo string, ref 
 	if ok, err := b.Exists(ctx, repo); err != nil {
 		return fmt.Errorf("%w: %v", retention.ErrUnavailable, err)
 	} else if !ok {
-		return fmt.Errorf("%w: %s", gc.ErrRepositoryNotFound, repo)
+		return fmt.Errorf("%w: %s", collector.ErrRepositoryNotFound, repo)
 	}
 	if ok, err := b.HasVersion(ctx, repo, ref); err != nil {
 		return fmt.Errorf("%w: %v", retention.ErrUnavailable, err)

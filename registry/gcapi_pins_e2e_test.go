@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/retention"
@@ -31,7 +32,7 @@ func (g *gcRegistry) pin(t *testing.T, repo string, ref fmt.Stringer, body strin
 
 // keptAs returns the decision the report kept d with; it fails the test
 // when d was deleted.
-func keptAs(t *testing.T, rep *gc.Report, d digest.Digest) gc.Decision {
+func keptAs(t *testing.T, rep *collector.Report, d digest.Digest) gc.Decision {
 	t.Helper()
 	for _, k := range rep.Kept {
 		if k.Kind == reclaim.KindManifest && k.Digest == d {

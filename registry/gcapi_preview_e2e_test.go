@@ -8,7 +8,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
@@ -41,13 +41,13 @@ func TestE2EPreviewWhileRecordingTooShort(t *testing.T) {
 	// is refused as long as the blocker holds, and deletes nothing.
 	code, body := g.post(t, "/gc/v1/repositories/prev/app/plan")
 	var resp struct {
-		Plan   gc.Plan   `json:"plan"`
-		Report gc.Report `json:"report"`
+		Plan   collector.Plan   `json:"plan"`
+		Report collector.Report `json:"report"`
 	}
 	if code != http.StatusOK || json.Unmarshal(body, &resp) != nil {
 		t.Fatalf("plan: %d %s", code, body)
 	}
-	if len(resp.Plan.Manifests) != 1 || !hasBlocker(&resp.Report, string(reclaim.AbortRedisRecordingTooShort), gc.BlocksRun) {
+	if len(resp.Plan.Manifests) != 1 || !hasBlocker(&resp.Report, string(reclaim.AbortRedisRecordingTooShort), collector.BlocksRun) {
 		t.Fatalf("plan: %s", body)
 	}
 	code, body = g.post(t, "/gc/v1/repositories/prev/app/plans/"+resp.Plan.ID+"/apply?dry_run=false")
@@ -75,7 +75,7 @@ func TestE2EPreviewListsLinkDBIncomplete(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep := g.collect(t, "inc/app") // a dry run, then a real run that agrees
-	if !hasBlocker(rep, string(reclaim.AbortLinkDBIncomplete), gc.BlocksBlobs) || len(rep.BlobsDeleted) != 0 {
+	if !hasBlocker(rep, string(reclaim.AbortLinkDBIncomplete), collector.BlocksBlobs) || len(rep.BlobsDeleted) != 0 {
 		t.Fatalf("report: blockers %+v, blobs deleted %v", rep.Blockers, rep.BlobsDeleted)
 	}
 	if !containsDigest(rep.ManifestsDeleted, d) {

@@ -13,7 +13,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
@@ -123,7 +123,7 @@ func TestE2ERaceSlowIndexPutVsCollectOfItsChild(t *testing.T) {
 	g.settle() // the child is untagged and older than the window
 	err := slowPut(t, g, digestOf(t, idx), func(opts ...remote.Option) error {
 		return remote.WriteIndex(g.Ref(t, "r:v1"), idx, opts...)
-	}, func(rep *gc.Report) {
+	}, func(rep *collector.Report) {
 		if !contains(rep.ManifestsDeleted, c) {
 			t.Fatalf("the collect should have deleted the untagged child (the interleaving did not happen): %+v", rep.ManifestsDeleted)
 		}
@@ -144,7 +144,7 @@ func TestE2ERaceSlowManifestPutVsCollectOfItsLayers(t *testing.T) {
 	img := registrytest.Image(t, layer(t))
 	err := slowPut(t, g, digestOf(t, img), func(opts ...remote.Option) error {
 		return remote.Write(g.Ref(t, "r:v1"), img, opts...)
-	}, func(rep *gc.Report) {
+	}, func(rep *collector.Report) {
 		if !contains(rep.LayersUnlinked, layerHash(t, img)) {
 			t.Fatalf("the collect should have unlinked the layer nothing referenced yet (the interleaving did not happen): %+v", rep.LayersUnlinked)
 		}
@@ -161,7 +161,7 @@ func TestE2ERaceSlowManifestPutVsCollectOfItsLayers(t *testing.T) {
 // slowPut runs put (one attempt, no retries) and holds it at the write of
 // manifest m's data; meanwhile the window passes and a real collect of r
 // runs, whose report check looks at. It returns put's result.
-func slowPut(t *testing.T, g *gcRegistry, m ggcrv1.Hash, put func(...remote.Option) error, check func(*gc.Report)) error {
+func slowPut(t *testing.T, g *gcRegistry, m ggcrv1.Hash, put func(...remote.Option) error, check func(*collector.Report)) error {
 	t.Helper()
 	data := layout.BlobDataPath(digest.Digest(m.String()))
 	reached, release := make(chan struct{}), make(chan struct{})

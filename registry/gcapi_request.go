@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 )
 
 // Request parsing for the repository endpoints. Every way a request can be
@@ -258,8 +258,8 @@ func jsonText(kind jsonKind, raw json.RawMessage) (string, error) {
 
 // options turns the request into run options. A request that did not say
 // dry_run is a dry run.
-func (req collectRequest) options() gc.RunOptions {
-	o := gc.RunOptions{DryRun: true, Cap: req.Cap, PlanID: req.Plan}
+func (req collectRequest) options() collector.RunOptions {
+	o := collector.RunOptions{DryRun: true, Cap: req.Cap, PlanID: req.Plan}
 	if req.DryRun != nil {
 		o.DryRun = *req.DryRun
 	}

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/retention"
 )
 
@@ -50,7 +50,7 @@ func (h *gcAPI) retention(w http.ResponseWriter, r *http.Request, m []string) er
 	}
 	if b := h.backend; b.Exists != nil {
 		if ok, err := b.Exists(r.Context(), repo); err == nil && !ok {
-			return fmt.Errorf("%w: %s", gc.ErrRepositoryNotFound, repo)
+			return fmt.Errorf("%w: %s", collector.ErrRepositoryNotFound, repo)
 		}
 	}
 	switch {

@@ -14,7 +14,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/redisstore"
@@ -26,7 +26,7 @@ import (
 // read-only catalog browser gets, changes neither.
 func TestPinsAndInUseScopes(t *testing.T) {
 	conf := &configuration.Configuration{Auth: configuration.Auth{"gcscopetest": configuration.Parameters{}}}
-	col, err := gc.New(gc.Config{Driver: inmemory.New(), Tracker: notRecording{}, Links: noLinks{}})
+	col, err := collector.New(collector.Config{Driver: inmemory.New(), Tracker: notRecording{}, Links: noLinks{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestPinsAndInUseScopes(t *testing.T) {
 // pull, and the registry-wide list of plans the catalog scope.
 func TestRetentionScopes(t *testing.T) {
 	conf := &configuration.Configuration{Auth: configuration.Auth{"gcscopetest": configuration.Parameters{}}}
-	col, err := gc.New(gc.Config{Driver: inmemory.New(), Tracker: notRecording{}, Links: noLinks{}})
+	col, err := collector.New(collector.Config{Driver: inmemory.New(), Tracker: notRecording{}, Links: noLinks{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
@@ -19,8 +19,8 @@ import (
 	"github.com/reclaim-registry/reclaim/storage/middleware"
 )
 
-// This file adapts the middleware's Env and redisstate to the small
-// interfaces gc declares, so gc stays free of Redis and storage types.
+// This file adapts the storage package to the small interfaces gc
+// declares, so gc stays free of Redis and storage types.
 
 // newGCBackend builds the collector on the storage Env: the driver wrapped
 // by the reclaim middleware (deletes through it remove reverse links and
@@ -37,16 +37,20 @@ func dryRunWait(d time.Duration) time.Duration {
 func newGCBackend(env *middleware.Env, opts config.Options) (*gcBackend, error) {
 	pins := redisstore.NewPins(env.Tracker.Client(), opts.Prefix, nil)
 	usage := redisstate.NewUsageStore(env.Tracker.Client(), opts.Prefix)
-	col, err := gc.New(gc.Config{
+	tr := gcTracker{env.Tracker}
+	col, err := collector.New(collector.Config{
 		Driver:  haltingDriver(env.Driver),
-		Tracker: gcTracker{env.Tracker},
+		Tracker: tr,
 		Links:   env.Links,
+		Clock:   tr,
+		Runs:    tr,
+		Freed:   env.Tracker,
 		LinkDBComplete: func(ctx context.Context) (bool, error) {
 			_, ok, err := linkdb.LinkDBComplete(ctx, env.Raw)
 			return ok, err
 		},
 		// A missing reverse link a run finds is written back through the
-		// same store the middleware writes with (gc/repair.go).
+		// same store the middleware writes with (gc/collector/repair.go).
 		Repair: env.Links,
 		MarkLinkDBIncomplete: func(ctx context.Context) error {
 			return linkdb.MarkLinkDBIncomplete(ctx, env.Raw)
@@ -142,22 +146,22 @@ func repositoryExists(d storagedriver.StorageDriver) func(ctx context.Context, r
 	}
 }
 
-// gcTracker is the tracker as gc.Tracker: gc and the tracker share one
+// gcTracker is the tracker as collector.Tracker: gc and the tracker share one
 // vocabulary (package reclaim), so only Fence and BeginRun, whose results gc
 // sees as a Hold and a RunHandle, need wrapping.
 type gcTracker struct{ *redisstate.Tracker }
 
 var (
-	_ gc.Tracker      = gcTracker{}
-	_ gc.Clock        = gcTracker{}
-	_ gc.RunRecorder  = gcTracker{}
-	_ gc.LinkIndex    = (*linkdb.ReverseLinks)(nil)
-	_ gc.LinkIndexFor = (*linkdb.ReverseLinks)(nil)
-	_ gc.LinkRepairer = (*linkdb.ReverseLinks)(nil)
-	_ gc.UsageStore   = (*redisstate.UsageStore)(nil)
+	_ collector.Tracker      = gcTracker{}
+	_ collector.Clock        = gcTracker{}
+	_ collector.RunRecorder  = gcTracker{}
+	_ collector.LinkIndex    = (*linkdb.ReverseLinks)(nil)
+	_ collector.LinkRepairer = (*linkdb.ReverseLinks)(nil)
+	_ collector.UsageStore   = (*redisstate.UsageStore)(nil)
+	_ collector.FreedCounter = (*redisstate.Tracker)(nil)
 )
 
-func (a gcTracker) Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (gc.Hold, error) {
+func (a gcTracker) Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (collector.Hold, error) {
 	f, err := a.Tracker.Fence(ctx, o, window, lease)
 	if err != nil {
 		return nil, err
@@ -165,8 +169,8 @@ func (a gcTracker) Fence(ctx context.Context, o reclaim.Object, window, lease ti
 	return gcHold{t: a.Tracker, f: f, lease: lease}, nil
 }
 
-// BeginRun is the tracker's, with its lock seen as a gc.RunHandle.
-func (a gcTracker) BeginRun(ctx context.Context, repo, id string, started time.Time, lease time.Duration) (gc.RunHandle, error) {
+// BeginRun is the tracker's, with its lock seen as a collector.RunHandle.
+func (a gcTracker) BeginRun(ctx context.Context, repo, id string, started time.Time, lease time.Duration) (collector.RunHandle, error) {
 	l, err := a.Tracker.BeginRun(ctx, repo, id, started, lease)
 	if err != nil {
 		return nil, err

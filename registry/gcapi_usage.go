@@ -6,12 +6,12 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/redisstate"
 )
 
-// Usage, the reclaimable-bytes estimates (gc/usage.go, kept by
-// redisstate's UsageStore):
+// Usage, the reclaimable-bytes estimates (gc/collector/usage.go, kept by
+// storage/tracker's UsageStore):
 //
 //	GET /gc/v1/repositories/<name>/usage[?refresh=true]   one repository's estimate
 //	GET /gc/v1/usage[?top=N&by=reclaimable|exclusive]     the repositories ranked highest
@@ -71,7 +71,7 @@ func (h *gcAPI) repoUsage(w http.ResponseWriter, r *http.Request, repo string) e
 	exists := func() error {
 		if b.Exists != nil {
 			if ok, err := b.Exists(ctx, repo); err == nil && !ok {
-				return fmt.Errorf("%w: %s", gc.ErrRepositoryNotFound, repo)
+				return fmt.Errorf("%w: %s", collector.ErrRepositoryNotFound, repo)
 			}
 		}
 		return nil

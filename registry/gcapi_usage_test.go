@@ -11,7 +11,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/redisstate"
 )
@@ -59,7 +59,7 @@ func FuzzUsageRoute(f *testing.F) {
 		}
 		w := httptest.NewRecorder()
 		api.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/gc/v1/repositories/"+name+"/usage", nil))
-		want := fmt.Sprintf("%s: %s", gc.ErrRepositoryNotFound, name)
+		want := fmt.Sprintf("%s: %s", collector.ErrRepositoryNotFound, name)
 		if w.Code != http.StatusNotFound || !strings.Contains(w.Body.String(), `"NAME_UNKNOWN"`) || !strings.Contains(w.Body.String(), want+`"`) {
 			t.Fatalf("GET %s/usage: %d %s; want 404 NAME_UNKNOWN for %q", name, w.Code, w.Body.String(), name)
 		}

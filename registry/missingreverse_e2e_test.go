@@ -8,7 +8,7 @@ import (
 	ggcrv1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
@@ -54,7 +54,7 @@ func TestE2EMissingReverseLinkScrubbedByReclaimerTick(t *testing.T) {
 	if tick.Scrub.Repositories != 2 || tick.Scrub.Repaired != 1 || tick.Scrub.Failed != 0 {
 		t.Errorf("tick's scrub: %+v, want 2 repositories, 1 reverse link written back", tick.Scrub)
 	}
-	if st := rc.Status(t.Context()); st.ScrubRepaired != 1 || st.ScrubRepos != gc.DefaultScrubRepos {
+	if st := rc.Status(t.Context()); st.ScrubRepaired != 1 || st.ScrubRepos != collector.DefaultScrubRepos {
 		t.Errorf("status: scrub_repaired %d, scrub_repos %d", st.ScrubRepaired, st.ScrubRepos)
 	}
 	rep := g.collect(t, "cor/c")
@@ -90,7 +90,7 @@ func TestE2EMissingReverseLinkFoundByVerify(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("dry run: %d %s", code, body)
 	}
-	if dry := decodeReport(t, body); !hasBlocker(dry, string(reclaim.AbortLinkDBIncomplete), gc.BlocksBlobs) {
+	if dry := decodeReport(t, body); !hasBlocker(dry, string(reclaim.AbortLinkDBIncomplete), collector.BlocksBlobs) {
 		t.Errorf("dry run after verify found missing_reverse: blockers %+v, want linkdb_incomplete", dry.Blockers)
 	}
 	code, body = g.collectRaw(t, "cor/c", false)

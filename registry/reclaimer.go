@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/internal/metrics"
 	"github.com/reclaim-registry/reclaim/redisstate"
@@ -23,7 +23,7 @@ import (
 // `reclaimer:` block. It is not started: the Server runs its own (Start);
 // `registry gc sweep --apply` reviews blobs with one switched on. It fails
 // without the reclaim middleware, and on a pull-through cache.
-func (s *Server) NewReclaimer(enabled bool) (*gc.Reclaimer, error) {
+func (s *Server) NewReclaimer(enabled bool) (*collector.Reclaimer, error) {
 	switch {
 	case !s.on:
 		return nil, fmt.Errorf("the %q storage middleware is not configured", config.MiddlewareName)
@@ -38,7 +38,7 @@ func (s *Server) NewReclaimer(enabled bool) (*gc.Reclaimer, error) {
 	if scrub == 0 {
 		scrub = -1 // likewise
 	}
-	return gc.NewReclaimer(s.gc.Collector, s.env.Queue(), gc.ReclaimerConfig{
+	return collector.NewReclaimer(s.gc.Collector, s.env.Queue(), collector.ReclaimerConfig{
 		Enabled: enabled, Interval: rc.Interval, Batch: rc.Batch, Workers: rc.Workers, Lease: rc.Lease,
 		UsageRefresh: refresh, UsageMaxAge: rc.UsageMaxAge,
 		ScrubRepos: scrub, ScrubCursor: redisstate.NewScrubCursor(s.env.Tracker.Client(), s.opts.Prefix),
@@ -88,7 +88,7 @@ func (s *Server) watchQueue(ctx context.Context) {
 	}
 }
 
-var _ gc.Queue = (*redisstate.Queue)(nil)
+var _ collector.Queue = (*redisstate.Queue)(nil)
 
 // Reclaimer metrics, in Prometheus' default registry, named like the JSON.
 var (
@@ -107,7 +107,7 @@ var (
 	metricUsageRefreshes       = metrics.CounterVec("reclaimer", "usage_refreshes_total", "Repository usage estimates the reclaimer refreshed, by result (ok, failed).", "result")
 )
 
-func observeTick(t gc.TickReport) {
+func observeTick(t collector.TickReport) {
 	result := "ok"
 	switch {
 	case t.Abort != "":

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/storage/middleware"
 )
@@ -28,8 +28,8 @@ type statusHandler struct {
 	next      http.Handler
 	access    *accessControl
 	api       *gcAPI
-	env       *middleware.Env // nil without the reclaim middleware
-	reclaimer *gc.Reclaimer   // nil when disabled
+	env       *middleware.Env      // nil without the reclaim middleware
+	reclaimer *collector.Reclaimer // nil when disabled
 }
 
 func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -52,7 +52,7 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // redisHealth is what the tracker's last recording tick read from Redis
-// INFO (redisstate/redishealth.go): the eviction policy (GC refuses
+// INFO (storage/tracker/redishealth.go): the eviction policy (GC refuses
 // while it evicts), persistence, each master's run_id, the epoch, and the
 // last time the epoch was moved forward and why.
 func (h *statusHandler) redisHealth() any {

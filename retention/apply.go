@@ -31,12 +31,17 @@ type InUseChecker interface {
 
 // Why apply left a planned tag.
 const (
-	ChangedInUse     = "in_use"       // became in use since the plan
-	ChangedPinned    = "pinned"       // pinned since the plan
-	ChangedTagMoved  = "tag_moved"    // the tag points at another manifest now
-	ChangedTagGone   = "tag_gone"     // the tag was deleted meanwhile
-	ChangedCheckFail = "check_failed" // the fresh state could not be read: kept
-	ChangedDeleteErr = "delete_failed"
+	ChangedInUse    = "in_use"    // became in use since the plan
+	ChangedPinned   = "pinned"    // pinned since the plan
+	ChangedTagMoved = "tag_moved" // the tag points at another manifest now
+	ChangedTagGone  = "tag_gone"  // the tag was deleted meanwhile
+)
+
+// Why apply left a planned tag, in the words of a GC decision (reclaim's
+// Reason names: the same failure reads the same in both reports).
+var (
+	ChangedCheckFail = reclaim.ReasonCheckFailed.String()  // the fresh state could not be read: kept
+	ChangedDeleteErr = reclaim.ReasonDeleteFailed.String() // the delete failed: kept
 )
 
 // TagResult is one planned tag and what apply did with it.

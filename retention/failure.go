@@ -55,7 +55,9 @@ var (
 	ErrPlanExpired = errors.New("retention: plan too old to apply; preview again")
 	// ErrPolicyChanged: the policy in force is not the plan's.
 	ErrPolicyChanged = errors.New("retention: the policy changed since the plan was made; preview again")
-	// ErrPlanNotFound: no such plan for this repository (or it expired).
+	// ErrPlanNotFound: the plan store (Redis, shared by every instance) holds
+	// no such plan for this repository, or it expired (a GC plan that is
+	// not there is collector.ErrPlanNotInMemory).
 	ErrPlanNotFound = errors.New("retention: plan not found")
 	// ErrPlanSkipped: the plan skipped its repository; there is nothing to apply.
 	ErrPlanSkipped = errors.New("retention: the plan skipped its repository; nothing to apply")

@@ -44,20 +44,21 @@ var allowed = map[string][]string{
 	"storage/middleware": {"internal/config", "internal/metrics", "internal/rlog", "reclaim", "redisstate",
 		"storage/layout", "storage/linkdb", "storage/referrers"},
 
-	// garbage collection
-	"gc": {"reclaim", "storage/layout"},
+	// garbage collection: the pure decision, and a run's I/O around it
+	"gc":           {"reclaim"},
+	"gc/collector": {"gc", "reclaim", "storage/layout"},
 
 	// retention: the domain, and its state in Redis
 	"retention":            {"reclaim"},
 	"retention/redisstore": {"retention"},
 
 	// HTTP, and the binary
-	"registry": {"gc", "internal/config", "internal/crosssite", "internal/metrics", "reclaim", "redisstate",
+	"registry": {"gc", "gc/collector", "internal/config", "internal/crosssite", "internal/metrics", "reclaim", "redisstate",
 		"registry/console", "retention", "retention/redisstore",
 		"storage/layout", "storage/linkdb", "storage/middleware", "storage/referrers"},
-	"registry/console":      {"gc", "internal/crosssite", "reclaim"},
+	"registry/console":      {"gc", "gc/collector", "internal/crosssite", "reclaim"},
 	"registry/registrytest": {"registry"},
-	"cmd/registry": {"gc", "internal/config", "reclaim", "redisstate", "registry", "retention",
+	"cmd/registry": {"gc", "gc/collector", "internal/config", "reclaim", "redisstate", "registry", "retention",
 		"storage/layout", "storage/linkdb", "storage/middleware"},
 
 	// whole-program tests (test files only)
@@ -160,7 +161,7 @@ func checkForbidden(t *testing.T, pkgs map[string]pkg) {
 		{"redisstate", append(our("storage/middleware", "storage/linkdb", "gc", "registry"), handlers)},
 		{"storage/referrers", append(our("storage/middleware", "redisstate", "gc"), redis, handlers)},
 		{"storage/linkdb", append(our("storage/middleware", "gc", "registry"), handlers)},
-		{"storage/middleware", our("gc", "registry")},
+		{"storage/middleware", our("gc", "gc/collector", "registry")},
 		{"internal/config", append(our("storage/middleware", "redisstate", "storage/linkdb", "gc", "registry"), handlers)},
 		// the cross-site check the GC API and the console share knows
 		// only HTTP (and how Distribution names its own URL)
@@ -191,6 +192,43 @@ func checkWords(t *testing.T, words pkg) {
 		first, _, _ := strings.Cut(p, "/")
 		if p != "github.com/opencontainers/go-digest" && strings.Contains(first, ".") {
 			t.Errorf("reclaim depends on %s; it may import only the standard library and go-digest", p)
+		}
+	}
+}
+
+// TestGCLayers keeps gc's three layers apart (issue 26): the decision core
+// (gc) does no I/O, directly or through anything it imports; the collector
+// (and the reclaimer, once it has its own package) may import gc and the
+// words, but neither Redis nor the registry.
+func TestGCLayers(t *testing.T) {
+	pkgs := listModule(t)
+	// Standard I/O packages: the core must not import them itself (fmt
+	// imports os, so a transitive check would forbid everything).
+	for _, p := range pkgs["gc"].Imports {
+		switch p {
+		case "os", "net", "net/http", "io/fs":
+			t.Errorf("gc imports %s; the decision core does no I/O", p)
+		}
+	}
+	// Nothing the core depends on, directly or not, may be a storage
+	// driver, Distribution's storage interfaces, Redis, or the module's
+	// storage and registry packages.
+	for _, p := range pkgs["gc"].Deps {
+		switch {
+		case p == "github.com/redis/go-redis/v9",
+			p == "github.com/distribution/distribution/v3",
+			strings.HasPrefix(p, "github.com/distribution/distribution/v3/registry/storage"),
+			strings.HasPrefix(p, module+"/storage"),
+			strings.HasPrefix(p, module+"/registry"),
+			strings.HasPrefix(p, module+"/gc/"):
+			t.Errorf("gc depends on %s; the decision core does no I/O", p)
+		}
+	}
+	for _, pkg := range []string{"gc/collector"} {
+		for _, p := range pkgs[pkg].Deps {
+			if p == "github.com/redis/go-redis/v9" || strings.HasPrefix(p, module+"/registry") {
+				t.Errorf("%s depends on %s", pkg, p)
+			}
 		}
 	}
 }

@@ -17,7 +17,7 @@ import (
 	distregistry "github.com/distribution/distribution/v3/registry"
 	"github.com/spf13/cobra"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 )
 
 // Exit codes of `registry gc`, for scripts.
@@ -140,7 +140,7 @@ func newGCPlanCommand() *cobra.Command {
 				return err
 			}
 			var resp struct {
-				Plan   gc.Plan         `json:"plan"`
+				Plan   collector.Plan  `json:"plan"`
 				Report json.RawMessage `json:"report"`
 			}
 			if err := json.Unmarshal(body, &resp); err != nil && !f.json {
@@ -271,7 +271,7 @@ func (f *gcClientFlags) printReport(cmd *cobra.Command, body []byte, header func
 		}
 		body = raw[0]
 	}
-	var rep gc.Report
+	var rep collector.Report
 	if err := json.Unmarshal(body, &rep); err != nil {
 		return &exitError{exitFailure, fmt.Errorf("decode report: %w", err)}
 	}
@@ -289,7 +289,7 @@ func (f *gcClientFlags) printReport(cmd *cobra.Command, body []byte, header func
 		return &exitError{exitPartially, fmt.Errorf("%d deletes or checks failed", len(rep.Errors))}
 	}
 	for _, b := range rep.Blockers {
-		if b.Blocks == gc.BlocksRun {
+		if b.Blocks == collector.BlocksRun {
 			// a preview: a real run now would abort, as exit 4 says
 			return &exitError{exitRetry, fmt.Errorf("a real run is blocked now: %s (%s)", b.Reason, b.Detail)}
 		}
@@ -297,7 +297,7 @@ func (f *gcClientFlags) printReport(cmd *cobra.Command, body []byte, header func
 	return nil
 }
 
-func writeSummary(w io.Writer, r *gc.Report, verbose bool) {
+func writeSummary(w io.Writer, r *collector.Report, verbose bool) {
 	verb, mode := "deleted", ""
 	if r.DryRun {
 		verb, mode = "to delete", " (dry run: nothing deleted)"

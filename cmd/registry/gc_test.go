@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
@@ -42,13 +43,13 @@ func runCommand(t *testing.T, cmd *cobra.Command, stdin string, args ...string) 
 	return out.String(), errOut.String(), code
 }
 
-func sampleReport(dry bool) gc.Report {
+func sampleReport(dry bool) collector.Report {
 	d := digest.FromString("m")
-	return gc.Report{RunID: "r1", Repository: "team/app", DryRun: dry, Status: "done",
+	return collector.Report{RunID: "r1", Repository: "team/app", DryRun: dry, Status: "done",
 		ManifestsDeleted: []digest.Digest{d}, LayersUnlinked: []digest.Digest{digest.FromString("l")},
 		BlobsDeleted: []digest.Digest{d, digest.FromString("l")}, BytesFreed: 3 << 20,
 		Kept:   []gc.Decision{{Kind: reclaim.KindManifest, Digest: digest.FromString("k"), Reason: reclaim.ReasonTagged}},
-		Errors: []gc.Decision{}, Timings: gc.Timings{TotalMS: 12}}
+		Errors: []gc.Decision{}, Timings: collector.Timings{TotalMS: 12}}
 }
 
 func TestGCCollectCLI(t *testing.T) {
@@ -96,7 +97,7 @@ func TestGCCollectCLI(t *testing.T) {
 	}
 
 	out, _, code = runGC(t, "collect", "team/app", "--json", "--url", srv.URL, "--token", "tok")
-	var rep gc.Report
+	var rep collector.Report
 	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.RunID != "r1" {
 		t.Fatalf("--json: exit %d %q", code, out)
 	}
@@ -133,7 +134,7 @@ func TestGCCollectCLIBlockedPreview(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rep := sampleReport(true)
 		until := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-		rep.Blockers = []gc.Blocker{{Reason: reclaim.AbortRedisRecordingTooShort, Blocks: gc.BlocksRun, Detail: "recording since", Until: &until}}
+		rep.Blockers = []collector.Blocker{{Reason: reclaim.AbortRedisRecordingTooShort, Blocks: collector.BlocksRun, Detail: "recording since", Until: &until}}
 		json.NewEncoder(w).Encode(rep)
 	}))
 	defer srv.Close()

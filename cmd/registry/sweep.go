@@ -19,7 +19,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/spf13/cobra"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
@@ -143,7 +143,7 @@ type sweeper struct {
 	out, stderr io.Writer
 	raw         storagedriver.StorageDriver
 	q           *redisstate.Queue
-	rec         *gc.Reclaimer // --apply only
+	rec         *collector.Reclaimer // --apply only
 	st          *sweepStats
 }
 
@@ -217,7 +217,7 @@ func (sw *sweeper) found(ctx context.Context, d digest.Digest, e *blobEntry) boo
 		st.enqueued++
 	case sw.o.apply:
 		dec, err := sw.rec.Review(ctx, d)
-		var ae *gc.AbortError
+		var ae *collector.AbortError
 		if errors.As(err, &ae) {
 			// fail closed for the whole shard: nothing can qualify
 			fmt.Fprintf(sw.stderr, "gc sweep: %v\n", err)

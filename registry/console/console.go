@@ -27,7 +27,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
@@ -77,10 +77,10 @@ type Config struct {
 	// run records every instance shares (other instances' runs, and runs
 	// whose process died: "interrupted"). With an error, the runs it
 	// could read (this instance's).
-	Runs func(ctx context.Context) ([]*gc.Report, error)
+	Runs func(ctx context.Context) ([]*collector.Report, error)
 	// Run is one run, by id: this instance's or a shared record. The
 	// error is a failure to read the shared records (Redis).
-	Run func(ctx context.Context, id string) (*gc.Report, bool, error)
+	Run func(ctx context.Context, id string) (*collector.Report, bool, error)
 	// Repositories lists up to n repository names after last, in order.
 	Repositories func(ctx context.Context, last string, n int) ([]string, error)
 	// Validate checks a repository name as the GC API does; its error is
@@ -89,7 +89,7 @@ type Config struct {
 	// Preview runs a dry-run collect of repo, which Validate accepted and
 	// the caller may delete from. A run a precondition refused comes back
 	// with its report and the error.
-	Preview func(ctx context.Context, repo string) (*gc.Report, error)
+	Preview func(ctx context.Context, repo string) (*collector.Report, error)
 	// Ranked returns the usage estimates of the n repositories ranked
 	// highest by ("reclaimable" or "exclusive") and how many are ranked.
 	// Nil: the console shows no ranking.

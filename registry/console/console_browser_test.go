@@ -8,7 +8,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/registry/console"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 )
@@ -108,7 +108,7 @@ func TestConsoleShowsHostileInputAsText(t *testing.T) {
 		chromedp.Click(chromedp.CSS("form.preview-any button")),
 		chromedp.WaitVisible(chromedp.CSS("#error")))
 	// The error quotes the name as Go does (%q); a person sees those characters.
-	b.sees("#error", "400", gc.ErrInvalidName.Error(), fmt.Sprintf("%q", hostile))
+	b.sees("#error", "400", collector.ErrInvalidName.Error(), fmt.Sprintf("%q", hostile))
 	if n := b.count("script"); n != 1 {
 		t.Errorf("the error page has %d script elements; want only console.js", n)
 	}

@@ -13,7 +13,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
@@ -31,8 +31,8 @@ const user, password = "operator", "s3cret"
 // died (interrupted), and a repository whose preview has objects to delete.
 type fixture struct {
 	*registrytest.Registry
-	collected *gc.Report    // the real collect of team/app
-	killed    digest.Digest // the blob the interrupted run of team/base was deleting
+	collected *collector.Report // the real collect of team/app
+	killed    digest.Digest     // the blob the interrupted run of team/base was deleting
 }
 
 // startRegistry starts an empty registry with htpasswd auth, GC on and its
@@ -77,7 +77,7 @@ func newFixture(t *testing.T) *fixture {
 	if code != http.StatusOK {
 		t.Fatalf("collect team/app: %d %s", code, body)
 	}
-	f.collected = &gc.Report{}
+	f.collected = &collector.Report{}
 	if err := json.Unmarshal(body, f.collected); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
@@ -23,7 +24,7 @@ type Overview struct {
 	WindowSeconds int64
 	Redis         RedisState
 	LinkDB        LinkDBState
-	Reclaimer     gc.ReclaimerStatus // Enabled false when off
+	Reclaimer     collector.ReclaimerStatus // Enabled false when off
 	ReclaimerNote string
 	Freed         FreedState
 }
@@ -90,7 +91,7 @@ type runRow struct {
 	DiedIn                   string // the step an interrupted run died in
 }
 
-func rowOf(r *gc.Report) runRow {
+func rowOf(r *collector.Report) runRow {
 	row := runRow{ID: r.RunID, Repository: r.Repository, Status: r.Status, Abort: r.Abort, DryRun: r.DryRun,
 		Started: r.StartedAt, Manifests: len(r.ManifestsDeleted), Layers: len(r.LayersUnlinked),
 		Blobs: len(r.BlobsDeleted), BytesFreed: r.BytesFreed, Errors: len(r.Errors)}
@@ -124,7 +125,7 @@ type totals struct {
 	Runs       int
 }
 
-func sumSince(runs []*gc.Report, since time.Time) totals {
+func sumSince(runs []*collector.Report, since time.Time) totals {
 	var t totals
 	for _, r := range runs {
 		if r.DryRun || r.Status == reclaim.StatusAborted || r.FinishedAt.Before(since) || r.FinishedAt.IsZero() {

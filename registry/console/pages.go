@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/crosssite"
 	"github.com/reclaim-registry/reclaim/reclaim"
 )
@@ -175,7 +175,7 @@ func runsNote(err error) string {
 // runData is a run's report as the run and preview pages show it.
 type runData struct {
 	Row     runRow
-	Report  *gc.Report
+	Report  *collector.Report
 	Rows    []planRow
 	Reasons []reasonCount
 	Errors  []planRow
@@ -183,7 +183,7 @@ type runData struct {
 	Refusal string // the error that refused a preview
 }
 
-func runDataOf(rep *gc.Report) runData {
+func runDataOf(rep *collector.Report) runData {
 	rows := planRows(rep.Decisions())
 	return runData{Row: rowOf(rep), Report: rep, Rows: rows, Reasons: countReasons(rows),
 		Errors: planRows(rep.Errors), Changed: planRows(rep.Changed)}
@@ -262,7 +262,7 @@ func (h *Handler) preview(w http.ResponseWriter, r *http.Request) {
 	rep, err := h.cfg.Preview(r.Context(), repo)
 	if rep == nil {
 		status := http.StatusServiceUnavailable
-		if errors.Is(err, gc.ErrRepositoryNotFound) {
+		if errors.Is(err, collector.ErrRepositoryNotFound) {
 			status = http.StatusNotFound
 		}
 		h.fail(w, r, status, err)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/registry/console"
@@ -46,11 +46,11 @@ func BenchmarkConsoleRanked10k(b *testing.B) {
 			http.Error(w, err.Error(), http.StatusForbidden)
 		},
 		Overview:     func(context.Context) console.Overview { return console.Overview{GCEnabled: true, WindowSeconds: 86400} },
-		Runs:         func(context.Context) ([]*gc.Report, error) { return nil, nil },
-		Run:          func(context.Context, string) (*gc.Report, bool, error) { return nil, false, nil },
+		Runs:         func(context.Context) ([]*collector.Report, error) { return nil, nil },
+		Run:          func(context.Context, string) (*collector.Report, bool, error) { return nil, false, nil },
 		Repositories: func(_ context.Context, _ string, n int) ([]string, error) { return names[:min(n, len(names))], nil },
 		Validate:     func(string) error { return nil },
-		Preview:      func(context.Context, string) (*gc.Report, error) { return nil, nil },
+		Preview:      func(context.Context, string) (*collector.Report, error) { return nil, nil },
 		Ranked:       store.Top,
 	}, http.NotFoundHandler())
 	for _, page := range []struct{ name, path, want string }{

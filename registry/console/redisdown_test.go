@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/console"
 )
@@ -19,18 +19,18 @@ import (
 // the reason, not "not found".
 func TestConsoleSharedRunsUnreadable(t *testing.T) {
 	down := errors.New("dial tcp 127.0.0.1:6379: connection refused")
-	mine := &gc.Report{RunID: "mine", Repository: "team/app", Status: reclaim.StatusDone}
+	mine := &collector.Report{RunID: "mine", Repository: "team/app", Status: reclaim.StatusDone}
 	h := console.New(console.Config{
 		Authorize: func(*http.Request, string, console.Access) error { return nil },
 		Deny: func(w http.ResponseWriter, _ *http.Request, err error) {
 			http.Error(w, err.Error(), http.StatusForbidden)
 		},
 		Overview:     func(context.Context) console.Overview { return console.Overview{GCEnabled: true} },
-		Runs:         func(context.Context) ([]*gc.Report, error) { return []*gc.Report{mine}, down },
-		Run:          func(context.Context, string) (*gc.Report, bool, error) { return nil, false, down },
+		Runs:         func(context.Context) ([]*collector.Report, error) { return []*collector.Report{mine}, down },
+		Run:          func(context.Context, string) (*collector.Report, bool, error) { return nil, false, down },
 		Repositories: func(context.Context, string, int) ([]string, error) { return nil, nil },
 		Validate:     func(string) error { return nil },
-		Preview:      func(context.Context, string) (*gc.Report, error) { return nil, nil },
+		Preview:      func(context.Context, string) (*collector.Report, error) { return nil, nil },
 	}, http.NotFoundHandler())
 	for _, c := range []struct {
 		path string

@@ -118,7 +118,7 @@ func (d *driver) indexChildren(ctx context.Context) error {
 
 // checkChildren fence-checks every child of the index being PUT: the child
 // blob with R's revision link and layer link to it (a kept index keeps
-// both, gc/plan.go), all in one pipelined round trip (prefetch); a child
+// both, gc/graph.go), all in one pipelined round trip (prefetch); a child
 // fenced there is checked again on its own (guard, which waits the fence
 // out), at most indexCheckConcurrency at a time. Children this request
 // checked moments ago cost nothing (guardWait's scope).

@@ -18,7 +18,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
@@ -83,7 +83,7 @@ func TestKilledCollectIsInterrupted(t *testing.T) {
 		t.Errorf("the instance that marked the run does not count it:\n%s", m)
 	}
 
-	var next gc.Report
+	var next collector.Report
 	gcJSON(t, r, http.MethodPost, "/gc/v1/repositories/crash/app/collect?dry_run=false", http.StatusOK, &next)
 	if len(next.Reconciled) != 1 || next.Reconciled[0].RunID != started.RunID {
 		t.Fatalf("the next collect reconciled %+v", next.Reconciled)
@@ -153,9 +153,9 @@ func metrics(t *testing.T, p *registrytest.Process) string {
 	return string(b)
 }
 
-func runReport(t *testing.T, r *registrytest.Registry, id string) gc.Report {
+func runReport(t *testing.T, r *registrytest.Registry, id string) collector.Report {
 	t.Helper()
-	var rep gc.Report
+	var rep collector.Report
 	gcJSON(t, r, http.MethodGet, "/gc/v1/runs/"+id, http.StatusOK, &rep)
 	return rep
 }

@@ -9,13 +9,13 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 )
 
 // gcStatus is the part of GET /gc/v1/status the soak reads.
 type gcStatus struct {
-	Reclaimer gc.ReclaimerStatus `json:"reclaimer"`
+	Reclaimer collector.ReclaimerStatus `json:"reclaimer"`
 }
 
 func status(ctx context.Context, r *registrytest.Registry) (gcStatus, error) {
