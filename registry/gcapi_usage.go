@@ -11,7 +11,7 @@ import (
 )
 
 // Usage, the reclaimable-bytes estimates (gc/collector/usage.go, kept by
-// storage/tracker's UsageStore):
+// redisstate's UsageStore):
 //
 //	GET /gc/v1/repositories/<name>/usage[?refresh=true]   one repository's estimate
 //	GET /gc/v1/usage[?top=N&by=reclaimable|exclusive]     the repositories ranked highest

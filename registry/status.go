@@ -52,7 +52,7 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // redisHealth is what the tracker's last recording tick read from Redis
-// INFO (storage/tracker/redishealth.go): the eviction policy (GC refuses
+// INFO (redisstate/redishealth.go): the eviction policy (GC refuses
 // while it evicts), persistence, each master's run_id, the epoch, and the
 // last time the epoch was moved forward and why.
 func (h *statusHandler) redisHealth() any {

@@ -16,7 +16,7 @@ const (
 
 // Plan is a preview: every version of one repository with what the policy
 // decided, stored so that teams can read it before it is applied. Its
-// store (retention/redisdb) is Redis, so every instance reads and applies
+// store (retention/redisstore) is Redis, so every instance reads and applies
 // it (unlike a GC plan, collector.Plan, which lives in the memory of the
 // instance that made it).
 type Plan struct {
