@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -38,7 +37,7 @@ var (
 
 // errDigestAlgorithm refuses a link under a digest algorithm other than
 // sha256.
-var errDigestAlgorithm = errors.New("only sha256 digests are supported: online garbage collection cannot protect the blob behind a link under another digest algorithm")
+var errDigestAlgorithm = codeDigestInvalid.err("only sha256 digests are supported: online garbage collection cannot protect the blob behind a link under another digest algorithm")
 
 func sha256Only(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

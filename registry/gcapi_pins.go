@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -36,12 +35,12 @@ var pinsRe = regexp.MustCompile(`^(.+?)/pins(?:/([^/]*))?$`)
 var pinDigestRe = regexp.MustCompile(`^(.+)/pins/([^/]*:.*)$`)
 
 // errManifestUnknown: the pinned tag or manifest is not in the repository.
-var errManifestUnknown = errors.New("manifest unknown")
+var errManifestUnknown = codeManifestUnknown.err("manifest unknown")
 
 // errPinRace: the pin was stored while a collector held the manifest's
 // fence; whether the manifest survived is known only once the fence is
 // released.
-var errPinRace = errors.New("a collection or a retention apply is deleting this manifest or tag right now; the pin is stored " +
+var errPinRace = codeDeleting.err("a collection or a retention apply is deleting this manifest or tag right now; the pin is stored " +
 	"and kept it if the deleter had not re-checked pins yet: repeat the request to find out (404 if it was deleted)")
 
 func (h *gcAPI) pins(w http.ResponseWriter, r *http.Request, repo, ref string) error {
