@@ -38,7 +38,8 @@ type errorCode struct {
 	Message string
 }
 
-// retryAfterConflict is the Retry-After of a 409 and a 503.
+// retryAfterConflict is the Retry-After of a 409: another run or a
+// changed plan stands in the way, for longer than a 503's state does.
 const retryAfterConflict = "30"
 
 // The codes, in the order of docs/api.md's table ("Errors"); the one place
@@ -62,14 +63,14 @@ var (
 	codeSourceUnknown    = errorCode{Value: "SOURCE_UNKNOWN", Status: http.StatusNotFound}
 	codeManifestUnknown  = errorCode{Value: "MANIFEST_UNKNOWN", Status: http.StatusNotFound}
 	codeUsageUnknown     = errorCode{Value: "USAGE_UNKNOWN", Status: http.StatusNotFound}
-	codeRetentionAborted = errorCode{Value: "RETENTION_ABORTED", Status: http.StatusServiceUnavailable, RetryAfter: retryAfterConflict}
+	codeRetentionAborted = errorCode{Value: "RETENTION_ABORTED", Status: http.StatusServiceUnavailable, RetryAfter: reclaim.RetryAfterUnavailable}
 	codePlanExpired      = errorCode{Value: "PLAN_EXPIRED", Status: http.StatusConflict, RetryAfter: retryAfterConflict}
 	codePolicyChanged    = errorCode{Value: "POLICY_CHANGED", Status: http.StatusConflict, RetryAfter: retryAfterConflict}
 	codePlanSkipped      = errorCode{Value: "PLAN_SKIPPED", Status: http.StatusConflict, RetryAfter: retryAfterConflict}
 	codeSizeInvalid      = errorCode{Value: "SIZE_INVALID", Status: http.StatusRequestEntityTooLarge}
 	codeTooMany          = errorCode{Value: "TOO_MANY_REQUESTS", Status: http.StatusTooManyRequests, RetryAfter: retryAfterBusy}
-	codeAborted          = errorCode{Value: "GC_ABORTED", Status: http.StatusServiceUnavailable, RetryAfter: retryAfterConflict}
-	codeUnavailable      = errorCode{Value: "UNAVAILABLE", Status: http.StatusServiceUnavailable, RetryAfter: retryAfterConflict}
+	codeAborted          = errorCode{Value: "GC_ABORTED", Status: http.StatusServiceUnavailable, RetryAfter: reclaim.RetryAfterUnavailable}
+	codeUnavailable      = errorCode{Value: "UNAVAILABLE", Status: http.StatusServiceUnavailable, RetryAfter: reclaim.RetryAfterUnavailable}
 	codeUnknown          = errorCode{Value: "UNKNOWN", Status: http.StatusInternalServerError, Message: "internal error"}
 )
 

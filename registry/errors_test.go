@@ -51,9 +51,9 @@ func TestErrorBodies(t *testing.T) {
 		detail  any
 		retry   string
 	}{
-		{err: gcAbort, status: 503, code: "GC_ABORTED", detail: map[string]string{"reason": "redis_unavailable"}, retry: "30"},
-		{err: wrap(gcAbort), status: 503, code: "GC_ABORTED", detail: map[string]string{"reason": "redis_unavailable"}, retry: "30"},
-		{err: wrap(retAbort), status: 503, code: "RETENTION_ABORTED", detail: map[string]string{"reason": "inuse_empty"}, retry: "30"},
+		{err: gcAbort, status: 503, code: "GC_ABORTED", detail: map[string]string{"reason": "redis_unavailable"}, retry: "1"},
+		{err: wrap(gcAbort), status: 503, code: "GC_ABORTED", detail: map[string]string{"reason": "redis_unavailable"}, retry: "1"},
+		{err: wrap(retAbort), status: 503, code: "RETENTION_ABORTED", detail: map[string]string{"reason": "inuse_empty"}, retry: "1"},
 		{err: wrap(retention.ErrPlanNotFound), status: 404, code: "PLAN_UNKNOWN"},
 		{err: wrap(retention.ErrPlanExpired), status: 409, code: "PLAN_EXPIRED", retry: "30"},
 		{err: wrap(retention.ErrPolicyChanged), status: 409, code: "POLICY_CHANGED", retry: "30"},
@@ -73,8 +73,8 @@ func TestErrorBodies(t *testing.T) {
 		{err: wrap(retention.ErrSourceNotFound), status: 404, code: "SOURCE_UNKNOWN"},
 		{err: wrap(errManifestUnknown), status: 404, code: "MANIFEST_UNKNOWN"},
 		{err: wrap(errPinRace), status: 409, code: "GC_DELETING", retry: "30"},
-		{err: wrap(retention.ErrUnavailable), status: 503, code: "UNAVAILABLE", retry: "30"},
-		{err: wrap(reclaim.ErrTrackerUnavailable), status: 503, code: "UNAVAILABLE", retry: "30"},
+		{err: wrap(retention.ErrUnavailable), status: 503, code: "UNAVAILABLE", retry: "1"},
+		{err: wrap(reclaim.ErrTrackerUnavailable), status: 503, code: "UNAVAILABLE", retry: "1"},
 		{err: wrap(errUsageUnknown), status: 404, code: "USAGE_UNKNOWN"},
 		{err: wrap(gc.ErrNoUsageStore), status: 405, code: "UNSUPPORTED"},
 		{err: wrap(errRunNotFound), status: 404, code: "RUN_UNKNOWN"},
@@ -110,3 +110,12 @@ func TestErrorBodies(t *testing.T) {
 	}
 }
 
+// Every 503 says the one Retry-After the storage middleware's refusals
+// say too (reclaim.RetryAfterUnavailable), and every code has one status.
+func TestRetryAfterOfUnavailable(t *testing.T) {
+	for _, c := range []errorCode{codeAborted, codeRetentionAborted, codeUnavailable} {
+		if c.Status != http.StatusServiceUnavailable || c.RetryAfter != reclaim.RetryAfterUnavailable {
+			t.Errorf("%s: %d Retry-After %q", c.Value, c.Status, c.RetryAfter)
+		}
+	}
+}
