@@ -38,7 +38,7 @@ func newGCBackend(env *storage.Env, opts config.Options) (*gcBackend, error) {
 	pins := redisdb.NewPins(env.Tracker.Client(), opts.Prefix, nil)
 	usage := tracker.NewUsageStore(env.Tracker.Client(), opts.Prefix)
 	col, err := gc.New(gc.Config{
-		Driver:  haltingDriver(env.Driver),
+		Driver:  testDriver(env.Driver),
 		Tracker: gcTracker{env.Tracker},
 		Links:   env.Links,
 		LinkDBComplete: func(ctx context.Context) (bool, error) {
