@@ -3,7 +3,6 @@ package registry
 import (
 	"fmt"
 	"net/http"
-	"regexp"
 	"time"
 
 	"github.com/reclaim-registry/reclaim/gc"
@@ -22,17 +21,9 @@ import (
 // two apart. The name is everything before the last "/pins" or
 // "/pins/<ref>" (a ref holds no '/'): "x/pins/pins" is the pin "pins" of
 // x, and the pins of a repository named "x/pins" are listed at
-// "x/pins/pins/"; a ref with a ':' and a '/' is a malformed digest
-// (pinDigestRe). A GET of "<name>/pins/usage" is the usage of the
-// repository "<name>/pins" (gcapi_usage.go), routed first.
-
-var pinsRe = regexp.MustCompile(`^(.+?)/pins(?:/([^/]*))?$`)
-
-// pinDigestRe is a pin whose ref holds a '/' after a ':' ("sha256:../x"):
-// no repository name holds a ':' (validateRepository), so this can only be
-// a malformed digest, answered 400 DIGEST_INVALID rather than as a
-// repository path without an action.
-var pinDigestRe = regexp.MustCompile(`^(.+)/pins/([^/]*:.*)$`)
+// "x/pins/pins/"; a ref with a ':' and a '/' is a malformed digest. A GET
+// of "<name>/pins/usage" is the usage of the repository "<name>/pins"
+// (gcapi_usage.go), routed first (gcapi_routes.go).
 
 // errManifestUnknown: the pinned tag or manifest is not in the repository.
 var errManifestUnknown = codeManifestUnknown.err("manifest unknown")
