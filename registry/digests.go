@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -31,14 +30,13 @@ import (
 // Without the middleware, Distribution's behaviour is unchanged (Server.Handler
 // adds this only with it).
 
-var (
-	uploadPathRe   = regexp.MustCompile(`^/v2/.+/blobs/uploads(/[^/]*)?$`)
-	manifestPathRe = regexp.MustCompile(`^/v2/.+/manifests/([^/]+)$`)
-)
+// uploadPathRe is an upload's path; a manifest's is manifestRoute
+// (referrers.go), the one pattern of a manifest URL.
+var uploadPathRe = regexp.MustCompile(`^/v2/.+/blobs/uploads(/[^/]*)?$`)
 
 // errDigestAlgorithm refuses a link under a digest algorithm other than
 // sha256.
-var errDigestAlgorithm = errors.New("only sha256 digests are supported: online garbage collection cannot protect the blob behind a link under another digest algorithm")
+var errDigestAlgorithm = codeDigestInvalid.err("only sha256 digests are supported: online garbage collection cannot protect the blob behind a link under another digest algorithm")
 
 func sha256Only(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -69,8 +67,8 @@ func checkLinkDigest(r *http.Request) error {
 		}
 		return nil
 	}
-	if m := manifestPathRe.FindStringSubmatch(r.URL.Path); m != nil && r.Method == http.MethodPut {
-		return checkAlgorithm("reference", m[1])
+	if m := manifestRoute.FindStringSubmatch(r.URL.Path); m != nil && r.Method == http.MethodPut {
+		return checkAlgorithm("reference", m[2])
 	}
 	return nil
 }

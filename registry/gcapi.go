@@ -20,7 +20,9 @@ import (
 	"github.com/reclaim-registry/reclaim/retention/redisstore"
 )
 
-// The GC API, served on the registry's own listener:
+// The GC API, served on the registry's own listener; every endpoint is one
+// entry of the route table (gcapi_routes.go: method and pattern to handler,
+// with the access it needs):
 //
 //	POST /gc/v1/repositories/<name>/collect[?dry_run=&untagged=&cap=&plan=&async=]
 //	POST /gc/v1/repositories/<name>/plan[?untagged=&cap=]
@@ -78,11 +80,12 @@ type gcBackend struct {
 var errGCDisabled = fmt.Errorf("%w: set gc.enabled in the reclaim storage middleware options", collector.ErrDisabled)
 
 type gcAPI struct {
-	next    http.Handler
-	opts    config.Options
-	access  *accessControl
-	backend *gcBackend // nil while the API is disabled
-	bodies  *bodyLimiter
+	next       http.Handler
+	statusPage *statusHandler // GET /gc/v1/status (status.go)
+	opts       config.Options
+	access     *accessControl
+	backend    *gcBackend // nil while the API is disabled
+	bodies     *bodyLimiter
 }
 
 // newGCAPI serves the API on b when opts enable it, and answers
@@ -104,60 +107,21 @@ func (h *gcAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-var (
-	planIDRe = regexp.MustCompile(`^[0-9a-f]{24}$`)
-	applyRe  = regexp.MustCompile(`^(.+)/plans/([^/]+)/apply$`)
-)
+// planIDRe is a run's or a plan's id.
+var planIDRe = regexp.MustCompile(`^[0-9a-f]{24}$`)
 
+// serve routes the request (gcapi_routes.go). While the API is disabled
+// only the routes that say so are served; every other request, known or
+// not, is told why.
 func (h *gcAPI) serve(w http.ResponseWriter, r *http.Request) error {
-	if h.backend == nil {
+	rt, m, err := match(r.Method, r.URL.Path)
+	if h.backend == nil && (rt == nil || !rt.always) {
 		return errGCDisabled
 	}
-	rest := strings.TrimPrefix(r.URL.Path, gcPrefix)
-	switch {
-	case strings.HasPrefix(rest, "runs/"):
-		return h.getRun(w, r, strings.TrimPrefix(rest, "runs/"))
-	case strings.HasPrefix(rest, "plans/"):
-		return h.getPlan(w, r, strings.TrimPrefix(rest, "plans/"))
-	case strings.HasPrefix(rest, "inuse/"):
-		return h.inuse(w, r, strings.TrimPrefix(rest, "inuse/"))
-	case strings.HasPrefix(rest, "retention/"):
-		return h.allPlans(w, r, strings.TrimPrefix(rest, "retention/"))
-	case rest == "usage":
-		return h.topUsage(w, r)
-	case strings.HasPrefix(rest, "repositories/"):
-		rest = strings.TrimPrefix(rest, "repositories/")
-		// First: every name N reaches N/usage, "x/pins" and
-		// "x/retention/plans" included (gcapi_usage.go).
-		if name, ok := strings.CutSuffix(rest, "/usage"); ok && r.Method != http.MethodPut && r.Method != http.MethodDelete {
-			return h.repoUsage(w, r, name)
-		}
-		if m := retentionRe.FindStringSubmatch(rest); m != nil {
-			return h.retention(w, r, m)
-		}
-		if r.Method != http.MethodPost {
-			if m := pinsRe.FindStringSubmatch(rest); m != nil {
-				return h.pins(w, r, m[1], m[2])
-			}
-			if m := pinDigestRe.FindStringSubmatch(rest); m != nil {
-				return h.pins(w, r, m[1], m[2])
-			}
-		}
-		if r.Method != http.MethodPost {
-			return fmt.Errorf("%w: %s; use POST", errMethod, r.Method)
-		}
-		switch {
-		case strings.HasSuffix(rest, "/collect"):
-			return h.collect(w, r, strings.TrimSuffix(rest, "/collect"), "")
-		case strings.HasSuffix(rest, "/plan"):
-			return h.plan(w, r, strings.TrimSuffix(rest, "/plan"))
-		default:
-			if m := applyRe.FindStringSubmatch(rest); m != nil {
-				return h.collect(w, r, m[1], m[2])
-			}
-		}
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("%w: %s", errNotFound, r.URL.Path)
+	return rt.serve(h, w, r, m)
 }
 
 // validateRepository accepts exactly the names Distribution serves under
@@ -318,9 +282,6 @@ func (h *gcAPI) getPlan(w http.ResponseWriter, r *http.Request, id string) error
 // pull its repository. To anyone else it answers unknown, exactly as find
 // does for an id that does not exist.
 func (h *gcAPI) getRecord(w http.ResponseWriter, r *http.Request, find func(*gcBackend) (repo string, v any, err error), unknown error) error {
-	if r.Method != http.MethodGet {
-		return fmt.Errorf("%w: %s; use GET", errMethod, r.Method)
-	}
 	if err := h.access.authorize(r, "", ""); err != nil {
 		return err
 	}

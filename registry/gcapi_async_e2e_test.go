@@ -174,7 +174,7 @@ func TestE2EAsyncCollectAnswersAfterItsRecord(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, opts map[string]any) {
 		g, other := startShared(t, opts)
 		push(t, g, "r:v1", registrytest.Image(t, layer(t)))
-		g.settle()
+		g.settle(t)
 
 		// the run's first step after BeginRun, its snapshot's walk, waits
 		// until the test lets it go
@@ -290,7 +290,7 @@ func TestE2EAsyncCollectRecordWriteFails(t *testing.T) {
 			forEachRedis(t, func(t *testing.T, opts map[string]any) {
 				g, other := startShared(t, opts)
 				push(t, g, "r:v1", registrytest.Image(t, layer(t)))
-				g.settle()
+				g.settle(t)
 				fail := newRedisGate(g.Server.Env().Tracker.Client(), tc.match)
 				fail.fail.Store(true)
 				code, body := g.post(t, "/gc/v1/repositories/r/collect?async=true&dry_run=false")

@@ -103,8 +103,12 @@ func startCorrupt(t *testing.T) *corruptRegistry {
 	return &corruptRegistry{gcRegistry: completeGC(t, r), faults: f}
 }
 
-// wait lets everything done so far age past the window.
-func (c *corruptRegistry) wait() { time.Sleep(corruptWindow + 150*time.Millisecond) }
+// wait lets everything done so far age past the window (on the Redis
+// clock: registrytest.Registry.Age).
+func (c *corruptRegistry) wait(t *testing.T) {
+	t.Helper()
+	c.Age(t, corruptWindow+150*time.Millisecond)
+}
 
 func (c *corruptRegistry) file(p string) string { return filepath.Join(c.Root, filepath.FromSlash(p)) }
 
@@ -144,7 +148,7 @@ func buildScene(t *testing.T, c *corruptRegistry) *scene {
 		shared: hashDigest(digestOf(t, shared)),
 	}
 	s.keep = append(blobsOf(t, a2), blobsOf(t, b)...)
-	c.wait()
+	c.wait(t)
 	return s
 }
 

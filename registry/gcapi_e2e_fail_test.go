@@ -70,7 +70,7 @@ func TestE2ERedisDownAborts(t *testing.T) {
 	g := &gcRegistry{Registry: r, raw: rawDriver(t, r)}
 	old := push(t, g, "down/app:v1", registrytest.Image(t, layer(t)))
 	push(t, g, "down/app:v1", registrytest.Image(t, layer(t)))
-	g.settle()
+	g.settle(t)
 	m.Close()
 	assertAbort(t, g, "down/app", "redis_unavailable")
 	// Serving comes first: pulls go on without Redis.
@@ -132,7 +132,7 @@ func TestE2EUnparsableManifestAborts(t *testing.T) {
 	if err := g.raw.PutContent(ctx, layout.RevisionLinkPath("bad/app", d), []byte(d)); err != nil {
 		t.Fatal(err)
 	}
-	g.settle()
+	g.settle(t)
 	assertAbort(t, g, "bad/app", "manifest_unreadable")
 }
 
@@ -150,7 +150,7 @@ func TestE2EPushReusingBlobWhileGCDeletesIt(t *testing.T) {
 			shared := layer(t)
 			push(t, g, "src/app:v1", registrytest.Image(t, shared))
 			push(t, g, "src/app:v1", registrytest.Image(t, layer(t))) // shared is now unreferenced in src
-			g.settle()
+			g.settle(t)
 			sharedD := digestOf(t, shared)
 			dataPath := layout.BlobDataPath(digest.Digest(sharedD.String()))
 			target := dataPath
@@ -282,7 +282,7 @@ func TestE2EAPIErrors(t *testing.T) {
 func TestE2EBusyRepository(t *testing.T) {
 	g := startGC(t)
 	push(t, g, "busy/app:v1", registrytest.Image(t, layer(t)))
-	g.settle()
+	g.settle(t)
 	reached := make(chan struct{})
 	release := make(chan struct{})
 	var fired atomic.Bool
@@ -317,7 +317,7 @@ func TestE2EPlanApplyAsyncStatus(t *testing.T) {
 	a := push(t, g, "plan/app:v1", registrytest.Image(t, layer(t)))
 	b := push(t, g, "plan/app:v1", registrytest.Image(t, layer(t))) // a untagged
 	push(t, g, "plan/app:v1", registrytest.Image(t, layer(t)))      // b untagged
-	g.settle()
+	g.settle(t)
 
 	before := g.tree(t)
 	code, body := g.post(t, "/gc/v1/repositories/plan/app/plan")
@@ -409,7 +409,7 @@ func TestE2EMountWhileGCUnlinksSource(t *testing.T) {
 	shared := layer(t)
 	push(t, g, "msrc/app:v1", registrytest.Image(t, shared))
 	push(t, g, "msrc/app:v1", registrytest.Image(t, layer(t)))
-	g.settle()
+	g.settle(t)
 	sharedD := digestOf(t, shared)
 	target := layout.LayerLinkPath("msrc/app", digest.Digest(sharedD.String()))
 	target = target[:strings.LastIndex(target, "/")] // GC deletes the link's directory

@@ -3,7 +3,6 @@ package registry
 import (
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/reclaim-registry/reclaim/retention"
@@ -35,11 +34,8 @@ func view(src retention.Source, now time.Time) sourceView {
 	return sourceView{Source: src, AgeSeconds: int64(now.Sub(src.UpdatedAt) / time.Second)}
 }
 
-func (h *gcAPI) inuse(w http.ResponseWriter, r *http.Request, rest string) error {
-	name, one := strings.CutPrefix(rest, "sources/")
-	if !one && rest != "sources" {
-		return fmt.Errorf("%w: %s", errNotFound, r.URL.Path)
-	}
+// inuse serves the sources (name "") or one source.
+func (h *gcAPI) inuse(w http.ResponseWriter, r *http.Request, name string) error {
 	if err := h.authorizeInUse(r); err != nil {
 		return err
 	}
@@ -48,7 +44,7 @@ func (h *gcAPI) inuse(w http.ResponseWriter, r *http.Request, rest string) error
 		return fmt.Errorf("%w: the in-use index needs the reclaim storage middleware's Redis", errMethod)
 	}
 	ctx, now := r.Context(), time.Now()
-	if !one || name == "" {
+	if name == "" {
 		if r.Method != http.MethodGet {
 			return fmt.Errorf("%w: %s; list sources with GET, or name the source", errMethod, r.Method)
 		}

@@ -2,7 +2,6 @@ package registry
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -28,7 +27,7 @@ const (
 
 // errTooMany refuses a request that would exceed a per-instance bound
 // (large bodies here, dry runs in gc): 429, retry after a few seconds.
-var errTooMany = errors.New("too many concurrent requests")
+var errTooMany = codeTooMany.err("too many concurrent requests")
 
 // bodyLimiter bounds the bytes of large request bodies read at once.
 type bodyLimiter struct {

@@ -20,7 +20,7 @@ func startGCWith(t *testing.T, gcOpts map[string]any) *gcRegistry {
 	g := completeGC(t, registrytest.Start(t,
 		registrytest.WithStorageMiddleware("gchook", nil),
 		registrytest.WithStorageMiddleware("reclaim", opts)))
-	g.settle()
+	g.settle(t)
 	return g
 }
 

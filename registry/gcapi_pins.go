@@ -1,10 +1,8 @@
 package registry
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
 	"time"
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
@@ -23,25 +21,17 @@ import (
 // two apart. The name is everything before the last "/pins" or
 // "/pins/<ref>" (a ref holds no '/'): "x/pins/pins" is the pin "pins" of
 // x, and the pins of a repository named "x/pins" are listed at
-// "x/pins/pins/"; a ref with a ':' and a '/' is a malformed digest
-// (pinDigestRe). A GET of "<name>/pins/usage" is the usage of the
-// repository "<name>/pins" (gcapi_usage.go), routed first.
-
-var pinsRe = regexp.MustCompile(`^(.+?)/pins(?:/([^/]*))?$`)
-
-// pinDigestRe is a pin whose ref holds a '/' after a ':' ("sha256:../x"):
-// no repository name holds a ':' (validateRepository), so this can only be
-// a malformed digest, answered 400 DIGEST_INVALID rather than as a
-// repository path without an action.
-var pinDigestRe = regexp.MustCompile(`^(.+)/pins/([^/]*:.*)$`)
+// "x/pins/pins/"; a ref with a ':' and a '/' is a malformed digest. A GET
+// of "<name>/pins/usage" is the usage of the repository "<name>/pins"
+// (gcapi_usage.go), routed first (gcapi_routes.go).
 
 // errManifestUnknown: the pinned tag or manifest is not in the repository.
-var errManifestUnknown = errors.New("manifest unknown")
+var errManifestUnknown = codeManifestUnknown.err("manifest unknown")
 
 // errPinRace: the pin was stored while a collector held the manifest's
 // fence; whether the manifest survived is known only once the fence is
 // released.
-var errPinRace = errors.New("a collection or a retention apply is deleting this manifest or tag right now; the pin is stored " +
+var errPinRace = codeDeleting.err("a collection or a retention apply is deleting this manifest or tag right now; the pin is stored " +
 	"and kept it if the deleter had not re-checked pins yet: repeat the request to find out (404 if it was deleted)")
 
 func (h *gcAPI) pins(w http.ResponseWriter, r *http.Request, repo, ref string) error {

@@ -40,7 +40,7 @@ func TestE2ERaceCollectVsRepushOfCollectedManifest(t *testing.T) {
 	}
 	push(t, g, "r@"+a.String(), imgA)
 	push(t, g, "r@"+b.String(), imgB)
-	g.settle() // both untagged, and older than the window
+	g.settle(t) // both untagged, and older than the window
 
 	reached, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -63,7 +63,7 @@ func TestE2ERaceCollectVsRepushOfCollectedManifest(t *testing.T) {
 	}()
 	<-reached
 	push(t, g, "r:v1", imgA) // A again, tagged: 201 (A's fence is gone)
-	g.settle()               // what the push touched leaves the window
+	g.settle(t)              // what the push touched leaves the window
 	close(release)
 	res := <-done
 	if res.code != http.StatusOK {
@@ -120,7 +120,7 @@ func TestE2ERaceSlowIndexPutVsCollectOfItsChild(t *testing.T) {
 	c := push(t, g, "r@"+digestOf(t, child).String(), child)
 	idx := mutate.AppendManifests(empty.Index, mutate.IndexAddendum{Add: child,
 		Descriptor: ggcrv1.Descriptor{Platform: &ggcrv1.Platform{OS: "linux", Architecture: "amd64"}}})
-	g.settle() // the child is untagged and older than the window
+	g.settle(t) // the child is untagged and older than the window
 	err := slowPut(t, g, digestOf(t, idx), func(opts ...remote.Option) error {
 		return remote.WriteIndex(g.Ref(t, "r:v1"), idx, opts...)
 	}, func(rep *collector.Report) {
@@ -181,7 +181,7 @@ func slowPut(t *testing.T, g *gcRegistry, m ggcrv1.Hash, put func(...remote.Opti
 	case err := <-done:
 		t.Fatalf("the PUT ended before the write of its manifest's data: %v", err)
 	}
-	g.settle() // the PUT stalls for longer than the window
+	g.stall() // the PUT stalls for longer than the window
 	code, body := g.collectRaw(t, "r", false)
 	if code != http.StatusOK {
 		close(release)

@@ -44,7 +44,7 @@ func deletable(t *testing.T, g *gcRegistry, repo string) digest.Digest {
 	old := push(t, g, repo+":old", registrytest.Image(t, layer(t)))
 	push(t, g, repo+":keep", registrytest.Image(t, layer(t)))
 	untag(t, g, repo, "old")
-	g.settle()
+	g.settle(t)
 	return digest.Digest(old.String())
 }
 
@@ -323,7 +323,7 @@ func TestE2EForeignIDsLookUnknown(t *testing.T) {
 			t.Fatalf("untag %s: %d %s", repo, code, body)
 		}
 	}
-	g.settle()
+	g.settle(t)
 	bobPlan := makePlan(t, g, "bob/app", admin...)
 	alicePlan := makePlan(t, g, "alice/app", alice...)
 	code, _, body := g.send(t, http.MethodPost, "/gc/v1/repositories/bob/app/collect?dry_run=true", "", admin...)

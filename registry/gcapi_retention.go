@@ -3,7 +3,6 @@ package registry
 import (
 	"fmt"
 	"net/http"
-	"regexp"
 	"strconv"
 	"time"
 
@@ -22,15 +21,14 @@ import (
 // preview and apply need "delete" on the repository, the repository's GETs
 // "pull". The name is everything before the last "/retention/".
 
-var retentionRe = regexp.MustCompile(`^(.+)/retention/(preview|plans|plans/([^/]+)|plans/([^/]+)/apply)$`)
-
-func (h *gcAPI) retention(w http.ResponseWriter, r *http.Request, m []string) error {
-	repo, what, id := m[1], m[2], m[3]+m[4]
+// retention serves a repository's retention endpoint what: "preview",
+// "plans", "plan" (id) or "apply" (id).
+func (h *gcAPI) retention(w http.ResponseWriter, r *http.Request, repo, what, id string) error {
 	if err := validateRepository(repo); err != nil {
 		return err
 	}
 	want, action := http.MethodGet, "pull"
-	if what == "preview" || m[4] != "" {
+	if what == "preview" || what == "apply" {
 		want, action = http.MethodPost, "delete"
 	}
 	if r.Method != want {
@@ -58,7 +56,7 @@ func (h *gcAPI) retention(w http.ResponseWriter, r *http.Request, m []string) er
 		return h.retentionPreview(w, r, rb, repo)
 	case what == "plans":
 		return listPlans(w, r, rb, repo)
-	case m[4] != "":
+	case what == "apply":
 		return h.retentionApply(w, r, rb, repo, id)
 	}
 	plan, err := rb.Plans.Get(r.Context(), repo, id)
@@ -145,13 +143,7 @@ func listPlans(w http.ResponseWriter, r *http.Request, rb *retentionBackend, rep
 }
 
 // allPlans serves GET /gc/v1/retention/plans.
-func (h *gcAPI) allPlans(w http.ResponseWriter, r *http.Request, rest string) error {
-	if rest != "plans" {
-		return fmt.Errorf("%w: %s", errNotFound, r.URL.Path)
-	}
-	if r.Method != http.MethodGet {
-		return fmt.Errorf("%w: %s; use GET", errMethod, r.Method)
-	}
+func (h *gcAPI) allPlans(w http.ResponseWriter, r *http.Request) error {
 	if err := h.access.authorizeCatalog(r); err != nil {
 		return err
 	}

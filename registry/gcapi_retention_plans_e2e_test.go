@@ -78,7 +78,7 @@ func TestE2ERetentionTagDeletesFlowIntoGC(t *testing.T) {
 	if rep := g.apply(t, "flow/app", p.ID); len(rep.Deleted) != 3 {
 		t.Fatalf("apply %+v", rep)
 	}
-	g.settle()
+	g.settle(t)
 	rep := g.collect(t, "flow/app")
 	if len(rep.ManifestsDeleted) != 3 {
 		t.Fatalf("collected %v", rep.ManifestsDeleted)

@@ -39,7 +39,7 @@ func newGCBackend(env *middleware.Env, opts config.Options) (*gcBackend, error) 
 	usage := redisstate.NewUsageStore(env.Tracker.Client(), opts.Prefix)
 	tr := gcTracker{env.Tracker}
 	col, err := collector.New(collector.Config{
-		Driver:  haltingDriver(env.Driver),
+		Driver:  testDriver(env.Driver),
 		Tracker: tr,
 		Links:   env.Links,
 		Clock:   tr,

@@ -41,9 +41,6 @@ func usageQuery(raw string, known ...string) (map[string]string, error) {
 }
 
 func (h *gcAPI) repoUsage(w http.ResponseWriter, r *http.Request, repo string) error {
-	if r.Method != http.MethodGet {
-		return fmt.Errorf("%w: %s; use GET", errMethod, r.Method)
-	}
 	if err := validateRepository(repo); err != nil {
 		return err
 	}
@@ -103,9 +100,6 @@ func (h *gcAPI) repoUsage(w http.ResponseWriter, r *http.Request, repo string) e
 }
 
 func (h *gcAPI) topUsage(w http.ResponseWriter, r *http.Request) error {
-	if r.Method != http.MethodGet {
-		return fmt.Errorf("%w: %s; use GET", errMethod, r.Method)
-	}
 	if err := h.access.authorizeCatalog(r); err != nil {
 		return err
 	}

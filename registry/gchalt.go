@@ -1,3 +1,5 @@
+//go:build reclaim_testhooks
+
 package registry
 
 import (
@@ -11,7 +13,12 @@ import (
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
-// haltEnv is a test hook for the end-to-end test of interrupted runs
+// This file is built only with the reclaim_testhooks tag: the registry
+// binary the end-to-end tests start (registrytest.Binary builds it so; CI
+// builds its test binary so), never a release build, which gets
+// gchalt_off.go instead and reads no test variable.
+//
+// haltEnv is the hook of the end-to-end test of interrupted runs
 // (test/e2e, TestKilledCollectIsInterrupted): set to a file path, every
 // blob delete of the collector (collections and the reclaimer) halts after
 // it was written ahead in the run record and before it reaches the storage:
@@ -21,8 +28,9 @@ import (
 // collector never deletes a blob.
 const haltEnv = "RECLAIM_TEST_HALT_GC_DELETE"
 
-// haltingDriver is d with haltEnv's halt, when it is set.
-func haltingDriver(d storagedriver.StorageDriver) storagedriver.StorageDriver {
+// testDriver is the driver the collector deletes through: d with haltEnv's
+// halt, when it is set.
+func testDriver(d storagedriver.StorageDriver) storagedriver.StorageDriver {
 	marker := os.Getenv(haltEnv)
 	if marker == "" {
 		return d

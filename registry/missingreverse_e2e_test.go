@@ -33,7 +33,7 @@ func missingReverse(t *testing.T, g *gcRegistry) ggcrv1.Hash {
 		t.Fatalf("delete cor/b's reverse link: %v", err)
 	}
 	push(t, g, "cor/c:v1", registrytest.Image(t, layer(t))) // the old cor/c:v1 is untagged
-	g.settle()
+	g.settle(t)
 	return digestOf(t, shared)
 }
 

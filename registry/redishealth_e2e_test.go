@@ -47,7 +47,7 @@ func TestE2ERedisEvictingPolicyRefusesGC(t *testing.T) {
 	}
 	old := push(t, g, "evict/app:v1", registrytest.Image(t, layer(t)))
 	push(t, g, "evict/app:v1", registrytest.Image(t, layer(t))) // old is now untagged
-	g.settle()
+	g.settle(t)
 
 	for _, policy := range []string{"allkeys-lru", "volatile-lru"} {
 		if err := c.ConfigSet(ctx, "maxmemory-policy", policy).Err(); err != nil {

@@ -128,6 +128,8 @@ func newReferrersHandler(conf *configuration.Configuration, b *referrersBackend,
 
 // The last two path segments decide the route; Distribution's own routes
 // never end in referrers/<x>, so repositories named ".../referrers" are safe.
+// manifestRoute is the one pattern of a manifest's URL (name, reference):
+// the referrers index and the sha256 check (digests.go) both route by it.
 var (
 	referrersRoute = regexp.MustCompile(`^/v2/(.+)/referrers/([^/]*)$`)
 	manifestRoute  = regexp.MustCompile(`^/v2/(.+)/manifests/([^/]+)$`)

@@ -116,10 +116,9 @@ func (s *Server) open(ctx context.Context) error {
 //	body idle    a request body that sends nothing for bodyidletimeout ends the request (httptimeouts.go)
 //	console      /gc/console/: the operator console's pages (console.go)
 //	cross-site   refuses a /gc/v1/ write a browser sent for another site's page (gcapi_crosssite.go)
-//	status       GET /gc/v1/status: the GC API's fields, the reclaimer's, Redis health
 //	referrers    GET /v2/<name>/referrers/<digest>; index upkeep on manifest PUT and DELETE
 //	scope        the request scope the middleware records into; a refused write answers 503
-//	GC API       /gc/v1/...
+//	GC API       /gc/v1/...: one route table (gcapi_routes.go), GET /gc/v1/status included
 //	sha256 only  refuses a link under another digest algorithm before Distribution sees it
 //	app          Distribution
 //
@@ -130,12 +129,12 @@ func (s *Server) Handler(app http.Handler) http.Handler {
 		h = sha256Only(h)
 	}
 	api := newGCAPI(s.access, s.opts, s.gc, h)
+	api.statusPage = &statusHandler{access: s.access, api: api, env: s.env, reclaimer: s.reclaimer}
 	h = api
 	if s.on {
 		h = s.env.Handler(h)
 	}
 	h = newReferrersHandler(s.conf, s.referrers, s.access, h)
-	h = &statusHandler{next: h, access: s.access, api: api, env: s.env, reclaimer: s.reclaimer}
 	return bodyIdle(s.HTTP().BodyIdleTimeout, s.newConsole(api, crossSiteGuard{next: h}))
 }
 

@@ -25,30 +25,23 @@ import (
 // "gc_api": why) the reclaimer's part is still served, so an operator can
 // watch a reclaimer on instances that do not take collect requests.
 type statusHandler struct {
-	next      http.Handler
 	access    *accessControl
 	api       *gcAPI
 	env       *middleware.Env      // nil without the reclaim middleware
 	reclaimer *collector.Reclaimer // nil when disabled
 }
 
-func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != gcPrefix+"status" {
-		h.next.ServeHTTP(w, r)
-		return
-	}
-	if r.Method != http.MethodGet {
-		writeError(w, r, fmt.Errorf("%w: %s; use GET", errMethod, r.Method))
-		return
-	}
+// serve answers GET /gc/v1/status, a route of the GC API
+// (gcapi_routes.go) served while the API is disabled too.
+func (h *statusHandler) serve(w http.ResponseWriter, r *http.Request) error {
 	if err := h.access.authorize(r, "", ""); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	out := h.api.status(r.Context())
 	out["reclaimer"] = h.reclaimerStatus(r)
 	out["redis_health"] = h.redisHealth()
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // redisHealth is what the tracker's last recording tick read from Redis

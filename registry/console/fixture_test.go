@@ -66,13 +66,13 @@ func newFixture(t *testing.T) *fixture {
 	registrytest.PushImage(t, r, "team/base:old", 1)
 	registrytest.PushImage(t, r, "team/app:v1", 2)
 	v2 := registrytest.PushImage(t, r, "team/app:v2", 1)
-	settle()
+	settle(t, r)
 	for _, ref := range []string{"team/app/manifests/v1", "team/base/manifests/old"} {
 		if code, body := f.api(t, http.MethodDelete, "/v2/"+ref); code != http.StatusAccepted {
 			t.Fatalf("DELETE %s: %d %s", ref, code, body)
 		}
 	}
-	settle()
+	settle(t, r)
 	code, body = f.api(t, http.MethodPost, "/gc/v1/repositories/team/app/collect?dry_run=false")
 	if code != http.StatusOK {
 		t.Fatalf("collect team/app: %d %s", code, body)
@@ -130,8 +130,12 @@ func (f *fixture) killedRun(t *testing.T, repo string) digest.Digest {
 // killedRunID is the id of the fixture's interrupted run.
 const killedRunID = "01killedbythefixture"
 
-// settle waits until everything done so far is older than the window.
-func settle() { time.Sleep(window + 200*time.Millisecond) }
+// settle makes everything done so far older than the window, on the Redis
+// clock the window is timed by (registrytest.Registry.Age).
+func settle(t *testing.T, r *registrytest.Registry) {
+	t.Helper()
+	r.Age(t, window+200*time.Millisecond)
+}
 
 // api sends a request as the operator and returns the status and body.
 func (f *fixture) api(t *testing.T, method, path string) (int, []byte) {

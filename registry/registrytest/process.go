@@ -17,9 +17,15 @@ import (
 	"go.yaml.in/yaml/v2"
 )
 
-// binaryEnv names a prebuilt registry binary to use instead of building one,
-// e.g. to run the suite against a release build.
+// binaryEnv names a prebuilt registry binary to use instead of building one.
+// Build it with -tags reclaim_testhooks, as Binary does: the test of
+// interrupted runs halts a collection through a hook (registry/gchalt.go)
+// that release builds leave out.
 const binaryEnv = "RECLAIM_TEST_REGISTRY_BINARY"
+
+// testHooksTag is the build tag of the test hooks a test registry binary
+// carries.
+const testHooksTag = "reclaim_testhooks"
 
 const readyTimeout = 30 * time.Second
 
@@ -46,7 +52,8 @@ func Main(m *testing.M) {
 }
 
 // Binary returns the path of the registry binary: $RECLAIM_TEST_REGISTRY_BINARY
-// if set, otherwise ./cmd/registry built once per test binary.
+// if set, otherwise ./cmd/registry built once per test binary, with the
+// test hooks (-tags reclaim_testhooks).
 func Binary(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv(binaryEnv); p != "" {
@@ -63,7 +70,7 @@ func Binary(t testing.TB) string {
 		buildPath = filepath.Join(buildDir, "registry")
 		// The test's working directory is inside the module, so the import
 		// path resolves to this checkout's cmd/registry.
-		cmd := exec.Command("go", "build", "-o", buildPath, "github.com/reclaim-registry/reclaim/cmd/registry")
+		cmd := exec.Command("go", "build", "-tags", testHooksTag, "-o", buildPath, "github.com/reclaim-registry/reclaim/cmd/registry")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build ./cmd/registry: %v\n%s", err, out)
 		}

@@ -232,7 +232,7 @@ func (s *scope) unrefuse() {
 }
 
 // retryAfter is the Retry-After (seconds) sent with a refused request.
-const retryAfter = "1"
+const retryAfter = reclaim.RetryAfterUnavailable
 
 // Handler installs the per-request scope the middleware uses and turns a
 // request the middleware refused (a fence, or Redis down on a write) into

@@ -26,8 +26,9 @@ import (
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
-// haltEnv is the registry's test hook (registry/gchalt.go): collections
-// halt at their first blob delete and say so in a file.
+// haltEnv is the registry's test hook (registry/gchalt.go, in binaries
+// built with -tags reclaim_testhooks, as registrytest.Binary builds them):
+// collections halt at their first blob delete and say so in a file.
 const haltEnv = "RECLAIM_TEST_HALT_GC_DELETE"
 
 // A `registry serve` process is SIGKILLed in the middle of a collection,
@@ -185,5 +186,6 @@ func waitFile(t *testing.T, path string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("the collection did not reach its first blob delete within 30s")
+	t.Fatalf("the collection did not reach its first blob delete within 30s " +
+		"(a $RECLAIM_TEST_REGISTRY_BINARY must be built with -tags reclaim_testhooks)")
 }
