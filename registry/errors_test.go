@@ -18,15 +18,15 @@ import (
 
 func TestStatusOfMapsEveryError(t *testing.T) {
 	for err, want := range map[error]int{
-		collector.ErrInvalidName:         400,
-		errBadRequest:             400,
-		errDigestAlgorithm:        400,
-		collector.ErrRepositoryNotFound:  404,
-		collector.ErrPlanNotInMemory:        404,
-		reclaim.ErrRepositoryBusy: 409,
-		collector.ErrPlanRepository:      404, // never says whose plan it is
-		errTooLarge:               413,
-		collector.ErrDisabled:            405,
+		collector.ErrInvalidName:        400,
+		errBadRequest:                   400,
+		errDigestAlgorithm:              400,
+		collector.ErrRepositoryNotFound: 404,
+		collector.ErrPlanNotInMemory:    404,
+		reclaim.ErrRepositoryBusy:       409,
+		collector.ErrPlanRepository:     404, // never says whose plan it is
+		errTooLarge:                     413,
+		collector.ErrDisabled:           405,
 		&collector.AbortError{Reason: reclaim.AbortRedisUntrusted}: 503,
 		errUnauthenticated: 401,
 	} {

@@ -57,7 +57,7 @@ var allowed = map[string][]string{
 		"registry/console", "retention", "retention/redisstore",
 		"storage/layout", "storage/linkdb", "storage/middleware", "storage/referrers"},
 	"registry/console":      {"gc", "gc/collector", "internal/crosssite", "reclaim"},
-	"registry/registrytest": {"registry"},
+	"registry/registrytest": {"internal/config", "registry", "storage/storagetest"},
 	"cmd/registry": {"gc", "gc/collector", "internal/config", "reclaim", "redisstate", "registry", "retention",
 		"storage/layout", "storage/linkdb", "storage/middleware"},
 
