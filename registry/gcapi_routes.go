@@ -25,7 +25,7 @@ type route struct {
 	pass []string
 	// others says what happens to a request of any other method.
 	others others
-	// scope is the access a caller needs (access.go checks it).
+	// scope is the access a caller needs (accesscontrol.go checks it).
 	scope string
 	// always: served while the GC API is disabled.
 	always bool
