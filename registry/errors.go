@@ -172,6 +172,12 @@ func codeOf(err error) (c errorCode, message string, detail any) {
 // statusOf is the one place errors become HTTP statuses and bodies: the
 // code err carries and its status.
 func statusOf(err error) (int, apiError) {
+	c, body := answerOf(err)
+	return c.Status, body
+}
+
+// answerOf is err's code and the body that answers it.
+func answerOf(err error) (errorCode, apiError) {
 	c, message, detail := codeOf(err)
 	switch {
 	case c.Message != "":
@@ -179,7 +185,7 @@ func statusOf(err error) (int, apiError) {
 	case message == "":
 		message = err.Error()
 	}
-	return c.Status, apiError{Code: c.Value, Message: message, Detail: detail}
+	return c, apiError{Code: c.Value, Message: message, Detail: detail}
 }
 
 // writeError writes err as a Distribution-style JSON error body, with the
@@ -191,15 +197,14 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		ch.SetHeaders(r, w)
 		err = fmt.Errorf("%w: %v", errUnauthenticated, err)
 	}
-	c, _, _ := codeOf(err)
-	status, body := statusOf(err)
-	if status == http.StatusInternalServerError {
+	c, body := answerOf(err)
+	if c.Status == http.StatusInternalServerError {
 		logrus.WithError(err).WithField("path", r.URL.Path).Error("reclaim: gc api")
 	}
 	if c.RetryAfter != "" {
 		w.Header().Set("Retry-After", c.RetryAfter)
 	}
-	writeJSON(w, status, map[string][]apiError{"errors": {body}})
+	writeJSON(w, c.Status, map[string][]apiError{"errors": {body}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
