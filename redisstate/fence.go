@@ -55,7 +55,7 @@ type Fence struct {
 // long a crashed GC blocks writers of o.
 func (t *Tracker) Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (*Fence, error) {
 	if window <= 0 || lease <= 0 || window >= t.opts.AccessTTL {
-		return nil, fmt.Errorf("storage: Fence: window %v and lease %v must be positive and window below the access TTL %v", window, lease, t.opts.AccessTTL)
+		return nil, fmt.Errorf("redisstate: Fence: window %v and lease %v must be positive and window below the access TTL %v", window, lease, t.opts.AccessTTL)
 	}
 	blobFence := t.fenceKey(reclaim.Object{Blob: o.Blob})
 	tok, err := token()
@@ -142,7 +142,7 @@ func confirmed(f *Fence, n int64, err error) error {
 func token() (string, error) {
 	var b [12]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("storage: token: %w", err)
+		return "", fmt.Errorf("redisstate: token: %w", err)
 	}
 	return hex.EncodeToString(b[:]), nil
 }

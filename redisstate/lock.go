@@ -21,7 +21,7 @@ import (
 // instead of going on beside the next one. Renewals stop when held ends.
 func (t *Tracker) LockRepository(ctx context.Context, repo string, lease time.Duration) (held context.Context, unlock func(), err error) {
 	if !layout.ValidRepo(repo) || lease < 3*time.Millisecond {
-		return nil, nil, fmt.Errorf("storage: LockRepository(%q, %v): bad arguments", repo, lease)
+		return nil, nil, fmt.Errorf("redisstate: LockRepository(%q, %v): bad arguments", repo, lease)
 	}
 	key := t.lockKey(repo)
 	tok, err := token()

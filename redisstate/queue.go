@@ -112,7 +112,7 @@ func (q *Queue) Enqueue(ctx context.Context, delay time.Duration, blobs ...diges
 	args = append(args, delay.Milliseconds())
 	for _, b := range blobs {
 		if err := b.Validate(); err != nil {
-			return fmt.Errorf("storage: enqueue %q: %w", b, err)
+			return fmt.Errorf("redisstate: enqueue %q: %w", b, err)
 		}
 		args = append(args, b.String())
 	}
@@ -125,7 +125,7 @@ func (q *Queue) Enqueue(ctx context.Context, delay time.Duration, blobs ...diges
 // Claim takes up to n due items and holds them for lease.
 func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]reclaim.ReviewItem, error) {
 	if n <= 0 || lease <= 0 {
-		return nil, fmt.Errorf("storage: Claim(%d, %v): bad arguments", n, lease)
+		return nil, fmt.Errorf("redisstate: Claim(%d, %v): bad arguments", n, lease)
 	}
 	res, err := claimScript.Run(ctx, q.c, []string{q.key}, n, lease.Milliseconds()).Slice()
 	if err != nil {

@@ -136,7 +136,7 @@ type RunLock struct {
 // holds the lock.
 func (t *Tracker) BeginRun(ctx context.Context, repo, id string, started time.Time, lease time.Duration) (*RunLock, error) {
 	if !layout.ValidRepo(repo) || id == "" || lease < 3*time.Millisecond {
-		return nil, fmt.Errorf("storage: BeginRun(%q, %q, %v): bad arguments", repo, id, lease)
+		return nil, fmt.Errorf("redisstate: BeginRun(%q, %q, %v): bad arguments", repo, id, lease)
 	}
 	tok, err := token()
 	if err != nil {

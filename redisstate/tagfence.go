@@ -33,7 +33,7 @@ func (t *Tracker) tagFenceKey(repo, tag string) string {
 // deleter holds it. Release gives it back.
 func (t *Tracker) FenceTag(ctx context.Context, repo, tag string, lease time.Duration) (*Fence, error) {
 	if lease <= 0 {
-		return nil, fmt.Errorf("storage: FenceTag: lease %v must be positive", lease)
+		return nil, fmt.Errorf("redisstate: FenceTag: lease %v must be positive", lease)
 	}
 	tok, err := token()
 	if err != nil {

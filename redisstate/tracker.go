@@ -50,7 +50,7 @@ type Tracker struct {
 // NewTracker returns a tracker on c. It does not contact Redis.
 func NewTracker(c redis.UniversalClient, opts TrackerOptions) (*Tracker, error) {
 	if c == nil {
-		return nil, errors.New("storage: NewTracker: nil redis client")
+		return nil, errors.New("redisstate: NewTracker: nil redis client")
 	}
 	if opts.Prefix == "" {
 		opts.Prefix = "reclaim:"
@@ -65,7 +65,7 @@ func NewTracker(c redis.UniversalClient, opts TrackerOptions) (*Tracker, error) 
 		opts.Timeout = time.Second
 	}
 	if opts.AccessTTL < time.Minute || opts.GoneTTL < 0 || opts.Timeout < 0 {
-		return nil, fmt.Errorf("storage: invalid tracker options %+v", opts)
+		return nil, fmt.Errorf("redisstate: invalid tracker options %+v", opts)
 	}
 	return &Tracker{c: c, opts: opts}, nil
 }

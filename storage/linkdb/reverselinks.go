@@ -32,7 +32,7 @@ func NewReverseLinks(d storagedriver.StorageDriver) *ReverseLinks {
 // ErrMalformedLink means something sits at a reverse link path that is not a
 // well-formed link file: a directory, a dangling entry, or a file whose
 // content is not exactly the blob digest. It is never "absent".
-var ErrMalformedLink = errors.New("storage: malformed reverse link")
+var ErrMalformedLink = errors.New("linkdb: malformed reverse link")
 
 // reverseLinkOf returns the link p is the reverse link path of, for blob.
 func reverseLinkOf(blob digest.Digest, p string) (reclaim.RepoLink, bool) {
@@ -265,7 +265,7 @@ func (r *ReverseLinks) Delete(ctx context.Context, blob digest.Digest, l reclaim
 
 // ErrInvalidLink is returned for a reverse link with a bad digest, repository
 // name or kind.
-var ErrInvalidLink = errors.New("storage: invalid link")
+var ErrInvalidLink = errors.New("linkdb: invalid link")
 
 func checkLink(blob digest.Digest, l reclaim.RepoLink) error {
 	if blob.Validate() != nil || !layout.ValidRepo(l.Repo) || (l.Kind != reclaim.LinkLayer && l.Kind != reclaim.LinkManifest) {

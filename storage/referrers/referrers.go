@@ -20,10 +20,10 @@ import (
 var (
 	// ErrInvalid: the caller passed a repository name, digest or
 	// descriptor that cannot be stored. Nothing was written.
-	ErrInvalid = errors.New("storage: invalid referrers index entry")
+	ErrInvalid = errors.New("referrers: invalid referrers index entry")
 	// ErrCorruptReferrer: an index file exists but does not hold a valid
 	// descriptor for the referrer its path names. The index is rebuildable.
-	ErrCorruptReferrer = errors.New("storage: corrupt referrers index entry")
+	ErrCorruptReferrer = errors.New("referrers: corrupt referrers index entry")
 )
 
 // maxReferrerEntry bounds one index file. A descriptor is a few hundred
