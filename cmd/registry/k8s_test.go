@@ -8,10 +8,13 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/distribution/distribution/v3/configuration"
 	"go.yaml.in/yaml/v2"
 
 	"github.com/reclaim-registry/reclaim/internal/config"
@@ -27,23 +30,32 @@ type k8sObject struct {
 	} `yaml:"metadata"`
 	Data map[string]string `yaml:"data"`
 	Spec struct {
-		Replicas *int             `yaml:"replicas"`
-		Selector k8sSelector      `yaml:"selector"` // Deployment, PodDisruptionBudget; Service: a plain map
-		Ports    []k8sServicePort `yaml:"ports"`
-		Template struct {
-			Metadata struct {
-				Labels map[string]string `yaml:"labels"`
-			} `yaml:"metadata"`
+		Replicas    *int             `yaml:"replicas"`
+		Selector    k8sSelector      `yaml:"selector"` // Deployment, PodDisruptionBudget; Service: a plain map
+		Ports       []k8sServicePort `yaml:"ports"`
+		Template    k8sPodTemplate   `yaml:"template"` // Deployment, Job
+		Schedule    string           `yaml:"schedule"` // CronJob
+		JobTemplate struct {
 			Spec struct {
-				Containers []k8sContainer `yaml:"containers"`
-				Volumes    []struct {
-					Name      string `yaml:"name"`
-					ConfigMap *struct {
-						Name string `yaml:"name"`
-					} `yaml:"configMap"`
-				} `yaml:"volumes"`
+				Template k8sPodTemplate `yaml:"template"`
 			} `yaml:"spec"`
-		} `yaml:"template"`
+		} `yaml:"jobTemplate"`
+	} `yaml:"spec"`
+}
+
+type k8sPodTemplate struct {
+	Metadata struct {
+		Labels      map[string]string `yaml:"labels"`
+		Annotations map[string]string `yaml:"annotations"`
+	} `yaml:"metadata"`
+	Spec struct {
+		Containers []k8sContainer `yaml:"containers"`
+		Volumes    []struct {
+			Name      string `yaml:"name"`
+			ConfigMap *struct {
+				Name string `yaml:"name"`
+			} `yaml:"configMap"`
+		} `yaml:"volumes"`
 	} `yaml:"spec"`
 }
 
@@ -155,30 +167,11 @@ func TestKubernetesExample(t *testing.T) {
 	if !containsLabels(pod, dep.Spec.Selector.labels()) {
 		t.Errorf("Deployment selector %v does not match the pod labels %v", dep.Spec.Selector.labels(), pod)
 	}
-	if len(dep.Spec.Template.Spec.Containers) != 1 {
-		t.Fatalf("Deployment: want one container, got %d", len(dep.Spec.Template.Spec.Containers))
-	}
-	c := dep.Spec.Template.Spec.Containers[0]
+	c := container(t, dep.Spec.Template, "registry")
 	if len(c.Args) != 2 || c.Args[0] != "serve" {
 		t.Fatalf("container args %q, want [serve <config>]", c.Args)
 	}
-	raw := configFromMount(t, dep, c, cm)
-	confPath := filepath.Join(t.TempDir(), "config.yml")
-	if err := os.WriteFile(confPath, []byte(raw), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	shippedConfigs(t) // clears the test environment's REGISTRY_* overrides
-	for _, e := range c.Env {
-		if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
-			t.Errorf("env %s: not from a Secret", e.Name)
-			continue
-		}
-		t.Setenv(e.Name, "from-secret-"+e.ValueFrom.SecretKeyRef.Key)
-	}
-	conf, err := readConfig(confPath)
-	if err != nil {
-		t.Fatalf("ConfigMap %s: %v", cm.Metadata.Name, err)
-	}
+	conf := loadMountedConfig(t, dep.Spec.Template, c, c.Args[1], cm)
 	if conf.HTTP.Secret == "" {
 		t.Error("no http.secret (nor REGISTRY_HTTP_SECRET): every replica would sign uploads with its own random secret")
 	}
@@ -204,12 +197,49 @@ func TestKubernetesExample(t *testing.T) {
 	checkService(t, svc, pod, c, conf.HTTP.Addr)
 }
 
-// configFromMount returns the config file the container's `serve` reads:
-// the ConfigMap key mounted at that path.
-func configFromMount(t *testing.T, dep k8sObject, c k8sContainer, cm k8sObject) string {
+// container returns the pod template's container of that name.
+func container(t *testing.T, pod k8sPodTemplate, name string) k8sContainer {
+	t.Helper()
+	for _, c := range pod.Spec.Containers {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no container %q in the pod template", name)
+	return k8sContainer{}
+}
+
+// loadMountedConfig loads, with the registry's own loader, the config file
+// at file in the container, with the container's secrets in the
+// environment (each set to "from-secret-<key>").
+func loadMountedConfig(t *testing.T, pod k8sPodTemplate, c k8sContainer, file string, cm k8sObject) *configuration.Configuration {
+	t.Helper()
+	raw := fileFromMount(t, pod, c, file, cm)
+	confPath := filepath.Join(t.TempDir(), "config.yml")
+	if err := os.WriteFile(confPath, []byte(raw), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	shippedConfigs(t) // clears the test environment's REGISTRY_* overrides
+	for _, e := range c.Env {
+		if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+			t.Errorf("env %s: not from a Secret", e.Name)
+			continue
+		}
+		t.Setenv(e.Name, "from-secret-"+e.ValueFrom.SecretKeyRef.Key)
+	}
+	conf, err := readConfig(confPath)
+	if err != nil {
+		t.Fatalf("ConfigMap %s: %v", cm.Metadata.Name, err)
+	}
+	return conf
+}
+
+// fileFromMount returns the file the container reads at file: the
+// ConfigMap key mounted at that path.
+func fileFromMount(t *testing.T, pod k8sPodTemplate, c k8sContainer, file string, cm k8sObject) string {
 	t.Helper()
 	volumes := map[string]string{} // volume -> ConfigMap
-	for _, v := range dep.Spec.Template.Spec.Volumes {
+	for _, v := range pod.Spec.Volumes {
 		if v.ConfigMap != nil {
 			volumes[v.Name] = v.ConfigMap.Name
 		}
@@ -217,9 +247,9 @@ func configFromMount(t *testing.T, dep k8sObject, c k8sContainer, cm k8sObject) 
 	for _, m := range c.VolumeMounts {
 		key := m.SubPath
 		if key == "" {
-			key = strings.TrimPrefix(c.Args[1], m.MountPath+"/")
+			key = strings.TrimPrefix(file, m.MountPath+"/")
 		}
-		if (m.MountPath == c.Args[1] || path.Dir(c.Args[1]) == m.MountPath) && volumes[m.Name] == cm.Metadata.Name {
+		if (m.MountPath == file || path.Dir(file) == m.MountPath) && volumes[m.Name] == cm.Metadata.Name {
 			raw, ok := cm.Data[key]
 			if !ok {
 				t.Fatalf("ConfigMap %s has no key %q (mounted at %s)", cm.Metadata.Name, key, m.MountPath)
@@ -227,8 +257,80 @@ func configFromMount(t *testing.T, dep k8sObject, c k8sContainer, cm k8sObject) 
 			return raw
 		}
 	}
-	t.Fatalf("%s is not mounted from ConfigMap %s", c.Args[1], cm.Metadata.Name)
+	t.Fatalf("%s is not mounted from ConfigMap %s", file, cm.Metadata.Name)
 	return ""
+}
+
+// TestKubernetesMetricsSidecar: Prometheus can scrape the pod's metrics
+// without reaching pprof. The sidecar's nginx forwards /metrics of the
+// registry's loopback debug listener and answers 404 to anything else,
+// on the port the pod's scrape annotation names.
+func TestKubernetesMetricsSidecar(t *testing.T) {
+	objs := k8sObjects(t)
+	cm, dep := objs["ConfigMap"], objs["Deployment"]
+	reg := container(t, dep.Spec.Template, "registry")
+	conf := loadMountedConfig(t, dep.Spec.Template, reg, reg.Args[1], cm)
+	side := container(t, dep.Spec.Template, "metrics-proxy")
+	if len(side.Ports) != 1 {
+		t.Fatalf("metrics-proxy: want one port, got %d", len(side.Ports))
+	}
+	port := strconv.Itoa(side.Ports[0].ContainerPort)
+	if a := dep.Spec.Template.Metadata.Annotations; a["prometheus.io/port"] != port || a["prometheus.io/path"] != conf.HTTP.Debug.Prometheus.Path {
+		t.Errorf("scrape annotations %v, want port %s and path %s", a, port, conf.HTTP.Debug.Prometheus.Path)
+	}
+	// white space folded: one line per directive is not the test's business
+	nginx := strings.Join(strings.Fields(fileFromMount(t, dep.Spec.Template, side, "/etc/nginx/conf.d/default.conf", cm)), " ")
+	want := []string{
+		"listen " + port + ";",
+		"location = " + conf.HTTP.Debug.Prometheus.Path + " {",
+		"proxy_pass http://" + conf.HTTP.Debug.Addr + conf.HTTP.Debug.Prometheus.Path + ";",
+		"location / { return 404; }",
+	}
+	for _, w := range want {
+		if !strings.Contains(nginx, w) {
+			t.Errorf("metrics-proxy.conf lacks %q: %s", w, nginx)
+		}
+	}
+	if n := strings.Count(nginx, "proxy_pass"); n != 1 {
+		t.Errorf("metrics-proxy.conf forwards %d locations, want only the metrics path", n)
+	}
+}
+
+// TestKubernetesJobs: the in-use CronJob refreshes its source more often
+// than retention's inusemaxage lets it age, and the rebuild Job runs
+// `linkdb rebuild` on the registry's own config.
+func TestKubernetesJobs(t *testing.T) {
+	objs := k8sObjects(t)
+	cm, dep, cron, job := objs["ConfigMap"], objs["Deployment"], objs["CronJob"], objs["Job"]
+	if cron.Kind == "" || job.Kind == "" {
+		t.Fatalf("configs/k8s needs the in-use CronJob and the rebuild Job; found %v", keys(objs))
+	}
+	reg := container(t, dep.Spec.Template, "registry")
+	o, _, err := config.Load(loadMountedConfig(t, dep.Spec.Template, reg, reg.Args[1], cm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The schedule is "M */H * * *": every H hours.
+	f := strings.Fields(cron.Spec.Schedule)
+	every, err := strconv.Atoi(strings.TrimPrefix(f[1], "*/"))
+	if len(f) != 5 || err != nil || f[2] != "*" || f[3] != "*" || f[4] != "*" {
+		t.Fatalf("CronJob schedule %q: want \"M */H * * *\"", cron.Spec.Schedule)
+	}
+	if period := time.Duration(every) * time.Hour; 2*period > o.Retention.InUseMaxAge {
+		t.Errorf("CronJob every %v, inusemaxage %v: one failed run would leave the index stale", period, o.Retention.InUseMaxAge)
+	}
+	scan := container(t, cron.Spec.JobTemplate.Spec.Template, "scan")
+	if len(scan.Args) < 3 || scan.Args[0] != "inuse" || scan.Args[1] != "scan" || !slices.Contains(scan.Args, "--source") {
+		t.Errorf("CronJob args %q, want inuse scan ... --source NAME", scan.Args)
+	}
+	rb := container(t, job.Spec.Template, "rebuild")
+	if len(rb.Args) < 3 || rb.Args[0] != "linkdb" || rb.Args[1] != "rebuild" {
+		t.Fatalf("Job args %q, want linkdb rebuild <config>", rb.Args)
+	}
+	jobConf := loadMountedConfig(t, job.Spec.Template, rb, rb.Args[2], cm)
+	if jobConf.Storage.Type() != "s3" || jobConf.Storage.Parameters()["accesskey"] != "from-secret-s3-accesskey" {
+		t.Errorf("the rebuild Job's storage %q: want the registry's S3 bucket with its key", jobConf.Storage.Type())
+	}
 }
 
 // checkService: the Service selects the pods and targets the port the
