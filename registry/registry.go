@@ -113,6 +113,7 @@ func (s *Server) open(ctx context.Context) error {
 // Handler composes Reclaim's HTTP features around Distribution's app. A
 // request meets them in this order:
 //
+//	readiness    GET /readyz: ok while Redis answers and is trusted, unauthenticated (ready.go)
 //	body idle    a request body that sends nothing for bodyidletimeout ends the request (httptimeouts.go)
 //	console      /gc/console/: the operator console's pages (console.go)
 //	cross-site   refuses a /gc/v1/ write a browser sent for another site's page (gcapi_crosssite.go)
@@ -135,7 +136,7 @@ func (s *Server) Handler(app http.Handler) http.Handler {
 		h = s.env.Handler(h)
 	}
 	h = newReferrersHandler(s.conf, s.referrers, s.access, h)
-	return bodyIdle(s.HTTP().BodyIdleTimeout, s.newConsole(api, crossSiteGuard{next: h}))
+	return readiness(s.env, bodyIdle(s.HTTP().BodyIdleTimeout, s.newConsole(api, crossSiteGuard{next: h})))
 }
 
 // Env is the storage Env, nil without the reclaim middleware.

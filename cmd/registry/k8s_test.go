@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v2"
 
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/registry"
 )
 
 // k8sObject is the part of a Kubernetes manifest the test reads.
@@ -87,6 +88,12 @@ type k8sServicePort struct {
 }
 
 type k8sContainer struct {
+	ReadinessProbe struct {
+		HTTPGet *struct {
+			Path string `yaml:"path"`
+			Port string `yaml:"port"`
+		} `yaml:"httpGet"`
+	} `yaml:"readinessProbe"`
 	Name  string   `yaml:"name"`
 	Image string   `yaml:"image"`
 	Args  []string `yaml:"args"`
@@ -195,6 +202,9 @@ func TestKubernetesExample(t *testing.T) {
 		t.Errorf("gc.enabled=%v reclaimer.enabled=%v: the example runs both", o.GC.Enabled, o.Reclaimer.Enabled)
 	}
 	checkService(t, svc, pod, c, conf.HTTP.Addr)
+	if p := c.ReadinessProbe.HTTPGet; p == nil || p.Path != registry.ReadyPath || p.Port != "http" {
+		t.Errorf("readinessProbe %+v: want GET %s on the registry port, which fails while Redis does", p, registry.ReadyPath)
+	}
 }
 
 // container returns the pod template's container of that name.

@@ -156,12 +156,13 @@ func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []recl
 
 // refuse fails the request's fence check: it answers 503 (Handler).
 func refuse(ctx context.Context, blob digest.Digest, err error) error {
-	scopeOf(ctx).refuse()
 	if errors.Is(err, reclaim.ErrFenced) {
+		scopeOf(ctx).refuse(refusedFenced)
 		metricFenceWaits.WithLabelValues("refused").Inc()
 		metricRefusals.WithLabelValues("fenced").Inc()
 		rlog.From(ctx).WithField("blob", blob).Info("reclaim: write refused, object is being garbage-collected")
 	} else {
+		scopeOf(ctx).refuse(refusedRedis)
 		metricRefusals.WithLabelValues("redis").Inc()
 	}
 	return fmt.Errorf("%w: %w", ErrRetryable, err)

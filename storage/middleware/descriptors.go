@@ -172,7 +172,7 @@ func (s *descriptors) verify(ctx context.Context, e *Env, repo string, dgst dige
 		rev, err = exists(layout.RevisionLinkPath(repo, dgst))
 	}
 	if err != nil {
-		scopeOf(ctx).refuse()
+		scopeOf(ctx).refuse(refusedStorage)
 		return v1.Descriptor{}, fmt.Errorf("%w: check %s in %s behind the blob descriptor cache: %w", ErrRetryable, dgst, repo, err)
 	}
 	if data && (layer || rev) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,6 +101,7 @@ func NewEnv(ctx context.Context, below storagedriver.StorageDriver, opts config.
 		rlog.From(ctx).Warnf("reclaim: no redis configured; using an embedded in-process redis at %s. "+
 			"Access records start now and die with the process, so GC will not delete shared blobs until it has recorded for a full window (%v)", m.Addr(), opts.Window)
 	}
+	rlog.QuietRedis() // the client library's own lines: one a minute
 	client := opts.OpenRedis()
 	t, err := redisstate.NewTracker(client, redisstate.TrackerOptions{Prefix: opts.Prefix, AccessTTL: opts.AccessTTL, Timeout: opts.Timeout, Embedded: e.Embedded})
 	if err != nil {
@@ -119,7 +121,10 @@ func NewEnv(ctx context.Context, below storagedriver.StorageDriver, opts config.
 		rlog.From(ctx).Info("reclaim: storage holds no repository yet: link database marked complete")
 	}
 	if err := t.StartRecording(ctx); err != nil {
-		rlog.From(ctx).WithError(err).Warn("reclaim: could not set the recording epoch; pushes will fail until redis answers")
+		// Said once, here, in words an operator acts on; the tracker keeps
+		// trying every EpochInterval and says when Redis is back.
+		rlog.From(ctx).WithError(err).Errorf("reclaim: Redis at %s cannot be reached: pushes answer 503 and GC deletes nothing until it answers; pulls go on. Retrying every %v",
+			strings.Join(opts.Redis.Addrs, ","), opts.EpochInterval)
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.bg, e.stop, e.kept = bg, cancel, make(chan struct{})

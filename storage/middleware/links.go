@@ -299,8 +299,9 @@ func (d *driver) checkTagTarget(ctx context.Context, repo string, content []byte
 	if err == nil {
 		return nil
 	}
-	scopeOf(ctx).refuse()
+	scopeOf(ctx).refuse(refusedStorage)
 	if errors.As(err, new(storagedriver.PathNotFoundError)) {
+		scopeOf(ctx).refuse(refusedCollected)
 		rlog.From(ctx).WithField("manifest", m).Info("reclaim: tag write refused, its manifest's revision link was garbage-collected meanwhile")
 		return fmt.Errorf("%w: manifest %s in %s was garbage-collected before its tag was written", ErrRetryable, m, repo)
 	}
@@ -353,7 +354,7 @@ func (d *driver) tagWritten(ctx context.Context, path string, p layout.Path, con
 	if err == nil && string(b) == string(content) {
 		return nil
 	}
-	scopeOf(ctx).refuse()
+	scopeOf(ctx).refuse(refusedTagDelete)
 	rlog.From(ctx).WithField("tag", p.Tag).Info("reclaim: tag write refused, a retention delete of the tag ran while it was written")
 	return fmt.Errorf("%w: tag %s of %s was deleted while it was written", ErrRetryable, p.Tag, p.Repo)
 }

@@ -2,6 +2,8 @@ package middleware
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -58,5 +60,21 @@ func TestRefusalHasRetryAfter(t *testing.T) {
 	resp = a.doBody(http.MethodPut, loc+sep+"digest="+digest.FromString("hello").String(), "hello")
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("status %d Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	// The body is Distribution's UNAVAILABLE in the client's words, not
+	// UNKNOWN with the Redis client's error text.
+	body, _ := io.ReadAll(resp.Body)
+	var errs struct {
+		Errors []struct{ Code, Message, Detail string }
+	}
+	if err := json.Unmarshal(body, &errs); err != nil || len(errs.Errors) != 1 {
+		t.Fatalf("body %q: %v, want one error", body, err)
+	}
+	e := errs.Errors[0]
+	if e.Code != "UNAVAILABLE" || !strings.Contains(e.Detail, "Redis does not answer") || strings.Contains(string(body), "LOADING") {
+		t.Fatalf("body %q: want code UNAVAILABLE, a detail naming Redis and no Redis error text", body)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q", ct)
 	}
 }

@@ -2,11 +2,13 @@ package middleware
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/distribution/distribution/v3/registry/api/errcode"
 	v2 "github.com/distribution/distribution/v3/registry/api/v2"
 	"github.com/gorilla/mux"
 	"github.com/opencontainers/go-digest"
@@ -117,7 +119,7 @@ type scope struct {
 	// linked: blobs this request reached through a repository link (the
 	// references a manifest PUT verifies, as opposed to the manifest itself)
 	linked  map[digest.Digest]bool
-	refused atomic.Bool
+	refused atomic.Pointer[refusal] // nil: not refused
 	// unlinked: blobs this request wrote into the blob store and has not
 	// linked (yet); queued for review when the request ends.
 	unlinked map[digest.Digest]*Env
@@ -218,16 +220,30 @@ func (s *scope) reachedByLink(blob digest.Digest) bool {
 	return s.linked[blob]
 }
 
-func (s *scope) refuse() {
+// refusal is why the middleware refused a request: the detail of the 503
+// the client reads. It names the cause in the client's words and never
+// carries internals (a Redis address, a storage path).
+type refusal string
+
+const (
+	refusedFenced    refusal = "an object this request needs is being garbage-collected now; retry"
+	refusedRedis     refusal = "the registry cannot record this write now (its Redis does not answer); retry"
+	refusedStorage   refusal = "the registry could not check an object in storage; retry"
+	refusedCollected refusal = "an object this write depends on was garbage-collected meanwhile; push it again"
+	refusedTagDelete refusal = "the tag was deleted by retention while it was written; push it again"
+)
+
+// refuse marks the request refused (Handler answers 503), for why.
+func (s *scope) refuse(why refusal) {
 	if s != nil {
-		s.refused.Store(true)
+		s.refused.Store(&why)
 	}
 }
 
 // unrefuse takes a refusal back: the request goes on another way.
 func (s *scope) unrefuse() {
 	if s != nil {
-		s.refused.Store(false)
+		s.refused.Store(nil)
 	}
 }
 
@@ -236,10 +252,11 @@ const retryAfter = reclaim.RetryAfterUnavailable
 
 // Handler installs the per-request scope the middleware uses and turns a
 // request the middleware refused (a fence, or Redis down on a write) into
-// "503 Service Unavailable" with Retry-After, whatever error code
-// Distribution chose for the storage error (500, or 400 for a manifest whose
-// references could not be verified). Clients retry 503 (go-containerregistry,
-// containerd, docker); they would give up on a 400.
+// "503 Service Unavailable" with Retry-After and Distribution's
+// UNAVAILABLE error code, whatever error Distribution chose for the
+// storage error (500 UNKNOWN with the storage error's text, or 400 for a
+// manifest whose references could not be verified). Clients retry 503
+// (go-containerregistry, containerd, docker); they would give up on a 400.
 func (e *Env) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s := &scope{env: e}
@@ -254,20 +271,34 @@ type refusalWriter struct {
 	http.ResponseWriter
 	s           *scope
 	wroteHeader bool
+	replaced    bool // the body is ours: Distribution's is dropped
 }
 
 func (w *refusalWriter) WriteHeader(code int) {
-	if !w.wroteHeader && code >= 400 && w.s.refused.Load() {
-		w.Header().Set("Retry-After", retryAfter)
-		code = http.StatusServiceUnavailable
+	if w.wroteHeader {
+		return // a second call would only log "superfluous WriteHeader"
 	}
 	w.wroteHeader = true
-	w.ResponseWriter.WriteHeader(code)
+	why := w.s.refused.Load()
+	if code < 400 || why == nil {
+		w.ResponseWriter.WriteHeader(code)
+		return
+	}
+	w.replaced = true
+	h := w.Header()
+	h.Set("Retry-After", retryAfter)
+	h.Set("Content-Type", "application/json")
+	h.Del("Content-Length")
+	w.ResponseWriter.WriteHeader(http.StatusServiceUnavailable)
+	_ = json.NewEncoder(w.ResponseWriter).Encode(errcode.Errors{errcode.ErrorCodeUnavailable.WithDetail(string(*why))})
 }
 
 func (w *refusalWriter) Write(b []byte) (int, error) {
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
+	}
+	if w.replaced {
+		return len(b), nil
 	}
 	return w.ResponseWriter.Write(b)
 }

@@ -89,8 +89,9 @@ func (d *driver) stillThere(ctx context.Context, path string, writing digest.Dig
 	if err == nil {
 		return nil
 	}
-	scopeOf(ctx).refuse()
+	scopeOf(ctx).refuse(refusedStorage)
 	if errors.As(err, new(storagedriver.PathNotFoundError)) {
+		scopeOf(ctx).refuse(refusedCollected)
 		metricRefusals.WithLabelValues("collected").Inc()
 		rlog.From(ctx).WithField("path", path).Info("reclaim: link write refused, what it depends on was garbage-collected meanwhile")
 		return fmt.Errorf("%w: %s was garbage-collected before the link to %s was written%w", ErrRetryable, path, writing, errCollected)
