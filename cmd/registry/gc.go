@@ -236,7 +236,60 @@ func (f *gcClientFlags) send(cmd *cobra.Command, method, path string, q url.Valu
 	if f.json {
 		cmd.OutOrStdout().Write(body) //nolint:errcheck
 	}
-	return nil, &exitError{code, fmt.Errorf("%s: %s", resp.Status, apiMessage(body))}
+	msg := apiMessage(body)
+	if code == exitAuth {
+		msg += authHint(resp, f.token != "" || f.user != "")
+	}
+	return nil, &exitError{code, fmt.Errorf("%s: %s", resp.Status, msg)}
+}
+
+// authHint tells apart the refusals an operator fixes differently: no
+// credentials sent, credentials refused, and credentials that lack the
+// scope the request needs (a token's error="insufficient_scope", which
+// names the scope it wanted).
+func authHint(resp *http.Response, sentCredentials bool) string {
+	params := challengeParams(resp.Header.Get("WWW-Authenticate"))
+	switch {
+	case params["error"] == "insufficient_scope" && params["scope"] != "":
+		return fmt.Sprintf(" (your credentials lack the scope %s)", params["scope"])
+	case params["error"] == "insufficient_scope":
+		return " (your credentials lack the scope this request needs)"
+	case resp.StatusCode == http.StatusForbidden:
+		return " (your credentials are not allowed this request)"
+	case !sentCredentials:
+		return " (no credentials sent: use --token, or --user with RECLAIM_PASSWORD)"
+	default:
+		return " (the registry refused these credentials)"
+	}
+}
+
+// challengeParams parses the parameters of a WWW-Authenticate challenge
+// (`Bearer realm="...",scope="a b",error="insufficient_scope"`).
+func challengeParams(h string) map[string]string {
+	out := map[string]string{}
+	_, rest, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok {
+		return out
+	}
+	for rest != "" {
+		k, v, ok := strings.Cut(strings.TrimLeft(rest, ", "), "=")
+		if !ok {
+			break
+		}
+		if strings.HasPrefix(v, `"`) {
+			end := strings.Index(v[1:], `"`)
+			if end < 0 {
+				break
+			}
+			out[strings.ToLower(strings.TrimSpace(k))] = v[1 : end+1]
+			rest = v[end+2:]
+			continue
+		}
+		val, next, _ := strings.Cut(v, ",")
+		out[strings.ToLower(strings.TrimSpace(k))] = strings.TrimSpace(val)
+		rest = next
+	}
+	return out
 }
 
 func apiMessage(body []byte) string {
