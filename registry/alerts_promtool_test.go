@@ -88,6 +88,27 @@ type promRule struct {
 	Labels map[string]string `yaml:"labels,omitempty"`
 }
 
+type (
+	promSeries struct {
+		Series string `yaml:"series"`
+		Values string `yaml:"values"`
+	}
+	promExpAlert struct {
+		ExpLabels map[string]string `yaml:"exp_labels"`
+	}
+	promAlertTest struct {
+		EvalTime  string         `yaml:"eval_time"`
+		Alertname string         `yaml:"alertname"`
+		ExpAlerts []promExpAlert `yaml:"exp_alerts"`
+	}
+	promTestCase struct {
+		Name       string          `yaml:"name"`
+		Interval   string          `yaml:"interval"`
+		Input      []promSeries    `yaml:"input_series"`
+		AlertTests []promAlertTest `yaml:"alert_rule_test"`
+	}
+)
+
 // TestAlertRulesFire runs docs/alerts.yml through promtool: the file
 // passes `promtool check rules` (syntax, templates), every rule fires on
 // its alertCase, and none fires on a healthy registry. promtool compares
@@ -105,47 +126,53 @@ func TestAlertRulesFire(t *testing.T) {
 	if out, err := exec.Command(promtool, "check", "rules", "../docs/alerts.yml").CombinedOutput(); err != nil {
 		t.Fatalf("promtool check rules docs/alerts.yml: %v\n%s", err, out)
 	}
+	rules, cases := promtoolCases(t)
+	dir := t.TempDir()
+	write := func(name string, v any) {
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("rules.yml", map[string]any{"groups": []any{map[string]any{"name": "reclaim", "rules": rules}}})
+	write("test.yml", map[string]any{"rule_files": []string{"rules.yml"}, "evaluation_interval": "1m", "tests": cases})
+	cmd := exec.Command(promtool, "test", "rules", "test.yml")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
+	}
+}
+
+// promtoolCases reads docs/alerts.yml: its rules without annotations, and
+// one test case per rule (it fires on its alertCase) plus the healthy day
+// (nothing fires).
+func promtoolCases(t *testing.T) ([]promRule, []promTestCase) {
+	t.Helper()
 	raw, err := os.ReadFile("../docs/alerts.yml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var file struct {
 		Groups []struct {
-			Name  string     `yaml:"name"`
 			Rules []promRule `yaml:"rules"`
 		} `yaml:"groups"`
 	}
 	if err := yaml.Unmarshal(raw, &file); err != nil {
 		t.Fatal(err)
 	}
-	type expAlert struct {
-		ExpLabels map[string]string `yaml:"exp_labels"`
-	}
-	type alertTest struct {
-		EvalTime  string     `yaml:"eval_time"`
-		Alertname string     `yaml:"alertname"`
-		ExpAlerts []expAlert `yaml:"exp_alerts"`
-	}
-	type series struct {
-		Series string `yaml:"series"`
-		Values string `yaml:"values"`
-	}
-	type testCase struct {
-		Name       string      `yaml:"name"`
-		Interval   string      `yaml:"interval"`
-		Input      []series    `yaml:"input_series"`
-		AlertTests []alertTest `yaml:"alert_rule_test"`
-	}
-	seriesOf := func(m map[string]string) []series {
-		var out []series
+	seriesOf := func(m map[string]string) []promSeries {
+		var out []promSeries
 		for s, v := range m {
-			out = append(out, series{s, v})
+			out = append(out, promSeries{s, v})
 		}
 		return out
 	}
 	var rules []promRule
-	quiet := testCase{Name: "healthy", Interval: "1m", Input: seriesOf(healthy)}
-	var cases []testCase
+	var cases []promTestCase
+	quiet := promTestCase{Name: "healthy", Interval: "1m", Input: seriesOf(healthy)}
 	for _, g := range file.Groups {
 		for _, r := range g.Rules {
 			rules = append(rules, r)
@@ -158,9 +185,9 @@ func TestAlertRulesFire(t *testing.T) {
 			for k, v := range c.Labels {
 				want[k] = v
 			}
-			cases = append(cases, testCase{Name: r.Alert, Interval: "1m", Input: seriesOf(c.Series),
-				AlertTests: []alertTest{{EvalTime: c.At, Alertname: r.Alert, ExpAlerts: []expAlert{{want}}}}})
-			quiet.AlertTests = append(quiet.AlertTests, alertTest{EvalTime: "1450m", Alertname: r.Alert})
+			cases = append(cases, promTestCase{Name: r.Alert, Interval: "1m", Input: seriesOf(c.Series),
+				AlertTests: []promAlertTest{{EvalTime: c.At, Alertname: r.Alert, ExpAlerts: []promExpAlert{{want}}}}})
+			quiet.AlertTests = append(quiet.AlertTests, promAlertTest{EvalTime: "1450m", Alertname: r.Alert})
 		}
 	}
 	for name := range alertCases {
@@ -168,22 +195,5 @@ func TestAlertRulesFire(t *testing.T) {
 			t.Errorf("alertCases has %s, which docs/alerts.yml does not define", name)
 		}
 	}
-	dir := t.TempDir()
-	write := func(name string, v any) {
-		b, err := yaml.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("rules.yml", map[string]any{"groups": []any{map[string]any{"name": "reclaim", "rules": rules}}})
-	write("test.yml", map[string]any{"rule_files": []string{"rules.yml"}, "evaluation_interval": "1m",
-		"tests": append(cases, quiet)})
-	cmd := exec.Command(promtool, "test", "rules", "test.yml")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("promtool test rules: %v\n%s", err, out)
-	}
+	return rules, append(cases, quiet)
 }

@@ -62,8 +62,31 @@ func TestE2EReadinessFollowsRedis(t *testing.T) {
 
 	s.Kill()
 	waitProbe(http.StatusServiceUnavailable)
-	// A push now: 503 with Retry-After and Distribution's UNAVAILABLE, in
-	// words a client's user can act on.
+	assertPushUnavailable(t, r)
+
+	s.Start(t)
+	waitProbe(http.StatusOK)
+
+	c := s.Client(t)
+	for _, step := range []struct {
+		policy string
+		want   int
+	}{{"allkeys-lru", http.StatusServiceUnavailable}, {"noeviction", http.StatusOK}} {
+		if err := c.ConfigSet(t.Context(), "maxmemory-policy", step.policy).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_ = env.Tracker.StartRecording(t.Context()) // the tick that reads the policy
+		if code, body := probe(); code != step.want {
+			t.Fatalf("maxmemory-policy %s: probe %d %q, want %d", step.policy, code, body, step.want)
+		}
+	}
+}
+
+// assertPushUnavailable: an upload commit while Redis is down answers 503
+// with Retry-After and Distribution's UNAVAILABLE, in words a client's user
+// can act on.
+func assertPushUnavailable(t *testing.T, r *registrytest.Registry) {
+	t.Helper()
 	resp := r.Do(t, http.MethodPost, "/v2/ready/app/blobs/uploads/", nil)
 	resp.Body.Close()
 	loc := resp.Header.Get("Location")
@@ -88,20 +111,4 @@ func TestE2EReadinessFollowsRedis(t *testing.T) {
 			put.StatusCode, put.Header.Get("Retry-After"), body)
 	}
 
-	s.Start(t)
-	waitProbe(http.StatusOK)
-
-	c := s.Client(t)
-	for _, step := range []struct {
-		policy string
-		want   int
-	}{{"allkeys-lru", http.StatusServiceUnavailable}, {"noeviction", http.StatusOK}} {
-		if err := c.ConfigSet(t.Context(), "maxmemory-policy", step.policy).Err(); err != nil {
-			t.Fatal(err)
-		}
-		_ = env.Tracker.StartRecording(t.Context()) // the tick that reads the policy
-		if code, body := probe(); code != step.want {
-			t.Fatalf("maxmemory-policy %s: probe %d %q, want %d", step.policy, code, body, step.want)
-		}
-	}
 }

@@ -66,10 +66,6 @@ func TestGCCollectCLI(t *testing.T) {
 		case strings.Contains(r.URL.Path, "/BAD/"):
 			w.WriteHeader(http.StatusBadRequest)
 			w.Write([]byte(`{"errors":[{"code":"NAME_INVALID","message":"bad name"}]}`))
-		case strings.Contains(r.URL.Path, "/scoped/"):
-			w.Header().Set("WWW-Authenticate", `Bearer realm="https://auth.example.com/token",service="registry",scope="registry:gc:* repository:scoped/x:delete",error="insufficient_scope"`)
-			w.WriteHeader(http.StatusUnauthorized)
-			w.Write([]byte(`{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`))
 		case strings.Contains(r.URL.Path, "/secret/"):
 			w.WriteHeader(http.StatusUnauthorized)
 			w.Write([]byte(`{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`))
@@ -127,8 +123,22 @@ func TestGCCollectCLI(t *testing.T) {
 	if _, stderr, code := runGC(t, "collect", "down/x", "--url", srv.URL); !strings.Contains(stderr, "redis_unavailable") || code != exitRetry {
 		t.Errorf("abort reason not shown: %q", stderr)
 	}
-	// A 401 says which of three things is wrong: nothing sent, refused,
-	// or the scope the request needed (named by the challenge).
+	if _, _, code := runGC(t, "collect", "x", "--url", "not a url"); code != exitFailure {
+		t.Errorf("bad url: exit %d", code)
+	}
+}
+
+// A 401 says which of three things is wrong: nothing sent, refused, or the
+// scope the request needed (named by a token challenge's insufficient_scope).
+func TestGCCollectCLIUnauthorized(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/scoped/") {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="https://auth.example.com/token",service="registry",scope="registry:gc:* repository:scoped/x:delete",error="insufficient_scope"`)
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+		w.Write([]byte(`{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`))
+	}))
+	defer srv.Close()
 	for _, c := range []struct {
 		repo string
 		args []string
@@ -142,9 +152,6 @@ func TestGCCollectCLI(t *testing.T) {
 		if code != exitAuth || !strings.Contains(stderr, c.want) {
 			t.Errorf("%s %v: exit %d %q, want %d saying %q", c.repo, c.args, code, stderr, exitAuth, c.want)
 		}
-	}
-	if _, _, code := runGC(t, "collect", "x", "--url", "not a url"); code != exitFailure {
-		t.Errorf("bad url: exit %d", code)
 	}
 }
 
