@@ -47,6 +47,8 @@ var allowed = map[string][]string{
 	// garbage collection: the pure decision, and a run's I/O around it
 	"gc":           {"reclaim"},
 	"gc/collector": {"gc", "reclaim", "storage/layout"},
+	// the fixtures the collector's and the reclaimer's tests share
+	"gc/internal/gctest": {"internal/config", "reclaim", "storage/layout", "storage/linkdb", "storage/middleware", "storage/storagetest"},
 
 	// retention: the domain, and its state in Redis
 	"retention":            {"reclaim"},
