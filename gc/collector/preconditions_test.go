@@ -7,65 +7,52 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/gc/internal/gctest"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // preconditionCases fail before anything is read. A collection and a
-// reclaimer tick share the check, so both stop with the same reason and
+// reclaimer tick share the check (gc/reclaimer's
+// TestPreconditionsStopReclaimer), so both stop with the same reason and
 // neither deletes anything. A dry run (a preview) of a case that leaves
 // Redis readable plans anyway and lists the blocker (previews is true).
 var preconditionCases = []struct {
 	name     string
 	setup    func(*fixture)
 	want     reclaim.AbortReason
-	backoff  bool // the reclaimer tick counts as failing
 	previews bool // a dry run plans and lists the blocker
 }{
-	{"tracker unreachable", func(f *fixture) { f.tr.SinceErr = fmt.Errorf("%w: dial", reclaim.ErrTrackerUnavailable) }, reclaim.AbortRedisUnavailable, true, false},
-	{"tracker lost data", func(f *fixture) { f.tr.SinceErr = reclaim.ErrNotRecording }, reclaim.AbortRedisUntrusted, false, true},
-	{"redis may evict", func(f *fixture) { f.tr.SinceErr = fmt.Errorf("%w: allkeys-lru", reclaim.ErrRedisEvicts) }, reclaim.AbortRedisEvicts, false, true},
-	{"recording too short", func(f *fixture) { f.tr.Since = f.tr.Now.Add(-time.Minute) }, reclaim.AbortRedisRecordingTooShort, false, true},
+	{"tracker unreachable", func(f *fixture) { f.tr.SinceErr = fmt.Errorf("%w: dial", reclaim.ErrTrackerUnavailable) }, reclaim.AbortRedisUnavailable, false},
+	{"tracker lost data", func(f *fixture) { f.tr.SinceErr = reclaim.ErrNotRecording }, reclaim.AbortRedisUntrusted, true},
+	{"redis may evict", func(f *fixture) { f.tr.SinceErr = fmt.Errorf("%w: allkeys-lru", reclaim.ErrRedisEvicts) }, reclaim.AbortRedisEvicts, true},
+	{"recording too short", func(f *fixture) { f.tr.Since = f.tr.Now.Add(-time.Minute) }, reclaim.AbortRedisRecordingTooShort, true},
 	// A marker that cannot be read is no answer: fail closed, both ways.
 	{"linkdb marker unreadable", func(f *fixture) {
 		f.c.cfg.LinkDBComplete = func(context.Context) (bool, error) { return false, gctest.ErrBoom }
-	}, reclaim.AbortStorageUnreadable, true, false},
+	}, reclaim.AbortStorageUnreadable, false},
 }
 
-func TestPreconditionsStopCollectAndReclaimerAlike(t *testing.T) {
+func TestPreconditionsStopCollect(t *testing.T) {
 	for _, tc := range preconditionCases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			f.Image("x", nil, "a")
 			f.Layer("x", "dangling")
-			q, orphan := queuedBlob(f, "orphan")
+			f.Blob("orphan")
 			tc.setup(f)
 			if tc.previews {
 				f.checkPreviews("x", tc.want)
 			} else {
 				f.checkAborts("x", tc.want)
 			}
-
-			r := newTestReclaimer(t, f, q, true)
-			rep := r.Tick(context.Background())
-			if rep.Abort != tc.want || len(rep.Decisions) != 0 || rep.Failed != tc.backoff {
-				t.Fatalf("tick abort = %q (%v) failed=%v, want %q failed=%v", rep.Abort, rep.Err, rep.Failed, tc.want, tc.backoff)
-			}
-			var ae *AbortError
-			if _, err := r.Review(context.Background(), orphan); !errors.As(err, &ae) || ae.Reason != tc.want {
-				t.Fatalf("Review: %v, want abort %s", err, tc.want)
-			}
-			if q.Claims != 0 || !f.Exists(layout.BlobDataPath(orphan)) {
-				t.Fatal("an untrusted tick claimed or deleted")
-			}
 		})
 	}
 }
 
 // Until the link database is known complete, a collection unlinks but
-// deletes no blob, and the reclaimer (which only deletes blobs) waits.
+// deletes no blob (and the reclaimer, which only deletes blobs, waits:
+// gc/reclaimer's TestIncompleteLinkDBReclaimerWaits).
 func TestIncompleteLinkDBDeletesNoBlob(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.LinkDBComplete = func(context.Context) (bool, error) { return false, nil } })
 	l := f.Layer("i", "orphan")
@@ -76,21 +63,6 @@ func TestIncompleteLinkDBDeletesNoBlob(t *testing.T) {
 	if b := rep.Blockers; len(b) != 1 || b[0].Reason != reclaim.AbortLinkDBIncomplete || b[0].Blocks != BlocksBlobs {
 		t.Fatalf("blockers %+v, want linkdb_incomplete on blobs", b)
 	}
-	// The blob lost its last link: the review queue has it.
-	q := gctest.NewQueue(f.tr.Clock)
-	q.Add(l.Digest, f.tr.Clock())
-	tick := newTestReclaimer(t, f, q, true).Tick(context.Background())
-	if tick.Abort != reclaim.AbortLinkDBIncomplete || tick.Failed || !f.Exists(layout.BlobDataPath(l.Digest)) {
-		t.Fatalf("tick = %+v", tick)
-	}
-}
-
-// queuedBlob stores a blob no repository links and queues it, due now.
-func queuedBlob(f *fixture, content string) (*gctest.Queue, digest.Digest) {
-	q := gctest.NewQueue(f.tr.Clock)
-	b := f.Blob(content)
-	q.Add(b.Digest, f.tr.Clock())
-	return q, b.Digest
 }
 
 // checkPreviews checks that a real run of repo aborts for want and deletes

@@ -1,4 +1,4 @@
-package collector
+package reclaimer
 
 import (
 	"context"
@@ -8,19 +8,11 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/gc/internal/gctest"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
-
-func newTestReclaimer(t *testing.T, f *fixture, q Queue, enabled bool) *Reclaimer {
-	t.Helper()
-	r, err := NewReclaimer(f.c, q, ReclaimerConfig{Enabled: enabled, Interval: 10 * time.Millisecond, Batch: 10, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
 
 func TestReclaimerDecidesEachItem(t *testing.T) {
 	f := newFixture(t)
@@ -89,10 +81,10 @@ func TestReclaimerKillSwitchDeletesNothing(t *testing.T) {
 	f := newFixture(t)
 	q, orphan := queuedBlob(f, "orphan")
 	r := newTestReclaimer(t, f, q, false)
-	if rep := r.Tick(context.Background()); !errors.Is(rep.Err, ErrDisabled) || len(rep.Decisions) != 0 {
+	if rep := r.Tick(context.Background()); !errors.Is(rep.Err, collector.ErrDisabled) || len(rep.Decisions) != 0 {
 		t.Fatalf("disabled tick = %+v", rep)
 	}
-	if _, err := r.Review(context.Background(), orphan); !errors.Is(err, ErrDisabled) {
+	if _, err := r.Review(context.Background(), orphan); !errors.Is(err, collector.ErrDisabled) {
 		t.Fatalf("disabled Review: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -133,9 +125,11 @@ func TestReclaimerLinkAtTheFenceWins(t *testing.T) {
 }
 
 func TestReclaimerFailuresKeepAndBackOff(t *testing.T) {
-	f := newFixture(t)
-	q, orphan := queuedBlob(f, "orphan on a failing disk")
-	f.c.driver = gctest.FailingDelete{StorageDriver: f.D, Path: layout.BlobDir(orphan)}
+	const content = "orphan on a failing disk"
+	f := newFixture(t, func(c *collector.Config) {
+		c.Driver = gctest.FailingDelete{StorageDriver: c.Driver, Path: layout.BlobDir(digest.FromString(content))}
+	})
+	q, orphan := queuedBlob(f, content)
 	r := newTestReclaimer(t, f, q, true)
 	rep := r.Tick(context.Background())
 	if len(rep.Decisions) != 1 || rep.Decisions[0].Reason != reclaim.ReasonDeleteFailed || !rep.Failed {
@@ -174,7 +168,7 @@ func TestReclaimerRunDrainsAndStops(t *testing.T) {
 	// Every tick reports to Observe: the test looks at the queue then.
 	drained := make(chan struct{})
 	var once sync.Once
-	r, err := NewReclaimer(f.c, q, ReclaimerConfig{Enabled: true, Interval: 10 * time.Millisecond, Batch: 10, Logf: t.Logf,
+	r, err := f.reclaimer(q, Config{Enabled: true, Interval: 10 * time.Millisecond, Batch: 10, Logf: t.Logf,
 		Observe: func(TickReport) {
 			if n, _, _ := q.Len(context.Background()); n == 0 {
 				once.Do(func() { close(drained) })

@@ -1,12 +1,14 @@
-package collector
+package reclaimer
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/gc/internal/gctest"
 	"github.com/reclaim-registry/reclaim/redisstate"
+	"github.com/reclaim-registry/reclaim/storage/middleware"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -18,19 +20,25 @@ import (
 // the catalog listing returns do on a driver without a native
 // start-after (inmemory, filesystem), as they do for the usage refresh.
 //
-//	RECLAIM_TEST_REDIS_ADDR=127.0.0.1:6379 go test ./gc -run TestMeasureScrub -v
+//	RECLAIM_TEST_REDIS_ADDR=127.0.0.1:6379 go test ./gc/reclaimer -run TestMeasureScrub -v
 func TestMeasureScrub(t *testing.T) {
 	var first gctest.Measured
 	var firstRedis int64
 	for i, R := range []int{10, 100} {
-		r := newMeasureRig(t, R, 20)
+		r := gctest.NewMeasureRig(t, R, 20)
 		addr, prefix := storagetest.RealOrMini(t)
 		client := storagetest.NewClient(addr)
 		t.Cleanup(func() { client.Close() })
 		counter := &storagetest.RedisCounter{}
 		client.AddHook(counter)
-		r.c.cfg.Repair = r.Env.Links
-		rc, err := NewReclaimer(r.c, gctest.NewQueue(time.Now), ReclaimerConfig{Enabled: true, UsageRefresh: -1,
+		c, err := collector.New(collector.Config{Driver: r.Env.Driver, Tracker: fakeTracker{r.Tracker}, Links: r.Env.Links,
+			Context: middleware.WithoutAccessRecords, LinkDBComplete: func(context.Context) (bool, error) { return true, nil },
+			Window: time.Hour, Now: r.Tracker.Clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := New(Config{Collector: c, Queue: gctest.NewQueue(time.Now), Driver: r.Env.Driver, Context: middleware.WithoutAccessRecords,
+			Repair: r.Env.Links, Now: r.Tracker.Clock, Enabled: true, UsageRefresh: -1,
 			ScrubCursor: redisstate.NewScrubCursor(client, prefix), Logf: t.Logf})
 		if err != nil {
 			t.Fatal(err)

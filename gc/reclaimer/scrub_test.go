@@ -1,4 +1,4 @@
-package collector
+package reclaimer
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/gc/internal/gctest"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
@@ -35,13 +36,15 @@ func (c *memCursor) SetScrubCursor(_ context.Context, at string) error {
 
 // scrubFixture is three repositories a, b, c (one image each, sharing a
 // base layer) with their reverse links, and holes punched in a and c.
-func scrubFixture(t *testing.T, repair LinkRepairer, unmark func(context.Context) error) (*fixture, []reclaim.RepoLink, []digest.Digest) {
+func scrubFixture(t *testing.T, repair collector.LinkRepairer, unmark func(context.Context) error) (*fixture, []reclaim.RepoLink, []digest.Digest) {
 	t.Helper()
-	f := newFixture(t, func(c *Config) {
+	f := newFixture(t, func(c *collector.Config) {
 		if repair == nil {
 			repair = linkdb.NewReverseLinks(c.Driver)
 		}
-		withReverseLinks(repair, unmark)(c)
+		c.Links = linkdb.NewReverseLinks(c.Driver)
+		c.Repair = repair
+		c.MarkLinkDBIncomplete = unmark
 	})
 	var holes []reclaim.RepoLink
 	var blobs []digest.Digest
@@ -69,7 +72,7 @@ func scrubFixture(t *testing.T, repair LinkRepairer, unmark func(context.Context
 func TestScrubWritesBackMissingReverseLinks(t *testing.T) {
 	f, holes, blobs := scrubFixture(t, nil, nil)
 	cur := &memCursor{}
-	r, err := NewReclaimer(f.c, gctest.NewQueue(f.tr.Clock), ReclaimerConfig{Enabled: true, UsageRefresh: -1,
+	r, err := f.reclaimer(gctest.NewQueue(f.tr.Clock), Config{Enabled: true, UsageRefresh: -1,
 		ScrubRepos: 2, ScrubCursor: cur, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +110,7 @@ func TestScrubWritesBackMissingReverseLinks(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 
-	off, err := NewReclaimer(f.c, gctest.NewQueue(f.tr.Clock), ReclaimerConfig{Enabled: true, UsageRefresh: -1, ScrubRepos: -1, ScrubCursor: cur})
+	off, err := f.reclaimer(gctest.NewQueue(f.tr.Clock), Config{Enabled: true, UsageRefresh: -1, ScrubRepos: -1, ScrubCursor: cur})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,8 +144,8 @@ func TestScrubThatCannotRepairMarksLinkDBIncomplete(t *testing.T) {
 	repair := unreadableFor{blob: digest.FromString("a own layer")}
 	f, _, _ := scrubFixture(t, repair, func(context.Context) error { unmarked++; return nil })
 	repair.ReverseLinks = linkdb.NewReverseLinks(f.D)
-	f.c.cfg.Repair = repair
-	r, err := NewReclaimer(f.c, gctest.NewQueue(f.tr.Clock), ReclaimerConfig{Enabled: true, UsageRefresh: -1,
+	f.cfg.Repair = repair
+	r, err := f.reclaimer(gctest.NewQueue(f.tr.Clock), Config{Enabled: true, UsageRefresh: -1,
 		ScrubRepos: 1, ScrubCursor: &memCursor{}, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package collector
+package reclaimer
 
 import (
 	"context"
@@ -32,7 +32,7 @@ func TestReclaimerRefreshesUsage(t *testing.T) {
 	put("z/gone", now.Add(-3*time.Hour)) // deleted since its estimate
 	put("e/fresh", now)
 	u.usage.MarkUsageDue(ctx, "a/due") //nolint:errcheck
-	r, err := NewReclaimer(u.c, gctest.NewQueue(u.tr.Clock), ReclaimerConfig{Enabled: true, Interval: time.Minute, Batch: 10,
+	r, err := u.reclaimer(gctest.NewQueue(u.tr.Clock), Config{Enabled: true, Interval: time.Minute, Batch: 10,
 		UsageRefresh: 3, UsageMaxAge: time.Hour, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +94,7 @@ func TestReclaimerUsageWalkResumes(t *testing.T) {
 		u.Tag(repo, "v1", u.Image(repo, nil, repo).Digest)
 	}
 	u.WriteReverseLinks()
-	r, err := NewReclaimer(u.c, gctest.NewQueue(u.tr.Clock), ReclaimerConfig{Enabled: true, Interval: time.Minute, Batch: 10, UsageRefresh: 2, Logf: t.Logf})
+	r, err := u.reclaimer(gctest.NewQueue(u.tr.Clock), Config{Enabled: true, Interval: time.Minute, Batch: 10, UsageRefresh: 2, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
