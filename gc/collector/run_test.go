@@ -167,7 +167,7 @@ func TestPlanExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.tr.Now = f.tr.Now.Add(DefaultPlanTTL + time.Minute)
+	f.tr.Now = f.tr.Now.Add(defaultPlanTTL + time.Minute)
 	if _, err := f.c.Collect(context.Background(), "e", RunOptions{PlanID: plan.ID}); !errors.Is(err, ErrPlanNotInMemory) {
 		t.Fatalf("expired plan: %v", err)
 	}
