@@ -64,8 +64,8 @@ func (r *measureRig) upstream(t testing.TB) {
 // of the target, next to upstream's MarkAndSweep dry run on the same data.
 // Our calls, walked entries and Stats must be identical for every R.
 //
-//	go test ./gc -run TestMeasure -v                     (R = 10, 100)
-//	RECLAIM_MEASURE=1 go test ./gc -run TestMeasure -v   (R = 10, 100, 1000)
+//	go test ./gc/collector -run TestMeasure -v                     (R = 10, 100)
+//	RECLAIM_MEASURE=1 go test ./gc/collector -run TestMeasure -v   (R = 10, 100, 1000)
 func TestMeasureCollectDoesNotGrowWithRegistry(t *testing.T) {
 	const M = 20
 	sizes := []int{10, 100}
@@ -109,7 +109,7 @@ func TestMeasureCollectDoesNotGrowWithRegistry(t *testing.T) {
 // next to upstream's MarkAndSweep dry run, on the same registry of R
 // repositories, and reports the storage work per run below the driver API:
 //
-//	go test ./gc -run XXX -bench CollectDryRun -benchtime 20x
+//	go test ./gc/collector -run XXX -bench CollectDryRun -benchtime 20x
 func BenchmarkCollectDryRun(b *testing.B) {
 	for _, R := range []int{10, 100, 1000} {
 		r := newMeasureRig(b, R, 20)

@@ -20,7 +20,7 @@ import (
 // calls below the middleware and Redis round trips. Neither may grow
 // with R.
 //
-//	RECLAIM_TEST_REDIS_ADDR=127.0.0.1:6379 go test ./gc -run TestMeasureUsageRefresh -v
+//	RECLAIM_TEST_REDIS_ADDR=127.0.0.1:6379 go test ./gc/collector -run TestMeasureUsageRefresh -v
 func TestMeasureUsageRefresh(t *testing.T) {
 	var first [2]gctest.Measured
 	var firstRedis [2]int64
