@@ -13,7 +13,7 @@ import (
 )
 
 // The review queue: blobs that may have lost their last reference, waiting
-// for the background reclaimer (gc.Reclaimer) to look at them.
+// for the background reclaimer (gc/reclaimer) to look at them.
 //
 //	reclaim:review    sorted set; member: blob digest; score: unix ms (Redis
 //	                  time) when the blob is due for review

@@ -10,7 +10,7 @@ import (
 )
 
 // ScrubCursor is where the reclaimer's scrub stands in the catalog
-// (gc/collector/reclaimer_scrub.go), shared by every instance so that together
+// (gc/reclaimer/scrub.go), shared by every instance so that together
 // they walk the registry once, not once each:
 //
 //	reclaim:scrub:cursor   the last repository name a scrub looked at ("" or absent: the start)

@@ -9,6 +9,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
+	"github.com/reclaim-registry/reclaim/gc/reclaimer"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
@@ -54,7 +55,7 @@ func TestE2EMissingReverseLinkScrubbedByReclaimerTick(t *testing.T) {
 	if tick.Scrub.Repositories != 2 || tick.Scrub.Repaired != 1 || tick.Scrub.Failed != 0 {
 		t.Errorf("tick's scrub: %+v, want 2 repositories, 1 reverse link written back", tick.Scrub)
 	}
-	if st := rc.Status(t.Context()); st.ScrubRepaired != 1 || st.ScrubRepos != collector.DefaultScrubRepos {
+	if st := rc.Status(t.Context()); st.ScrubRepaired != 1 || st.ScrubRepos != reclaimer.DefaultScrubRepos {
 		t.Errorf("status: scrub_repaired %d, scrub_repos %d", st.ScrubRepaired, st.ScrubRepos)
 	}
 	rep := g.collect(t, "cor/c")

@@ -8,10 +8,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
-	"github.com/reclaim-registry/reclaim/gc/collector"
+	"github.com/reclaim-registry/reclaim/gc/reclaimer"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/internal/metrics"
 	"github.com/reclaim-registry/reclaim/redisstate"
+	"github.com/reclaim-registry/reclaim/storage/linkdb"
+	"github.com/reclaim-registry/reclaim/storage/middleware"
 )
 
 // The background reclaimer runs inside `serve`, on every instance whose
@@ -23,7 +25,7 @@ import (
 // `reclaimer:` block. It is not started: the Server runs its own (Start);
 // `registry gc sweep --apply` reviews blobs with one switched on. It fails
 // without the reclaim middleware, and on a pull-through cache.
-func (s *Server) NewReclaimer(enabled bool) (*collector.Reclaimer, error) {
+func (s *Server) NewReclaimer(enabled bool) (*reclaimer.Reclaimer, error) {
 	switch {
 	case !s.on:
 		return nil, fmt.Errorf("the %q storage middleware is not configured", config.MiddlewareName)
@@ -38,10 +40,17 @@ func (s *Server) NewReclaimer(enabled bool) (*collector.Reclaimer, error) {
 	if scrub == 0 {
 		scrub = -1 // likewise
 	}
-	return collector.NewReclaimer(s.gc.Collector, s.env.Queue(), collector.ReclaimerConfig{
+	env := s.env
+	return reclaimer.New(reclaimer.Config{
+		// what the collector is wired to (gcapi_storage.go)
+		Collector: s.gc.Collector, Queue: env.Queue(), Driver: testDriver(env.Driver),
+		Context: middleware.WithoutAccessRecords, Freed: env.Tracker, Usage: s.gc.Usage,
+		Repair: env.Links, MarkLinkDBIncomplete: func(ctx context.Context) error {
+			return linkdb.MarkLinkDBIncomplete(ctx, env.Raw)
+		},
 		Enabled: enabled, Interval: rc.Interval, Batch: rc.Batch, Workers: rc.Workers, Lease: rc.Lease,
 		UsageRefresh: refresh, UsageMaxAge: rc.UsageMaxAge,
-		ScrubRepos: scrub, ScrubCursor: redisstate.NewScrubCursor(s.env.Tracker.Client(), s.opts.Prefix),
+		ScrubRepos: scrub, ScrubCursor: redisstate.NewScrubCursor(env.Tracker.Client(), s.opts.Prefix),
 		Logf:    logrus.WithField("component", "reclaimer").Warnf,
 		Observe: observeTick,
 	})
@@ -88,7 +97,10 @@ func (s *Server) watchQueue(ctx context.Context) {
 	}
 }
 
-var _ collector.Queue = (*redisstate.Queue)(nil)
+var (
+	_ reclaimer.Queue      = (*redisstate.Queue)(nil)
+	_ reclaimer.UsageStore = (*redisstate.UsageStore)(nil)
+)
 
 // Reclaimer metrics, in Prometheus' default registry, named like the JSON.
 var (
@@ -107,7 +119,7 @@ var (
 	metricUsageRefreshes       = metrics.CounterVec("reclaimer", "usage_refreshes_total", "Repository usage estimates the reclaimer refreshed, by result (ok, failed).", "result")
 )
 
-func observeTick(t collector.TickReport) {
+func observeTick(t reclaimer.TickReport) {
 	result := "ok"
 	switch {
 	case t.Abort != "":

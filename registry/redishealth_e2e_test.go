@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reclaim-registry/reclaim/gc/collector"
+	"github.com/reclaim-registry/reclaim/gc/reclaimer"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
@@ -33,7 +33,7 @@ func TestE2ERedisEvictingPolicyRefusesGC(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	health := func() (map[string]json.RawMessage, redisstate.RedisHealth, collector.ReclaimerStatus) {
+	health := func() (map[string]json.RawMessage, redisstate.RedisHealth, reclaimer.Status) {
 		t.Helper()
 		code, out, st := getStatus(t, r, false)
 		if code != 200 {

@@ -20,7 +20,7 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/distribution/distribution/v3/registry/storage/driver/factory"
 
-	"github.com/reclaim-registry/reclaim/gc/collector"
+	"github.com/reclaim-registry/reclaim/gc/reclaimer"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/storage/middleware"
 )
@@ -46,7 +46,7 @@ type Server struct {
 	// gc is the collector and what the GC API reports about it; nil unless
 	// on, and on a pull-through cache.
 	gc        *gcBackend
-	reclaimer *collector.Reclaimer // nil unless reclaimer.enabled
+	reclaimer *reclaimer.Reclaimer // nil unless reclaimer.enabled
 	referrers *referrersBackend
 
 	base      context.Context // New's context, without its cancellation

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/reclaim-registry/reclaim/gc/collector"
+	"github.com/reclaim-registry/reclaim/gc/reclaimer"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/storage/middleware"
 )
@@ -28,7 +28,7 @@ type statusHandler struct {
 	access    *accessControl
 	api       *gcAPI
 	env       *middleware.Env      // nil without the reclaim middleware
-	reclaimer *collector.Reclaimer // nil when disabled
+	reclaimer *reclaimer.Reclaimer // nil when disabled
 }
 
 // serve answers GET /gc/v1/status, a route of the GC API

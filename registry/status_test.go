@@ -11,12 +11,12 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/reclaim-registry/reclaim/gc/collector"
+	"github.com/reclaim-registry/reclaim/gc/reclaimer"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
-func getStatus(t *testing.T, r *registrytest.Registry, auth bool) (int, map[string]json.RawMessage, collector.ReclaimerStatus) {
+func getStatus(t *testing.T, r *registrytest.Registry, auth bool) (int, map[string]json.RawMessage, reclaimer.Status) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, r.URL+"/gc/v1/status", nil)
 	if auth {
@@ -24,7 +24,7 @@ func getStatus(t *testing.T, r *registrytest.Registry, auth bool) (int, map[stri
 	}
 	code, _, b := roundTrip(t, req)
 	var out map[string]json.RawMessage
-	var st collector.ReclaimerStatus
+	var st reclaimer.Status
 	if code == http.StatusOK {
 		if err := json.Unmarshal(b, &out); err != nil {
 			t.Fatalf("status body %s: %v", b, err)

@@ -44,21 +44,25 @@ var allowed = map[string][]string{
 	"storage/middleware": {"internal/config", "internal/metrics", "internal/rlog", "reclaim", "redisstate",
 		"storage/layout", "storage/linkdb", "storage/referrers"},
 
-	// garbage collection: the pure decision, and a run's I/O around it
+	// garbage collection: the pure decision, a run's I/O around it, and
+	// the background reclaimer on the collector's deletion step
 	"gc":           {"reclaim"},
 	"gc/collector": {"gc", "reclaim", "storage/layout"},
+	"gc/reclaimer": {"gc", "gc/collector", "reclaim", "storage/layout"},
+	// the fixtures the collector's and the reclaimer's tests share
+	"gc/internal/gctest": {"internal/config", "reclaim", "storage/layout", "storage/linkdb", "storage/middleware", "storage/storagetest"},
 
 	// retention: the domain, and its state in Redis
 	"retention":            {"reclaim"},
 	"retention/redisstore": {"retention"},
 
 	// HTTP, and the binary
-	"registry": {"gc", "gc/collector", "internal/config", "internal/crosssite", "internal/metrics", "reclaim", "redisstate",
+	"registry": {"gc", "gc/collector", "gc/reclaimer", "internal/config", "internal/crosssite", "internal/metrics", "reclaim", "redisstate",
 		"registry/console", "retention", "retention/redisstore",
 		"storage/layout", "storage/linkdb", "storage/middleware", "storage/referrers"},
-	"registry/console":      {"gc", "gc/collector", "internal/crosssite", "reclaim"},
+	"registry/console":      {"gc", "gc/collector", "gc/reclaimer", "internal/crosssite", "reclaim"},
 	"registry/registrytest": {"internal/config", "registry", "storage/storagetest"},
-	"cmd/registry": {"gc", "gc/collector", "internal/config", "reclaim", "redisstate", "registry", "retention",
+	"cmd/registry": {"gc", "gc/collector", "gc/reclaimer", "internal/config", "reclaim", "redisstate", "registry", "retention",
 		"storage/layout", "storage/linkdb", "storage/middleware"},
 
 	// whole-program tests (test files only)
@@ -198,8 +202,8 @@ func checkWords(t *testing.T, words pkg) {
 
 // TestGCLayers keeps gc's three layers apart (issue 26): the decision core
 // (gc) does no I/O, directly or through anything it imports; the collector
-// (and the reclaimer, once it has its own package) may import gc and the
-// words, but neither Redis nor the registry.
+// and the reclaimer may import gc and the words, but neither Redis nor the
+// registry.
 func TestGCLayers(t *testing.T) {
 	pkgs := listModule(t)
 	// Standard I/O packages: the core must not import them itself (fmt
@@ -224,7 +228,7 @@ func TestGCLayers(t *testing.T) {
 			t.Errorf("gc depends on %s; the decision core does no I/O", p)
 		}
 	}
-	for _, pkg := range []string{"gc/collector"} {
+	for _, pkg := range []string{"gc/collector", "gc/reclaimer"} {
 		for _, p := range pkgs[pkg].Deps {
 			if p == "github.com/redis/go-redis/v9" || strings.HasPrefix(p, module+"/registry") {
 				t.Errorf("%s depends on %s", pkg, p)

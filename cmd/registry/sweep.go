@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
+	"github.com/reclaim-registry/reclaim/gc/reclaimer"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
@@ -143,7 +144,7 @@ type sweeper struct {
 	out, stderr io.Writer
 	raw         storagedriver.StorageDriver
 	q           *redisstate.Queue
-	rec         *collector.Reclaimer // --apply only
+	rec         *reclaimer.Reclaimer // --apply only
 	st          *sweepStats
 }
 

@@ -10,16 +10,17 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/reclaim-registry/reclaim/gc/internal/gctest"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 func TestTagOverwriteFreesOldUniqueLayers(t *testing.T) {
 	f := newFixture(t)
-	old := f.image("team/app", nil, "base", "old-only")
-	f.tag("team/app", "latest", old.Digest)
-	cur := f.image("team/app", nil, "base", "new-only")
-	f.tag("team/app", "latest", cur.Digest) // overwrite
+	old := f.Image("team/app", nil, "base", "old-only")
+	f.Tag("team/app", "latest", old.Digest)
+	cur := f.Image("team/app", nil, "base", "new-only")
+	f.Tag("team/app", "latest", cur.Digest) // overwrite
 
 	rep := f.collect("team/app", RunOptions{})
 	oldOnly := digest.FromString("old-only")
@@ -35,10 +36,10 @@ func TestTagOverwriteFreesOldUniqueLayers(t *testing.T) {
 	if want := int64(len("old-only") + len("config of base,old-only") + int(old.Size)); rep.BytesFreed != want {
 		t.Fatalf("bytes freed %d, want %d", rep.BytesFreed, want)
 	}
-	if f.exists(layout.BlobDataPath(oldOnly)) || !f.exists(layout.BlobDataPath(digest.FromString("base"))) {
+	if f.Exists(layout.BlobDataPath(oldOnly)) || !f.Exists(layout.BlobDataPath(digest.FromString("base"))) {
 		t.Fatal("wrong blobs in storage")
 	}
-	if f.exists(path.Dir(layout.TagIndexPath("team/app", "latest", old.Digest)) + "/link") {
+	if f.Exists(path.Dir(layout.TagIndexPath("team/app", "latest", old.Digest)) + "/link") {
 		t.Fatal("tag history of the deleted manifest left behind")
 	}
 	if r := reasonOf(rep, reclaim.KindManifest, cur.Digest); r != reclaim.ReasonTagged {
@@ -53,11 +54,11 @@ func TestTagOverwriteFreesOldUniqueLayers(t *testing.T) {
 
 func TestSharedBlobNeverDeletedWhileLinkedElsewhere(t *testing.T) {
 	f := newFixture(t)
-	a := f.image("a", nil, "shared-base", "a-only")
-	f.tag("a", "v1", a.Digest)
-	b := f.image("b/c", nil, "shared-base", "b-only")
-	f.tag("b/c", "v1", b.Digest)
-	f.untag("a", "v1")
+	a := f.Image("a", nil, "shared-base", "a-only")
+	f.Tag("a", "v1", a.Digest)
+	b := f.Image("b/c", nil, "shared-base", "b-only")
+	f.Tag("b/c", "v1", b.Digest)
+	f.Untag("a", "v1")
 
 	rep := f.collect("a", RunOptions{})
 	base := digest.FromString("shared-base")
@@ -70,19 +71,19 @@ func TestSharedBlobNeverDeletedWhileLinkedElsewhere(t *testing.T) {
 	if !has(rep.BlobsDeleted, digest.FromString("a-only")) {
 		t.Fatalf("a-only should be deleted: %v", rep.BlobsDeleted)
 	}
-	if !f.exists(layout.BlobDataPath(base)) || !f.exists(layout.LayerLinkDir("b/c", base)+"/link") {
+	if !f.Exists(layout.BlobDataPath(base)) || !f.Exists(layout.LayerLinkDir("b/c", base)+"/link") {
 		t.Fatal("b/c lost its base layer")
 	}
 }
 
 func TestIndexChildrenAndReferrersFollowTheirRoot(t *testing.T) {
 	f := newFixture(t)
-	amd := f.image("multi", nil, "amd64")
-	arm := f.image("multi", nil, "arm64")
-	ix := f.index("multi", amd, arm)
-	sig := f.image("multi", &ix, "signature")
-	sbom := f.image("multi", &sig, "sbom-of-signature") // referrer of a referrer
-	f.tag("multi", "v1", ix.Digest)
+	amd := f.Image("multi", nil, "amd64")
+	arm := f.Image("multi", nil, "arm64")
+	ix := f.Index("multi", amd, arm)
+	sig := f.Image("multi", &ix, "signature")
+	sbom := f.Image("multi", &sig, "sbom-of-signature") // referrer of a referrer
+	f.Tag("multi", "v1", ix.Digest)
 
 	rep := f.collect("multi", RunOptions{})
 	if len(rep.ManifestsDeleted) != 0 || len(rep.LayersUnlinked) != 0 {
@@ -95,7 +96,7 @@ func TestIndexChildrenAndReferrersFollowTheirRoot(t *testing.T) {
 		}
 	}
 
-	f.untag("multi", "v1")
+	f.Untag("multi", "v1")
 	rep = f.collect("multi", RunOptions{})
 	for _, d := range []digest.Digest{ix.Digest, amd.Digest, arm.Digest, sig.Digest, sbom.Digest} {
 		if !has(rep.ManifestsDeleted, d) {
@@ -117,10 +118,10 @@ func TestIndexChildrenAndReferrersFollowTheirRoot(t *testing.T) {
 
 func TestReferrersFallbackTagKeepsItsIndex(t *testing.T) {
 	f := newFixture(t)
-	img := f.image("r", nil, "img")
-	sig := f.image("r", nil, "sig") // no subject: referrers via the tag scheme
-	fallback := f.index("r", sig)
-	f.tag("r", "sha256-"+img.Digest.Encoded(), fallback.Digest)
+	img := f.Image("r", nil, "img")
+	sig := f.Image("r", nil, "sig") // no subject: referrers via the tag scheme
+	fallback := f.Index("r", sig)
+	f.Tag("r", "sha256-"+img.Digest.Encoded(), fallback.Digest)
 	rep := f.collect("r", RunOptions{})
 	if reasonOf(rep, reclaim.KindManifest, sig.Digest) != reclaim.ReasonIndexChild || reasonOf(rep, reclaim.KindManifest, fallback.Digest) != reclaim.ReasonTagged {
 		t.Fatalf("fallback tag: %s", summary(rep))
@@ -132,8 +133,8 @@ func TestReferrersFallbackTagKeepsItsIndex(t *testing.T) {
 
 func TestRecentlyAccessedUntaggedManifestKept(t *testing.T) {
 	f := newFixture(t)
-	img := f.image("k8s", nil, "pulled-by-digest")
-	f.tr.touch(reclaim.Object{Blob: img.Digest, Repo: "k8s", Kind: reclaim.LinkManifest})
+	img := f.Image("k8s", nil, "pulled-by-digest")
+	f.tr.Touch(reclaim.Object{Blob: img.Digest, Repo: "k8s", Kind: reclaim.LinkManifest})
 	rep := f.collect("k8s", RunOptions{})
 	if reasonOf(rep, reclaim.KindManifest, img.Digest) != reclaim.ReasonRecentlyAccessed {
 		t.Fatalf("reason %s", reasonOf(rep, reclaim.KindManifest, img.Digest))
@@ -142,7 +143,7 @@ func TestRecentlyAccessedUntaggedManifestKept(t *testing.T) {
 		t.Fatalf("a kept manifest's layers must stay: %s", summary(rep))
 	}
 	// Once the window has passed, it goes.
-	f.tr.now = f.tr.now.Add(2 * time.Hour)
+	f.tr.Now = f.tr.Now.Add(2 * time.Hour)
 	rep = f.collect("k8s", RunOptions{})
 	if !has(rep.ManifestsDeleted, img.Digest) || len(rep.BlobsDeleted) != 3 {
 		t.Fatalf("after the window: %s", summary(rep))
@@ -151,9 +152,9 @@ func TestRecentlyAccessedUntaggedManifestKept(t *testing.T) {
 
 func TestRecentLayerLinkOfPushInProgressKept(t *testing.T) {
 	f := newFixture(t)
-	l := f.layer("p", "uploaded-before-manifest")
-	f.tr.touch(reclaim.Object{Blob: l.Digest, Repo: "p", Kind: reclaim.LinkLayer})
-	stale := f.layer("p", "stale")
+	l := f.Layer("p", "uploaded-before-manifest")
+	f.tr.Touch(reclaim.Object{Blob: l.Digest, Repo: "p", Kind: reclaim.LinkLayer})
+	stale := f.Layer("p", "stale")
 	rep := f.collect("p", RunOptions{})
 	if reasonOf(rep, reclaim.KindLayerLink, l.Digest) != reclaim.ReasonRecentlyAccessed || !has(rep.LayersUnlinked, stale.Digest) {
 		t.Fatalf("%s", summary(rep))
@@ -162,8 +163,8 @@ func TestRecentLayerLinkOfPushInProgressKept(t *testing.T) {
 
 func TestBlobAccessedElsewhereKept(t *testing.T) {
 	f := newFixture(t)
-	l := f.layer("p", "hot")
-	f.tr.touch(reclaim.Object{Blob: l.Digest}) // pulled through another repository
+	l := f.Layer("p", "hot")
+	f.tr.Touch(reclaim.Object{Blob: l.Digest}) // pulled through another repository
 	rep := f.collect("p", RunOptions{})
 	if !has(rep.LayersUnlinked, l.Digest) || reasonOf(rep, reclaim.KindBlob, l.Digest) != reclaim.ReasonRecentlyAccessed {
 		t.Fatalf("%s", summary(rep))
@@ -172,14 +173,14 @@ func TestBlobAccessedElsewhereKept(t *testing.T) {
 
 func TestKeepUntaggedPolicyAndPins(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.Pinner = pinSet{digest.FromString("x")} })
-	img := f.image("p", nil, "l")
+	img := f.Image("p", nil, "l")
 	keep := true
 	rep := f.collect("p", RunOptions{KeepUntagged: &keep})
 	if reasonOf(rep, reclaim.KindManifest, img.Digest) != reclaim.ReasonPolicyKeepUntagged || len(rep.LayersUnlinked) != 0 {
 		t.Fatalf("%s", summary(rep))
 	}
 	f2 := newFixture(t)
-	img2 := f2.image("p", nil, "l")
+	img2 := f2.Image("p", nil, "l")
 	f2.c.pinner = pinSet{img2.Digest}
 	rep = f2.collect("p", RunOptions{})
 	if reasonOf(rep, reclaim.KindManifest, img2.Digest) != reclaim.ReasonPinned || len(rep.LayersUnlinked) != 0 {
@@ -203,7 +204,7 @@ func (p *latePins) Pinned(_ context.Context, _ string, d digest.Digest) (bool, e
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.failing {
-		return false, errBoom
+		return false, gctest.ErrBoom
 	}
 	return p.pinned[d], nil
 }
@@ -214,8 +215,8 @@ func (p *latePins) Pinned(_ context.Context, _ string, d digest.Digest) (bool, e
 func TestPinAfterTheFenceKeepsTheManifest(t *testing.T) {
 	pins := &latePins{pinned: map[digest.Digest]bool{}}
 	f := newFixture(t, func(c *Config) { c.Pinner = pins })
-	img := f.image("p", nil, "l")
-	f.tr.onFence = func(o reclaim.Object) {
+	img := f.Image("p", nil, "l")
+	f.tr.OnFence = func(o reclaim.Object) {
 		if o.Blob == img.Digest && o.Kind == reclaim.LinkManifest {
 			pins.pin(img.Digest)
 		}
@@ -225,19 +226,19 @@ func TestPinAfterTheFenceKeepsTheManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	if dec := decisionOf(rep, reclaim.KindManifest, img.Digest); dec.Reason != reclaim.ReasonPinned || dec.Detail != "pinned since the plan" ||
-		len(rep.LayersUnlinked) != 0 || !f.exists(layout.RevisionDir("p", img.Digest)+"/link") {
+		len(rep.LayersUnlinked) != 0 || !f.Exists(layout.RevisionDir("p", img.Digest)+"/link") {
 		t.Fatalf("%s", summary(rep))
 	}
 
 	pins2 := &latePins{pinned: map[digest.Digest]bool{}}
 	f2 := newFixture(t, func(c *Config) { c.Pinner = pins2 })
-	img2 := f2.image("p", nil, "l")
-	f2.tr.onFence = func(reclaim.Object) { pins2.mu.Lock(); pins2.failing = true; pins2.mu.Unlock() }
+	img2 := f2.Image("p", nil, "l")
+	f2.tr.OnFence = func(reclaim.Object) { pins2.mu.Lock(); pins2.failing = true; pins2.mu.Unlock() }
 	rep, err = f2.c.Collect(context.Background(), "p", RunOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dec := decisionOf(rep, reclaim.KindManifest, img2.Digest); dec.Reason != reclaim.ReasonCheckFailed || !f2.exists(layout.RevisionDir("p", img2.Digest)+"/link") {
+	if dec := decisionOf(rep, reclaim.KindManifest, img2.Digest); dec.Reason != reclaim.ReasonCheckFailed || !f2.Exists(layout.RevisionDir("p", img2.Digest)+"/link") {
 		t.Fatalf("%s", summary(rep))
 	}
 }
@@ -250,9 +251,9 @@ func TestCapKeepsNewestAndWhatTheyReference(t *testing.T) {
 	f := newFixture(t)
 	var imgs []v1.Descriptor
 	for i := range 3 {
-		img := f.image("c", nil, fmt.Sprint("layer", i))
+		img := f.Image("c", nil, fmt.Sprint("layer", i))
 		// Older images were last accessed earlier (outside the window).
-		f.tr.access[reclaim.Object{Blob: img.Digest, Repo: "c", Kind: reclaim.LinkManifest}] = t0.Add(time.Duration(i) * time.Hour)
+		f.tr.Access[reclaim.Object{Blob: img.Digest, Repo: "c", Kind: reclaim.LinkManifest}] = gctest.T0.Add(time.Duration(i) * time.Hour)
 		imgs = append(imgs, img)
 	}
 	rep := f.collect("c", RunOptions{Cap: 2})
@@ -279,8 +280,8 @@ func TestCapKeepsNewestAndWhatTheyReference(t *testing.T) {
 
 func TestUnknownMediaTypeKeepsTheRepository(t *testing.T) {
 	f := newFixture(t)
-	img := f.image("u", nil, "l")
-	weird := f.rawManifest("u", []byte(`{"schemaVersion":1,"name":"u","tag":"old","fsLayers":[{"blobSum":"`+digest.FromString("l").String()+`"}]}`))
+	img := f.Image("u", nil, "l")
+	weird := f.RawManifest("u", []byte(`{"schemaVersion":1,"name":"u","tag":"old","fsLayers":[{"blobSum":"`+digest.FromString("l").String()+`"}]}`))
 	rep := f.collect("u", RunOptions{})
 	if reasonOf(rep, reclaim.KindManifest, weird) != reclaim.ReasonUnknownMediaType || reasonOf(rep, reclaim.KindManifest, img.Digest) != reclaim.ReasonUnknownManifestKept {
 		t.Fatalf("%s", summary(rep))
@@ -292,9 +293,9 @@ func TestUnknownMediaTypeKeepsTheRepository(t *testing.T) {
 
 func TestFailingDeleteIsReportedAndSkipped(t *testing.T) {
 	f := newFixture(t)
-	a := f.layer("f", "a")
-	b := f.layer("f", "b")
-	f.c.driver = failingDelete{f.d, layout.LayerLinkDir("f", a.Digest)}
+	a := f.Layer("f", "a")
+	b := f.Layer("f", "b")
+	f.c.driver = gctest.FailingDelete{StorageDriver: f.D, Path: layout.LayerLinkDir("f", a.Digest)}
 	rep, err := f.c.Collect(context.Background(), "f", RunOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -16,14 +16,14 @@ import (
 
 // Defaults, chosen to be safe on a registry nobody has tuned.
 const (
-	DefaultWindow     = 24 * time.Hour
-	DefaultCap        = 10000
-	DefaultFenceLease = 2 * time.Minute
-	// DefaultLockLease is short because the tracker renews the lock while
+	defaultWindow     = 24 * time.Hour
+	defaultCap        = 10000
+	defaultFenceLease = 2 * time.Minute
+	// defaultLockLease is short because the tracker renews the lock while
 	// the run lives: a crashed run blocks its repository for at most this.
-	DefaultLockLease = time.Minute
-	DefaultPlanTTL   = time.Hour
-	DefaultRunTTL    = 24 * time.Hour
+	defaultLockLease = time.Minute
+	defaultPlanTTL   = time.Hour
+	defaultRunTTL    = 24 * time.Hour
 	maxStoredRuns    = 1000
 )
 
@@ -46,9 +46,10 @@ type Config struct {
 	// Freed is optional: where collects and reclaimer ticks add what they
 	// deleted to the daily sums. Nil: no sums are kept.
 	Freed FreedCounter
-	// LinkDBComplete reports whether the reverse-link database is
-	// complete. Nil means "not known to be complete": no blob is deleted.
-	LinkDBComplete CompletenessFunc
+	// LinkDBComplete reports whether the reverse-link database is known
+	// to be complete. Until it is, a run may unlink but never deletes a
+	// blob; nil means "not known to be complete".
+	LinkDBComplete func(ctx context.Context) (bool, error)
 	// Repair is optional: where a run writes back a reverse link it finds
 	// missing for one of its repository's forward links (gc/collector/repair.go).
 	// Without it such a link is only reported.
@@ -72,16 +73,16 @@ type Config struct {
 	Context func(context.Context) context.Context
 
 	Window       time.Duration // protection window W; default 24h
-	Cap          int           // max link deletions per run; 0 = DefaultCap, <0 = none
+	Cap          int           // max link deletions per run; 0 = 10000, <0 = none
 	KeepUntagged bool          // policy: keep every untagged manifest
 	// DryRuns bounds the dry runs walking at once (dryruns.go); 0 means
-	// DefaultDryRuns. DryRunWait is how long one more waits for a slot;
-	// 0 means DefaultDryRunWait, negative not at all.
+	// 4. DryRunWait is how long one more waits for a slot; 0 means 5s,
+	// negative not at all.
 	DryRuns    int
 	DryRunWait time.Duration
-	FenceLease time.Duration
-	LockLease  time.Duration
-	PlanTTL    time.Duration
+	FenceLease time.Duration // a fence's lease; default 2m
+	LockLease  time.Duration // the repository lock's lease; default 1m
+	PlanTTL    time.Duration // how long a Plan is kept; default 1h
 	Now        func() time.Time
 }
 
@@ -119,35 +120,35 @@ func New(cfg Config) (*Collector, error) {
 		return nil, errors.New("gc: Driver, Tracker and Links are required")
 	}
 	if cfg.Window == 0 {
-		cfg.Window = DefaultWindow
+		cfg.Window = defaultWindow
 	}
 	if cfg.Window < 0 {
 		return nil, fmt.Errorf("gc: window %s must be positive", cfg.Window)
 	}
 	switch {
 	case cfg.Cap == 0:
-		cfg.Cap = DefaultCap
+		cfg.Cap = defaultCap
 	case cfg.Cap < 0:
 		cfg.Cap = 0
 	}
 	if cfg.FenceLease <= 0 {
-		cfg.FenceLease = DefaultFenceLease
+		cfg.FenceLease = defaultFenceLease
 	}
 	if cfg.LockLease <= 0 {
-		cfg.LockLease = DefaultLockLease
+		cfg.LockLease = defaultLockLease
 	}
 	if cfg.PlanTTL <= 0 {
-		cfg.PlanTTL = DefaultPlanTTL
+		cfg.PlanTTL = defaultPlanTTL
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	if cfg.DryRuns <= 0 {
-		cfg.DryRuns = DefaultDryRuns
+		cfg.DryRuns = defaultDryRuns
 	}
 	switch {
 	case cfg.DryRunWait == 0:
-		cfg.DryRunWait = DefaultDryRunWait
+		cfg.DryRunWait = defaultDryRunWait
 	case cfg.DryRunWait < 0:
 		cfg.DryRunWait = 0
 	}
@@ -224,7 +225,7 @@ func (c *Collector) store(rep *Report) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gcLocked(c.cfg.Now())
-	c.runs[rep.RunID] = &storedRun{report: &cp, expires: c.cfg.Now().Add(DefaultRunTTL)}
+	c.runs[rep.RunID] = &storedRun{report: &cp, expires: c.cfg.Now().Add(defaultRunTTL)}
 }
 
 func newID() string {

@@ -80,10 +80,6 @@ type Evictor interface {
 	Evict(ctx context.Context, blob digest.Digest) error
 }
 
-// CompletenessFunc reports whether the reverse-link database is known to be
-// complete. Until it is, a run may unlink but never deletes a blob.
-type CompletenessFunc func(ctx context.Context) (bool, error)
-
 // Clock is the clock the tracker's access records use (Redis server
 // time). A run compares records against it instead of the local clock, so
 // clock skew between instances cannot shrink the window (Config.Clock).

@@ -54,7 +54,7 @@ configured policy, plus a bounded reverse-link check (LinkIndex.ListFor)
 of each blob the repository links. Anything uncertain counts for nothing,
 so both numbers are lower bounds. Runs write the usage they make or leave
 to Config.Usage, and each reclaimer tick refreshes a few more
-(reclaimer_usage.go).
+(gc/reclaimer).
 
 # Caveats
 

@@ -18,7 +18,7 @@ import (
 //     A caller that gives up stops waiting, not the walk. (What
 //     golang.org/x/sync/singleflight does, with a hook once a caller is
 //     registered, so tests can force the interleaving.)
-//   - At most Config.DryRuns walks run at once (default DefaultDryRuns).
+//   - At most Config.DryRuns walks run at once (default 4).
 //     One more waits up to Config.DryRunWait for a walk to end, then
 //     fails with ErrTooManyDryRuns (the API's 429).
 //
@@ -26,8 +26,8 @@ import (
 // (the repository lock) bounds them. Neither are the reclaimer's usage
 // refreshes, which it makes one at a time.
 const (
-	DefaultDryRuns    = 4
-	DefaultDryRunWait = 5 * time.Second
+	defaultDryRuns    = 4
+	defaultDryRunWait = 5 * time.Second
 )
 
 // DryRunHooks let tests see dry runs being shared and bounded, to force

@@ -12,6 +12,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/internal/gctest"
 	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
@@ -19,7 +20,7 @@ import (
 // together (or every expected call has arrived), and records the most that
 // were in flight at once.
 type crowdTracker struct {
-	*fakeTracker
+	fakeTracker
 	mu                              sync.Mutex
 	cond                            *sync.Cond
 	expect, arrived, inflight, most int
@@ -45,12 +46,12 @@ func TestGatherIsBoundedAndDeterministic(t *testing.T) {
 	const n = 3 * readConcurrency
 	f := newFixture(t)
 	for i := range n {
-		f.layer("g", "stray "+string(rune('a'+i)))
+		f.Layer("g", "stray "+string(rune('a'+i)))
 	}
 	ct := &crowdTracker{fakeTracker: f.tr, expect: n}
 	ct.cond = sync.NewCond(&ct.mu)
 	f.c.tracker = ct
-	s, err := takeSnapshot(context.Background(), f.d, "g")
+	s, err := takeSnapshot(context.Background(), f.D, "g")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +59,7 @@ func TestGatherIsBoundedAndDeterministic(t *testing.T) {
 	pol.LinkDBComplete = false // layer links only: n access reads
 	done := make(chan *gathered)
 	go func() { done <- f.c.gather(context.Background(), s, pol) }()
-	first := wait(t, done, "the gather")
+	first := gctest.Wait(t, done, "the gather")
 	if ct.most != readConcurrency {
 		t.Fatalf("at most %d reads at once, want %d", ct.most, readConcurrency)
 	}
@@ -73,14 +74,14 @@ func TestGatherIsBoundedAndDeterministic(t *testing.T) {
 // size of a blob accessed within the window.
 func TestGatherReadsOnlyWhatDecideMayNeed(t *testing.T) {
 	f := newFixture(t)
-	tagged := f.image("g", nil, "base")
-	f.tag("g", "v1", tagged.Digest)
-	old := f.image("g", nil, "o1")
-	shared := f.layer("g", "shared").Digest
-	f.layer("other", "shared")
-	hot := f.layer("g", "hot").Digest
-	f.tr.touch(reclaim.Object{Blob: hot})
-	s, err := takeSnapshot(context.Background(), f.d, "g")
+	tagged := f.Image("g", nil, "base")
+	f.Tag("g", "v1", tagged.Digest)
+	old := f.Image("g", nil, "o1")
+	shared := f.Layer("g", "shared").Digest
+	f.Layer("other", "shared")
+	hot := f.Layer("g", "hot").Digest
+	f.tr.Touch(reclaim.Object{Blob: hot})
+	s, err := takeSnapshot(context.Background(), f.D, "g")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func TestGatherReadsOnlyWhatDecideMayNeed(t *testing.T) {
 
 // testPolicy is a run of repo by an up-to-date tracker, window 1h.
 func testPolicy(repo string) policy {
-	return policy{Policy: gc.Policy{Repo: repo, Now: t0.Add(48 * time.Hour), Window: time.Hour, LinkDBComplete: true, LinkDBNote: "incomplete"}}
+	return policy{Policy: gc.Policy{Repo: repo, Now: gctest.T0.Add(48 * time.Hour), Window: time.Hour, LinkDBComplete: true, LinkDBNote: "incomplete"}}
 }
 
 func keys[K comparable, V any](m map[K]V) []string { return strs(slices.Collect(maps.Keys(m))) }

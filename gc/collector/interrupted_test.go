@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/gc/internal/gctest"
 	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
@@ -49,7 +50,7 @@ func TestInterruptedRunIsReconciled(t *testing.T) {
 			}
 			reached, release := f.hold(tc.target.dir(repo, d))
 			done := f.start(repo)
-			wait(t, reached, "the delete")
+			gctest.Wait(t, reached, "the delete")
 
 			other := f.second(t)
 			id := f.runningID(t)
@@ -101,7 +102,7 @@ func TestInterruptedRunIsReconciled(t *testing.T) {
 				t.Fatalf("reconciled twice: %+v %v", again.Reconciled, err)
 			}
 			close(release)
-			wait(t, done, "the first run")
+			gctest.Wait(t, done, "the first run")
 		})
 	}
 }

@@ -279,17 +279,6 @@ func (f *leaseFixture) start(repo string) chan collected {
 	return out
 }
 
-func wait[T any](t *testing.T, c <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-c:
-		return v
-	case <-time.After(30 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-		panic("unreachable")
-	}
-}
-
 // The two deletes of a collection that destroy something: a link (the
 // repository's last reference to a blob) and the blob itself.
 type deleteTarget struct {

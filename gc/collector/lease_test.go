@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/gc/internal/gctest"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/redis/go-redis/v9"
@@ -28,7 +29,7 @@ func TestSlowDeleteKeepsItsFence(t *testing.T) {
 			d := f.layer(repo, "stray "+tc.name)
 			reached, release := f.hold(tc.dir(repo, d))
 			done := f.start(repo)
-			wait(t, reached, "the delete")
+			gctest.Wait(t, reached, "the delete")
 
 			// Three renewal periods pass on the collector's clock while
 			// Redis time runs 2.4 leases past the confirmation right before
@@ -46,11 +47,11 @@ func TestSlowDeleteKeepsItsFence(t *testing.T) {
 			err := f.env.Tracker.Touch(context.Background(), tc.obj(repo, d))
 			if !errors.Is(err, reclaim.ErrFenced) {
 				close(release)
-				wait(t, done, "the run")
+				gctest.Wait(t, done, "the run")
 				t.Fatalf("a writer touched %s while its delete ran, 2.4 leases after it was confirmed: %v (%d renewals)", tc.name, err, renewed)
 			}
 			close(release)
-			res := wait(t, done, "the run")
+			res := gctest.Wait(t, done, "the run")
 			if res.err != nil {
 				t.Fatal(res.err)
 			}
@@ -107,7 +108,7 @@ var fenceLosses = []fenceLoss{{
 		f.tr.setOnConfirm(func(reclaim.Object) { once.Do(func() { close(stalled); <-unstall }) })
 		if renewing {
 			f.clk.Advance(testLease / 3)
-			wait(f.t, stalled, "a renewal")
+			gctest.Wait(f.t, stalled, "a renewal")
 		}
 		f.mr.FastForward(testLease + time.Second) // the renewal is too late
 		// A writer passes the expired fence and links the blob into
@@ -210,13 +211,13 @@ func TestDeleteThatLosesItsFenceIsCancelled(t *testing.T) {
 			dir := tc.target.dir(repo, d)
 			reached, release := f.holdDelete(func(p string) bool { return p == dir }, onCancel)
 			done := f.start(repo)
-			wait(t, reached, "the "+tc.target.name+" delete")
+			gctest.Wait(t, reached, "the "+tc.target.name+" delete")
 			n := f.deletesSoFar()
 			if !tc.lose(f, repo, d, f.clk.awaitWaiters(1)) {
 				t.Error("the delete runs and nothing renews its fence")
 				close(release) // the storage answers at last
 			}
-			res := wait(t, done, "the run")
+			res := gctest.Wait(t, done, "the run")
 			f.mr.SetError("")
 			if res.err != nil {
 				t.Fatal(res.err)
@@ -302,7 +303,7 @@ func TestLostRunLockStopsTheRun(t *testing.T) {
 	rc := &renewalCounter{key: "reclaim:run:" + repo, c: make(chan struct{}, 16)}
 	f.env.Tracker.Client().AddHook(rc)
 	done := f.start(repo)
-	wait(t, first, "the first link delete")
+	gctest.Wait(t, first, "the first link delete")
 	n := f.deletesSoFar()
 	for len(rc.c) > 0 {
 		<-rc.c
@@ -323,7 +324,7 @@ func TestLostRunLockStopsTheRun(t *testing.T) {
 			t.Fatal("no renewal and no cancellation")
 		}
 	}
-	res := wait(t, done, "the run")
+	res := gctest.Wait(t, done, "the run")
 	if res.rep != nil {
 		t.Logf("decisions: %v; errors: %v", res.rep.Decisions(), res.rep.Errors)
 	}

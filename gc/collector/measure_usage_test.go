@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/gc/internal/gctest"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/storage/middleware"
@@ -19,9 +20,9 @@ import (
 // calls below the middleware and Redis round trips. Neither may grow
 // with R.
 //
-//	RECLAIM_TEST_REDIS_ADDR=127.0.0.1:6379 go test ./gc -run TestMeasureUsageRefresh -v
+//	RECLAIM_TEST_REDIS_ADDR=127.0.0.1:6379 go test ./gc/collector -run TestMeasureUsageRefresh -v
 func TestMeasureUsageRefresh(t *testing.T) {
-	var first [2]measured
+	var first [2]gctest.Measured
 	var firstRedis [2]int64
 	for i, R := range []int{10, 100} {
 		r := newMeasureRig(t, R, 20)
@@ -34,12 +35,12 @@ func TestMeasureUsageRefresh(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := tr.StartRecording(r.ctx); err != nil {
+		if err := tr.StartRecording(r.Ctx); err != nil {
 			t.Fatal(err)
 		}
 		storagetest.Age(t, client, prefix, 2*time.Hour)
 		collector := func(usage UsageStore) *Collector {
-			c, err := New(Config{Driver: r.env.Driver, Tracker: &redisTracker{Tracker: tr}, Links: r.env.Links, Usage: usage, Clock: tr, Freed: tr,
+			c, err := New(Config{Driver: r.Env.Driver, Tracker: &redisTracker{Tracker: tr}, Links: r.Env.Links, Usage: usage, Clock: tr, Freed: tr,
 				Context: middleware.WithoutAccessRecords, LinkDBComplete: func(context.Context) (bool, error) { return true, nil }, Window: time.Hour})
 			if err != nil {
 				t.Fatal(err)
@@ -50,43 +51,34 @@ func TestMeasureUsageRefresh(t *testing.T) {
 		var u reclaim.Usage
 		var redisTrips [2]int64
 		counter.Reset()
-		mDry := measure(r.counting, r.w, func() {
-			if _, err := plain.Collect(r.ctx, "target/app", RunOptions{DryRun: true}); err != nil {
+		mDry := gctest.Measure(r.Counting, r.W, func() {
+			if _, err := plain.Collect(r.Ctx, "target/app", RunOptions{DryRun: true}); err != nil {
 				t.Fatal(err)
 			}
 		})
-		redisTrips[0] = steady(counter)
+		redisTrips[0] = gctest.Steady(counter)
 		counter.Reset()
-		mUsage := measure(r.counting, r.w, func() {
-			if u, _, err = withUsage.Usage(r.ctx, "target/app"); err != nil {
+		mUsage := gctest.Measure(r.Counting, r.W, func() {
+			if u, _, err = withUsage.Usage(r.Ctx, "target/app"); err != nil {
 				t.Fatal(err)
 			}
 		})
-		redisTrips[1] = steady(counter)
+		redisTrips[1] = gctest.Steady(counter)
 		if u.ReclaimableBytes == 0 || u.ExclusiveBytes < u.ReclaimableBytes || u.SharedBlobs != 2 || u.UncertainBlobs != 0 {
 			t.Fatalf("R=%d: usage %+v; want the untagged half reclaimable and the two bases shared", R, u)
 		}
-		t.Logf("R=%4d dry run: %4d storage calls, %3d Redis round trips  (%s)", R, mDry.calls, redisTrips[0], mDry.byKind)
-		t.Logf("       refresh: %4d storage calls, %3d Redis round trips  (%s)", mUsage.calls, redisTrips[1], mUsage.byKind)
+		t.Logf("R=%4d dry run: %4d storage calls, %3d Redis round trips  (%s)", R, mDry.Calls, redisTrips[0], mDry.ByKind)
+		t.Logf("       refresh: %4d storage calls, %3d Redis round trips  (%s)", mUsage.Calls, redisTrips[1], mUsage.ByKind)
 		t.Logf("       usage: reclaimable %d B (%d blobs), exclusive %d B (%d blobs), %d shared of %d", u.ReclaimableBytes,
 			u.ReclaimableBlobs, u.ExclusiveBytes, u.ExclusiveBlobs, u.SharedBlobs, u.Blobs)
 		if i == 0 {
-			first, firstRedis = [2]measured{mDry, mUsage}, redisTrips
+			first, firstRedis = [2]gctest.Measured{mDry, mUsage}, redisTrips
 			continue
 		}
-		for j, m := range []measured{mDry, mUsage} {
-			if m.calls != first[j].calls || redisTrips[j] != firstRedis[j] {
-				t.Errorf("R=%d: cost grew with the registry: %d calls, %d round trips; at R=10 %d, %d", R, m.calls, redisTrips[j], first[j].calls, firstRedis[j])
+		for j, m := range []gctest.Measured{mDry, mUsage} {
+			if m.Calls != first[j].Calls || redisTrips[j] != firstRedis[j] {
+				t.Errorf("R=%d: cost grew with the registry: %d calls, %d round trips; at R=10 %d, %d", R, m.Calls, redisTrips[j], first[j].Calls, firstRedis[j])
 			}
 		}
 	}
-}
-
-// steady is the round trips counted, less connection setup: each new
-// pooled connection sends hello (and client setinfo) in a pipeline of its
-// own, and how many the pool opens depends on the concurrency of the
-// moment.
-func steady(c *storagetest.RedisCounter) int64 {
-	cmds := c.Commands()
-	return c.Count() - cmds["hello"] - cmds["client"] - min(cmds["pipeline"], cmds["hello"])
 }

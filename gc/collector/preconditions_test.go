@@ -7,98 +7,71 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/gc/internal/gctest"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // preconditionCases fail before anything is read. A collection and a
-// reclaimer tick share the check, so both stop with the same reason and
+// reclaimer tick share the check (gc/reclaimer's
+// TestPreconditionsStopReclaimer), so both stop with the same reason and
 // neither deletes anything. A dry run (a preview) of a case that leaves
 // Redis readable plans anyway and lists the blocker (previews is true).
 var preconditionCases = []struct {
 	name     string
 	setup    func(*fixture)
 	want     reclaim.AbortReason
-	backoff  bool // the reclaimer tick counts as failing
 	previews bool // a dry run plans and lists the blocker
 }{
-	{"tracker unreachable", func(f *fixture) { f.tr.sinceErr = fmt.Errorf("%w: dial", reclaim.ErrTrackerUnavailable) }, reclaim.AbortRedisUnavailable, true, false},
-	{"tracker lost data", func(f *fixture) { f.tr.sinceErr = reclaim.ErrNotRecording }, reclaim.AbortRedisUntrusted, false, true},
-	{"redis may evict", func(f *fixture) { f.tr.sinceErr = fmt.Errorf("%w: allkeys-lru", reclaim.ErrRedisEvicts) }, reclaim.AbortRedisEvicts, false, true},
-	{"recording too short", func(f *fixture) { f.tr.since = f.tr.now.Add(-time.Minute) }, reclaim.AbortRedisRecordingTooShort, false, true},
+	{"tracker unreachable", func(f *fixture) { f.tr.SinceErr = fmt.Errorf("%w: dial", reclaim.ErrTrackerUnavailable) }, reclaim.AbortRedisUnavailable, false},
+	{"tracker lost data", func(f *fixture) { f.tr.SinceErr = reclaim.ErrNotRecording }, reclaim.AbortRedisUntrusted, true},
+	{"redis may evict", func(f *fixture) { f.tr.SinceErr = fmt.Errorf("%w: allkeys-lru", reclaim.ErrRedisEvicts) }, reclaim.AbortRedisEvicts, true},
+	{"recording too short", func(f *fixture) { f.tr.Since = f.tr.Now.Add(-time.Minute) }, reclaim.AbortRedisRecordingTooShort, true},
 	// A marker that cannot be read is no answer: fail closed, both ways.
 	{"linkdb marker unreadable", func(f *fixture) {
-		f.c.cfg.LinkDBComplete = func(context.Context) (bool, error) { return false, errBoom }
-	}, reclaim.AbortStorageUnreadable, true, false},
+		f.c.cfg.LinkDBComplete = func(context.Context) (bool, error) { return false, gctest.ErrBoom }
+	}, reclaim.AbortStorageUnreadable, false},
 }
 
-func TestPreconditionsStopCollectAndReclaimerAlike(t *testing.T) {
+func TestPreconditionsStopCollect(t *testing.T) {
 	for _, tc := range preconditionCases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
-			f.image("x", nil, "a")
-			f.layer("x", "dangling")
-			q, orphan := queuedBlob(f, "orphan")
+			f.Image("x", nil, "a")
+			f.Layer("x", "dangling")
+			f.Blob("orphan")
 			tc.setup(f)
 			if tc.previews {
 				f.checkPreviews("x", tc.want)
 			} else {
 				f.checkAborts("x", tc.want)
 			}
-
-			r := newTestReclaimer(t, f, q, true)
-			rep := r.Tick(context.Background())
-			if rep.Abort != tc.want || len(rep.Decisions) != 0 || rep.Failed != tc.backoff {
-				t.Fatalf("tick abort = %q (%v) failed=%v, want %q failed=%v", rep.Abort, rep.Err, rep.Failed, tc.want, tc.backoff)
-			}
-			var ae *AbortError
-			if _, err := r.Review(context.Background(), orphan); !errors.As(err, &ae) || ae.Reason != tc.want {
-				t.Fatalf("Review: %v, want abort %s", err, tc.want)
-			}
-			if q.claims != 0 || !f.exists(layout.BlobDataPath(orphan)) {
-				t.Fatal("an untrusted tick claimed or deleted")
-			}
 		})
 	}
 }
 
 // Until the link database is known complete, a collection unlinks but
-// deletes no blob, and the reclaimer (which only deletes blobs) waits.
+// deletes no blob (and the reclaimer, which only deletes blobs, waits:
+// gc/reclaimer's TestIncompleteLinkDBReclaimerWaits).
 func TestIncompleteLinkDBDeletesNoBlob(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.LinkDBComplete = func(context.Context) (bool, error) { return false, nil } })
-	l := f.layer("i", "orphan")
+	l := f.Layer("i", "orphan")
 	rep := f.collect("i", RunOptions{})
-	if !has(rep.LayersUnlinked, l.Digest) || reasonOf(rep, reclaim.KindBlob, l.Digest) != reclaim.ReasonLinkDBIncomplete || !f.exists(layout.BlobDataPath(l.Digest)) {
+	if !has(rep.LayersUnlinked, l.Digest) || reasonOf(rep, reclaim.KindBlob, l.Digest) != reclaim.ReasonLinkDBIncomplete || !f.Exists(layout.BlobDataPath(l.Digest)) {
 		t.Fatalf("%s", summary(rep))
 	}
 	if b := rep.Blockers; len(b) != 1 || b[0].Reason != reclaim.AbortLinkDBIncomplete || b[0].Blocks != BlocksBlobs {
 		t.Fatalf("blockers %+v, want linkdb_incomplete on blobs", b)
 	}
-	// The blob lost its last link: the review queue has it.
-	q := newFakeQueue(f.tr.clock)
-	q.add(l.Digest, f.tr.clock())
-	tick := newTestReclaimer(t, f, q, true).Tick(context.Background())
-	if tick.Abort != reclaim.AbortLinkDBIncomplete || tick.Failed || !f.exists(layout.BlobDataPath(l.Digest)) {
-		t.Fatalf("tick = %+v", tick)
-	}
-}
-
-// queuedBlob stores a blob no repository links and queues it, due now.
-func queuedBlob(f *fixture, content string) (*fakeQueue, digest.Digest) {
-	q := newFakeQueue(f.tr.clock)
-	b := f.blob(content)
-	q.add(b.Digest, f.tr.clock())
-	return q, b.Digest
 }
 
 // checkPreviews checks that a real run of repo aborts for want and deletes
 // nothing, while a dry run plans anyway and lists want as a run-wide
 // blocker, and that Preview stores that plan.
 func (f *fixture) checkPreviews(repo string, want reclaim.AbortReason) {
-	t := f.t
+	t := f.T
 	t.Helper()
-	before := f.tree()
+	before := f.Tree()
 	rep, err := f.c.Collect(context.Background(), repo, RunOptions{})
 	var ae *AbortError
 	if !errors.As(err, &ae) || ae.Reason != want || rep.Status != reclaim.StatusAborted || len(rep.ManifestsDeleted) != 0 {
@@ -119,7 +92,7 @@ func (f *fixture) checkPreviews(repo string, want reclaim.AbortReason) {
 	if err != nil || len(plan.Layers) != 3 || len(prev.Blockers) != 1 {
 		t.Fatalf("preview: %v %+v %+v", err, plan, prev)
 	}
-	if f.tree() != before {
+	if f.Tree() != before {
 		t.Fatal("a blocked run changed storage")
 	}
 }
@@ -128,21 +101,21 @@ func (f *fixture) checkPreviews(repo string, want reclaim.AbortReason) {
 // when; the blocker clears by itself then.
 func TestPreviewSaysUntilWhenRecordingIsTooShort(t *testing.T) {
 	f := newFixture(t)
-	f.image("x", nil, "a")
-	f.layer("x", "dangling")
-	f.tr.since = f.tr.now.Add(-time.Minute)
+	f.Image("x", nil, "a")
+	f.Layer("x", "dangling")
+	f.tr.Since = f.tr.Now.Add(-time.Minute)
 	dry, err := f.c.Collect(context.Background(), "x", RunOptions{DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rep := dry
-	want := f.tr.since.Add(time.Hour)
+	want := f.tr.Since.Add(time.Hour)
 	if b := rep.Blockers; len(b) != 1 || b[0].Until == nil || !b[0].Until.Equal(want) {
 		t.Fatalf("blockers %+v, want until %s", b, want)
 	}
-	f.tr.mu.Lock()
-	f.tr.now = want
-	f.tr.mu.Unlock()
+	f.tr.Mu.Lock()
+	f.tr.Now = want
+	f.tr.Mu.Unlock()
 	rep, err = f.c.Collect(context.Background(), "x", RunOptions{})
 	if err != nil || len(rep.Blockers) != 0 || len(rep.LayersUnlinked) == 0 ||
 		!sameDigests(rep.ManifestsDeleted, dry.ManifestsDeleted) || !sameDigests(rep.LayersUnlinked, dry.LayersUnlinked) ||

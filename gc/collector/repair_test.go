@@ -40,14 +40,14 @@ func repairOf(rep *Report, d digest.Digest) (LinkRepair, bool) {
 // repositories.
 func TestCollectWritesBackItsMissingReverseLink(t *testing.T) {
 	f := newFixture(t, func(c *Config) { withReverseLinks(linkdb.NewReverseLinks(c.Driver), nil)(c) })
-	img := f.image("k8s", nil, "pulled-by-digest")
-	writeReverseLinks(f)
+	img := f.Image("k8s", nil, "pulled-by-digest")
+	f.WriteReverseLinks()
 	own := reclaim.RepoLink{Repo: "k8s", Kind: reclaim.LinkManifest}
-	links := linkdb.NewReverseLinks(f.d)
+	links := linkdb.NewReverseLinks(f.D)
 	if err := links.Delete(context.Background(), img.Digest, own); err != nil {
 		t.Fatal(err)
 	}
-	f.tr.touch(reclaim.Object{Blob: img.Digest, Repo: "k8s", Kind: reclaim.LinkManifest})
+	f.tr.Touch(reclaim.Object{Blob: img.Digest, Repo: "k8s", Kind: reclaim.LinkManifest})
 
 	dry, err := f.c.Collect(context.Background(), "k8s", RunOptions{DryRun: true})
 	if err != nil {
@@ -91,13 +91,13 @@ func (failingPut) Put(context.Context, digest.Digest, reclaim.RepoLink) error {
 func TestCollectThatCannotRepairMarksLinkDBIncomplete(t *testing.T) {
 	var unmarked int
 	f := newFixture(t, withReverseLinks(failingPut{}, func(context.Context) error { unmarked++; return nil }))
-	img := f.image("k8s", nil, "layer-a", "layer-b")
-	writeReverseLinks(f)
+	img := f.Image("k8s", nil, "layer-a", "layer-b")
+	f.WriteReverseLinks()
 	hole := digest.FromString("layer-a")
-	if err := linkdb.NewReverseLinks(f.d).Delete(context.Background(), hole, reclaim.RepoLink{Repo: "k8s", Kind: reclaim.LinkLayer}); err != nil {
+	if err := linkdb.NewReverseLinks(f.D).Delete(context.Background(), hole, reclaim.RepoLink{Repo: "k8s", Kind: reclaim.LinkLayer}); err != nil {
 		t.Fatal(err)
 	}
-	f.tr.now = f.tr.now.Add(2 * time.Hour)
+	f.tr.Now = f.tr.Now.Add(2 * time.Hour)
 
 	rep, err := f.c.Collect(context.Background(), "k8s", RunOptions{})
 	if err != nil {
@@ -109,7 +109,7 @@ func TestCollectThatCannotRepairMarksLinkDBIncomplete(t *testing.T) {
 	if rp, ok := repairOf(rep, hole); !ok || rp.Outcome != RepairFailed {
 		t.Errorf("repairs %+v", rep.ReverseLinksRepaired)
 	}
-	if len(rep.BlobsDeleted) != 0 || !f.exists(layout.BlobDataPath(hole)) {
+	if len(rep.BlobsDeleted) != 0 || !f.Exists(layout.BlobDataPath(hole)) {
 		t.Fatalf("blobs deleted after the database was marked incomplete: %s", summary(rep))
 	}
 	if reasonOf(rep, reclaim.KindBlob, hole) != reclaim.ReasonLinkDBIncomplete || reasonOf(rep, reclaim.KindBlob, img.Digest) != reclaim.ReasonLinkDBIncomplete {

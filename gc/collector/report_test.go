@@ -8,21 +8,22 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/internal/gctest"
 	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
 // goldenReport fills every field of a report the way a run does.
 func goldenReport(status reclaim.RunStatus) *Report {
-	rep := newReport("r1", "team/app", false, time.Hour, t0)
-	la := t0.Add(-2 * time.Hour)
+	rep := newReport("r1", "team/app", false, time.Hour, gctest.T0)
+	la := gctest.T0.Add(-2 * time.Hour)
 	rep.add(gc.Decision{Kind: reclaim.KindManifest, Digest: digest.FromString("m"), Reason: reclaim.ReasonTagged, Size: 7, Detail: "tag v1"})
 	rep.add(gc.Decision{Kind: reclaim.KindLayerLink, Digest: digest.FromString("l"), Reason: reclaim.ReasonUnreferenced, LastAccess: &la})
 	rep.add(gc.Decision{Kind: reclaim.KindBlob, Digest: digest.FromString("l"), Reason: reclaim.ReasonUnreferenced, Size: 42})
 	rep.add(gc.Decision{Kind: reclaim.KindBlob, Digest: digest.FromString("b"), Reason: reclaim.ReasonDeleteFailed, Detail: "boom"})
 	rep.Changed = []gc.Decision{{Kind: reclaim.KindManifest, Digest: digest.FromString("m"), Reason: reclaim.ReasonTagged}}
-	rep.PlanID, rep.Abort, rep.FinishedAt = "p1", "redis_evicts", t0.Add(time.Second)
+	rep.PlanID, rep.Abort, rep.FinishedAt = "p1", "redis_evicts", gctest.T0.Add(time.Second)
 	rep.Timings = Timings{SnapshotMS: 1, PlanMS: 2, SweepMS: 3, TotalMS: 6}
-	until := t0.Add(time.Hour)
+	until := gctest.T0.Add(time.Hour)
 	rep.Blockers = append(rep.Blockers, Blocker{Reason: reclaim.AbortRedisRecordingTooShort, Blocks: BlocksRun, Detail: "recording since", Until: &until},
 		Blocker{Reason: reclaim.AbortLinkDBIncomplete, Blocks: BlocksBlobs})
 	rep.Status = status

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/gc/internal/gctest"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
@@ -19,20 +20,20 @@ func TestAbortsDeleteNothing(t *testing.T) {
 		setup func(*fixture)
 		want  reclaim.AbortReason
 	}{
-		"unparsable manifest": {func(f *fixture) { f.rawManifest("x", []byte(`{"schemaVersion":2,`)) }, reclaim.AbortManifestUnreadable},
+		"unparsable manifest": {func(f *fixture) { f.RawManifest("x", []byte(`{"schemaVersion":2,`)) }, reclaim.AbortManifestUnreadable},
 		"invalid manifest": {func(f *fixture) {
-			f.rawManifest("x", []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":"nope"}`))
+			f.RawManifest("x", []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":"nope"}`))
 		}, reclaim.AbortManifestUnreadable},
 		"manifest blob missing": {func(f *fixture) {
 			d := digest.FromString("missing")
-			f.put(layout.RevisionDir("x", d)+"/link", []byte(d))
+			f.Put(layout.RevisionDir("x", d)+"/link", []byte(d))
 		}, reclaim.AbortManifestUnreadable},
-		"unreadable tag": {func(f *fixture) { f.put(layout.TagCurrentPath("x", "bad"), []byte("not a digest")) }, reclaim.AbortStorageUnreadable},
+		"unreadable tag": {func(f *fixture) { f.Put(layout.TagCurrentPath("x", "bad"), []byte("not a digest")) }, reclaim.AbortStorageUnreadable},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t)
-			f.image("x", nil, "a")
-			f.layer("x", "dangling")
+			f.Image("x", nil, "a")
+			f.Layer("x", "dangling")
 			tc.setup(f)
 			f.checkAborts("x", tc.want)
 		})
@@ -42,9 +43,9 @@ func TestAbortsDeleteNothing(t *testing.T) {
 // checkAborts runs a dry run and a real run of repo, and checks that both
 // abort for want, are stored as aborted, change nothing and leave no lock.
 func (f *fixture) checkAborts(repo string, want reclaim.AbortReason) {
-	t := f.t
+	t := f.T
 	t.Helper()
-	before := f.tree()
+	before := f.Tree()
 	for _, dry := range []bool{true, false} {
 		rep, err := f.c.Collect(context.Background(), repo, RunOptions{DryRun: dry})
 		var ae *AbortError
@@ -58,18 +59,18 @@ func (f *fixture) checkAborts(repo string, want reclaim.AbortReason) {
 			t.Fatal("aborted run not stored")
 		}
 	}
-	if f.tree() != before {
+	if f.Tree() != before {
 		t.Fatal("an aborted run changed storage")
 	}
-	if len(f.tr.locks) != 0 {
+	if len(f.tr.Locks) != 0 {
 		t.Fatal("lock not released")
 	}
 }
 
 func TestPlanThenApply(t *testing.T) {
 	f := newFixture(t)
-	a := f.image("p", nil, "a")
-	b := f.image("p", nil, "b")
+	a := f.Image("p", nil, "a")
+	b := f.Image("p", nil, "b")
 	ctx := context.Background()
 	plan, prev, err := f.c.Preview(ctx, "p", RunOptions{})
 	if err != nil {
@@ -79,8 +80,8 @@ func TestPlanThenApply(t *testing.T) {
 		t.Fatalf("plan %+v", plan)
 	}
 	// After the plan: b gets tagged, and a new orphan layer appears.
-	f.tag("p", "keep", b.Digest)
-	orphan := f.layer("p", "new-orphan")
+	f.Tag("p", "keep", b.Digest)
+	orphan := f.Layer("p", "new-orphan")
 	rep, err := f.c.Collect(ctx, "p", RunOptions{PlanID: plan.ID})
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +112,7 @@ func TestPlanThenApply(t *testing.T) {
 
 func TestRequestErrors(t *testing.T) {
 	f := newFixture(t)
-	f.image("busy", nil, "l")
+	f.Image("busy", nil, "l")
 	ctx := context.Background()
 	for _, name := range []string{"", "UPPER", "a//b", "_x", "a/", "x:tag"} {
 		if _, err := f.c.Collect(ctx, name, RunOptions{}); !errors.Is(err, ErrInvalidName) {
@@ -133,11 +134,11 @@ func TestRequestErrors(t *testing.T) {
 
 func TestStartRunsInBackground(t *testing.T) {
 	f := newFixture(t)
-	f.layer("bg", "x")
+	f.Layer("bg", "x")
 	// The run stores its report and gives its lock back before done.
 	finished := make(chan string, 1)
 	var unlocked atomic.Bool
-	f.tr.onUnlock = func(string) { unlocked.Store(true) }
+	f.tr.OnUnlock = func(string) { unlocked.Store(true) }
 	id, err := f.c.Start(context.Background(), "bg", RunOptions{}, func(rep *Report, err error) {
 		if err != nil || rep.Status != reclaim.StatusDone || !unlocked.Load() {
 			t.Errorf("done called with %v, %v (unlocked %v)", rep, err, unlocked.Load())
@@ -147,7 +148,7 @@ func TestStartRunsInBackground(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := wait(t, finished, "the background run"); got != id {
+	if got := gctest.Wait(t, finished, "the background run"); got != id {
 		t.Fatalf("done reported run %q, started %q", got, id)
 	}
 	r, ok := f.c.Run(id)
@@ -161,12 +162,12 @@ func TestStartRunsInBackground(t *testing.T) {
 
 func TestPlanExpires(t *testing.T) {
 	f := newFixture(t)
-	f.image("e", nil, "l")
+	f.Image("e", nil, "l")
 	plan, _, err := f.c.Preview(context.Background(), "e", RunOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.tr.now = f.tr.now.Add(DefaultPlanTTL + time.Minute)
+	f.tr.Now = f.tr.Now.Add(defaultPlanTTL + time.Minute)
 	if _, err := f.c.Collect(context.Background(), "e", RunOptions{PlanID: plan.ID}); !errors.Is(err, ErrPlanNotInMemory) {
 		t.Fatalf("expired plan: %v", err)
 	}

@@ -7,7 +7,7 @@ import (
 )
 
 // Runs returns the reports of the runs this collector remembers (the last
-// DefaultRunTTL, at most maxStoredRuns finished ones, in this process's
+// 24 hours, at most 1,000 finished ones, in this process's
 // memory), newest first; running ones have status "running".
 func (c *Collector) Runs() []*Report {
 	c.mu.Lock()

@@ -34,21 +34,21 @@ func (h listHook) Walk(ctx context.Context, p string, f storagedriver.WalkFn, op
 func TestSnapshotWalkCutByConcurrentDeleteIsReadAgain(t *testing.T) {
 	f := newFixture(t)
 	const repo = "team/app"
-	a := f.image(repo, nil, "a-layer")
-	b := f.image(repo, nil, "b-layer")
+	a := f.Image(repo, nil, "a-layer")
+	b := f.Image(repo, nil, "b-layer")
 	// The one the walk meets first is deleted under it; the other is tagged.
 	gone, tagged, taggedLayer := a, b, "b-layer"
 	if b.Digest < a.Digest {
 		gone, tagged, taggedLayer = b, a, "a-layer"
 	}
-	f.tag(repo, "v1", tagged.Digest)
+	f.Tag(repo, "v1", tagged.Digest)
 
 	var once sync.Once
 	goneDir := layout.RevisionDir(repo, gone.Digest)
-	f.c.driver = listHook{StorageDriver: f.d, before: func(p string) {
+	f.c.driver = listHook{StorageDriver: f.D, before: func(p string) {
 		if p == goneDir {
 			once.Do(func() {
-				if err := f.d.Delete(context.Background(), goneDir); err != nil {
+				if err := f.D.Delete(context.Background(), goneDir); err != nil {
 					t.Error(err)
 				}
 			})
@@ -64,7 +64,7 @@ func TestSnapshotWalkCutByConcurrentDeleteIsReadAgain(t *testing.T) {
 	}
 	for _, l := range []string{taggedLayer, "config of " + taggedLayer} {
 		d := digest.FromString(l)
-		if has(rep.LayersUnlinked, d) || has(rep.BlobsDeleted, d) || !f.exists(layout.BlobDataPath(d)) {
+		if has(rep.LayersUnlinked, d) || has(rep.BlobsDeleted, d) || !f.Exists(layout.BlobDataPath(d)) {
 			t.Errorf("layer %q of the tagged manifest lost: %s", l, summary(rep))
 		}
 	}

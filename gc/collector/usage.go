@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/reclaim"
@@ -32,30 +31,14 @@ import (
 // would find at that moment (TestUsageAgainstBruteForce).
 
 // UsageStore keeps each repository's Usage where every instance reads it,
-// ranked (redisstate's UsageStore). The collector writes to it; the
-// reclaimer also walks it to choose what to refresh.
+// ranked (redisstate's UsageStore). Runs write to it; gc/reclaimer also
+// walks it to choose what to refresh (its own UsageStore).
 type UsageStore interface {
 	// PutUsage stores u and ranks it; due marks the record stale at once
 	// (a capped collect: more is reclaimable than it says).
 	PutUsage(ctx context.Context, u reclaim.Usage, due bool) error
 	// DeleteUsage drops repo's record and ranks (the repository is gone).
 	DeleteUsage(ctx context.Context, repo string) error
-	// MarkUsageDue marks repo's record stale.
-	MarkUsageDue(ctx context.Context, repo string) error
-	// ClaimDueUsage takes up to n repositories marked due and holds them
-	// for lease; DoneDueUsage unmarks one, unless it was marked again
-	// since the claim.
-	ClaimDueUsage(ctx context.Context, n int, lease time.Duration) ([]reclaim.UsageClaim, error)
-	DoneDueUsage(ctx context.Context, c reclaim.UsageClaim) error
-	// StaleUsage lists up to n repositories whose record was computed
-	// before, oldest first.
-	StaleUsage(ctx context.Context, n int, before time.Time) ([]string, error)
-	// MissingUsage returns those of repos that have no record.
-	MissingUsage(ctx context.Context, repos []string) ([]string, error)
-	// UsageCursor is where the walk of the catalog stands ("" at its
-	// start); SetUsageCursor moves it.
-	UsageCursor(ctx context.Context) (string, error)
-	SetUsageCursor(ctx context.Context, cursor string) error
 }
 
 // ErrNoUsageStore: the collector keeps no usage records.
@@ -66,6 +49,14 @@ var ErrNoUsageStore = errors.New("gc: no usage store configured")
 // which Run and Runs list like any other.
 func (c *Collector) Usage(ctx context.Context, repo string) (reclaim.Usage, *Report, error) {
 	return c.estimate(ctx, repo, false)
+}
+
+// RefreshUsage estimates repo and stores the estimate as Usage does, but
+// the dry run is kept out of the runs and the estimate names no run
+// (gc/reclaimer refreshes a few every tick: nobody asked for them).
+func (c *Collector) RefreshUsage(ctx context.Context, repo string) error {
+	_, _, err := c.estimate(ctx, repo, true)
+	return err
 }
 
 // estimate is Usage; an unlisted dry run (the reclaimer's) is kept out of

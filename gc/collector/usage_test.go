@@ -11,6 +11,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/reclaim-registry/reclaim/gc/internal/gctest"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
@@ -23,7 +24,7 @@ import (
 // fails every Stat of that path below the middleware.
 type usageFixture struct {
 	*fixture
-	usage      *memUsage
+	usage      *gctest.Usage
 	failStat   string
 	linkdbOK   bool
 	afterLinks func() // runs once the reverse links are written
@@ -32,11 +33,11 @@ type usageFixture struct {
 func newUsageFixture(t *testing.T, mod ...func(*Config)) *usageFixture {
 	t.Helper()
 	mem := inmemory.New()
-	u := &usageFixture{fixture: &fixture{t: t, d: mem, tr: newFakeTracker()}, linkdbOK: true}
-	u.usage = newMemUsage(u.tr.clock)
+	u := &usageFixture{fixture: &fixture{Store: &gctest.Store{T: t, D: mem}, tr: newFakeTracker()}, linkdbOK: true}
+	u.usage = gctest.NewUsage(u.tr.Clock)
 	hook := &storagetest.HookDriver{StorageDriver: mem, Before: func(ctx context.Context, method, p string) error {
 		if method == "Stat" && p == u.failStat {
-			return errBoom
+			return gctest.ErrBoom
 		}
 		return nil
 	}}
@@ -46,7 +47,7 @@ func newUsageFixture(t *testing.T, mod ...func(*Config)) *usageFixture {
 	}
 	t.Cleanup(func() { env.Close() })
 	cfg := Config{Driver: env.Driver, Tracker: u.tr, Links: env.Links, Context: middleware.WithoutAccessRecords, Usage: u.usage,
-		LinkDBComplete: func(context.Context) (bool, error) { return u.linkdbOK, nil }, Window: time.Hour, Now: u.tr.clock}
+		LinkDBComplete: func(context.Context) (bool, error) { return u.linkdbOK, nil }, Window: time.Hour, Now: u.tr.Clock}
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -112,54 +113,54 @@ const usageRepo = "team/app"
 
 var usageCases = []usageCase{
 	{"shared base layers", func(u *usageFixture) {
-		u.tag("team/base", "v1", u.image("team/base", nil, "base", "os").Digest)
-		u.tag(usageRepo, "v1", u.image(usageRepo, nil, "base", "os", "app v1").Digest)
-		u.image(usageRepo, nil, "base", "os", "app v0") // untagged: its own layer and config go, base and os stay
+		u.Tag("team/base", "v1", u.Image("team/base", nil, "base", "os").Digest)
+		u.Tag(usageRepo, "v1", u.Image(usageRepo, nil, "base", "os", "app v1").Digest)
+		u.Image(usageRepo, nil, "base", "os", "app v0") // untagged: its own layer and config go, base and os stay
 	}, 0, true},
 	{"a blob linked twice in one repository", func(u *usageFixture) {
-		u.tag(usageRepo, "v1", u.image(usageRepo, nil, "twice", "one").Digest)
-		u.image(usageRepo, nil, "twice", "two")
+		u.Tag(usageRepo, "v1", u.Image(usageRepo, nil, "twice", "one").Digest)
+		u.Image(usageRepo, nil, "twice", "two")
 	}, 0, true},
 	{"a tag deleted", func(u *usageFixture) {
-		u.tag(usageRepo, "v1", u.image(usageRepo, nil, "v1 layer").Digest)
-		u.tag(usageRepo, "v2", u.image(usageRepo, nil, "v2 layer").Digest)
-		u.untag(usageRepo, "v1")
+		u.Tag(usageRepo, "v1", u.Image(usageRepo, nil, "v1 layer").Digest)
+		u.Tag(usageRepo, "v2", u.Image(usageRepo, nil, "v2 layer").Digest)
+		u.Untag(usageRepo, "v1")
 	}, 0, true},
 	{"an index with children", func(u *usageFixture) {
-		a, b := u.image(usageRepo, nil, "amd64"), u.image(usageRepo, nil, "arm64")
-		u.tag(usageRepo, "multi", u.index(usageRepo, a, b).Digest)
-		c, d := u.image(usageRepo, nil, "old amd64"), u.image(usageRepo, nil, "old arm64")
-		u.index(usageRepo, c, d) // untagged: it and its children go
+		a, b := u.Image(usageRepo, nil, "amd64"), u.Image(usageRepo, nil, "arm64")
+		u.Tag(usageRepo, "multi", u.Index(usageRepo, a, b).Digest)
+		c, d := u.Image(usageRepo, nil, "old amd64"), u.Image(usageRepo, nil, "old arm64")
+		u.Index(usageRepo, c, d) // untagged: it and its children go
 	}, 0, true},
 	{"a referrer", func(u *usageFixture) {
-		img := u.image(usageRepo, nil, "signed")
-		u.tag(usageRepo, "v1", img.Digest)
-		u.image(usageRepo, &v1.Descriptor{MediaType: img.MediaType, Digest: img.Digest, Size: img.Size}, "signature")
-		old := u.image(usageRepo, nil, "unsigned old")
-		u.image(usageRepo, &v1.Descriptor{MediaType: old.MediaType, Digest: old.Digest, Size: old.Size}, "old signature")
+		img := u.Image(usageRepo, nil, "signed")
+		u.Tag(usageRepo, "v1", img.Digest)
+		u.Image(usageRepo, &v1.Descriptor{MediaType: img.MediaType, Digest: img.Digest, Size: img.Size}, "signature")
+		old := u.Image(usageRepo, nil, "unsigned old")
+		u.Image(usageRepo, &v1.Descriptor{MediaType: old.MediaType, Digest: old.Digest, Size: old.Size}, "old signature")
 	}, 0, true},
 	{"a corrupt reverse link", func(u *usageFixture) {
-		u.tag(usageRepo, "v1", u.image(usageRepo, nil, "kept").Digest)
-		bad := u.image(usageRepo, nil, "corrupt").Digest
+		u.Tag(usageRepo, "v1", u.Image(usageRepo, nil, "kept").Digest)
+		bad := u.Image(usageRepo, nil, "corrupt").Digest
 		// another repository's reverse link path holds a directory
 		u.afterLinks = func() {
-			u.put(layout.ReverseLinkPath(bad, "other/repo", reclaim.LinkManifest)+"/x", []byte("not a link"))
+			u.Put(layout.ReverseLinkPath(bad, "other/repo", reclaim.LinkManifest)+"/x", []byte("not a link"))
 		}
 	}, 1, true},
 	{"an unknown size", func(u *usageFixture) {
-		u.tag(usageRepo, "v1", u.image(usageRepo, nil, "kept").Digest)
-		u.image(usageRepo, nil, "unstattable")
+		u.Tag(usageRepo, "v1", u.Image(usageRepo, nil, "kept").Digest)
+		u.Image(usageRepo, nil, "unstattable")
 		u.failStat = layout.BlobDataPath(digest.FromString("unstattable"))
 	}, 1, true},
 	{"an untagged manifest pulled within the window", func(u *usageFixture) {
-		u.tag(usageRepo, "v1", u.image(usageRepo, nil, "kept").Digest)
-		pulled := u.image(usageRepo, nil, "pulled by digest").Digest
-		u.image(usageRepo, nil, "forgotten")
-		u.tr.touch(reclaim.Object{Blob: pulled, Repo: usageRepo, Kind: reclaim.LinkManifest})
+		u.Tag(usageRepo, "v1", u.Image(usageRepo, nil, "kept").Digest)
+		pulled := u.Image(usageRepo, nil, "pulled by digest").Digest
+		u.Image(usageRepo, nil, "forgotten")
+		u.tr.Touch(reclaim.Object{Blob: pulled, Repo: usageRepo, Kind: reclaim.LinkManifest})
 	}, 0, true},
 	{"the link database incomplete", func(u *usageFixture) {
-		u.tag(usageRepo, "v1", u.image(usageRepo, nil, "kept").Digest)
-		u.image(usageRepo, nil, "untagged")
+		u.Tag(usageRepo, "v1", u.Image(usageRepo, nil, "kept").Digest)
+		u.Image(usageRepo, nil, "untagged")
 		u.linkdbOK = false
 	}, -1, false},
 }
@@ -178,28 +179,28 @@ func checkAgainstTruth(t *testing.T, tc usageCase) {
 	const repo = usageRepo
 	u := newUsageFixture(t)
 	tc.build(u)
-	writeReverseLinks(u.fixture)
+	u.WriteReverseLinks()
 	if u.afterLinks != nil {
 		u.afterLinks()
 	}
 	ctx := context.Background()
-	before := u.tree()
+	before := u.Tree()
 	est, dry, err := u.c.Usage(ctx, repo)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after := u.tree(); after != before {
+	if after := u.Tree(); after != before {
 		t.Fatal("the estimate changed storage")
 	}
-	if got, ok := u.usage.record(repo); !ok || got.RunID != dry.RunID || got.ExclusiveBytes != est.ExclusiveBytes {
+	if got, ok := u.usage.Record(repo); !ok || got.RunID != dry.RunID || got.ExclusiveBytes != est.ExclusiveBytes {
 		t.Fatalf("stored %+v (%v), want the estimate %+v", got, ok, est)
 	}
-	exclusive, data := truth(t, u.d, repo)
+	exclusive, data := truth(t, u.D, repo)
 	rep, err := u.c.Collect(ctx, repo, RunOptions{DryRun: false})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, dataAfter := truth(t, u.d, repo)
+	_, dataAfter := truth(t, u.D, repo)
 	reclaimable := freed(data, dataAfter)
 	t.Logf("estimate: reclaimable %d (%d blobs), exclusive %d (%d blobs), %d shared, %d uncertain; truth: freed %d, exclusive %d",
 		est.ReclaimableBytes, est.ReclaimableBlobs, est.ExclusiveBytes, est.ExclusiveBlobs, est.SharedBlobs, est.UncertainBlobs, reclaimable, exclusive)
@@ -228,10 +229,10 @@ func checkAgainstTruth(t *testing.T, tc usageCase) {
 // reclaimable, the exclusive bytes of what it kept, not due.
 func TestUsageAfterCollect(t *testing.T) {
 	u := newUsageFixture(t)
-	u.tag("team/base", "v1", u.image("team/base", nil, "base").Digest)
-	u.tag("team/app", "v1", u.image("team/app", nil, "base", "app").Digest)
-	u.image("team/app", nil, "base", "old")
-	writeReverseLinks(u.fixture)
+	u.Tag("team/base", "v1", u.Image("team/base", nil, "base").Digest)
+	u.Tag("team/app", "v1", u.Image("team/app", nil, "base", "app").Digest)
+	u.Image("team/app", nil, "base", "old")
+	u.WriteReverseLinks()
 	ctx := context.Background()
 	before, _, err := u.c.Usage(ctx, "team/app")
 	if err != nil {
@@ -241,14 +242,14 @@ func TestUsageAfterCollect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, ok := u.usage.record("team/app")
-	exclusive, _ := truth(t, u.d, "team/app")
+	after, ok := u.usage.Record("team/app")
+	exclusive, _ := truth(t, u.D, "team/app")
 	switch {
 	case !ok || after.RunID != rep.RunID:
 		t.Fatalf("after the collect the record is %+v; want the collect's", after)
 	case after.ReclaimableBytes != 0 || after.ExclusiveBytes != exclusive || after.ExclusiveBytes != before.ExclusiveBytes-rep.BytesFreed:
 		t.Fatalf("after a collect that freed %d: %+v; want 0 reclaimable and exclusive %d (truth), %d before", rep.BytesFreed, after, exclusive, before.ExclusiveBytes)
-	case u.usage.isDue("team/app"):
+	case u.usage.IsDue("team/app"):
 		t.Fatal("a complete collect left its record due")
 	}
 	// a dry run with options of its own writes nothing
@@ -256,7 +257,7 @@ func TestUsageAfterCollect(t *testing.T) {
 	if _, err := u.c.Collect(ctx, "team/app", RunOptions{DryRun: true, KeepUntagged: &keep}); err != nil {
 		t.Fatal(err)
 	}
-	if again, _ := u.usage.record("team/app"); again.RunID != rep.RunID {
+	if again, _ := u.usage.Record("team/app"); again.RunID != rep.RunID {
 		t.Fatalf("a dry run with untagged=keep wrote usage %+v", again)
 	}
 }
@@ -265,32 +266,32 @@ func TestUsageAfterCollect(t *testing.T) {
 // more to reclaim than it can say, so its record is due at once.
 func TestUsageCappedCollectIsDueAtOnce(t *testing.T) {
 	u := newUsageFixture(t, func(c *Config) { c.Cap = 1 })
-	u.tag("team/app", "v1", u.image("team/app", nil, "kept").Digest)
+	u.Tag("team/app", "v1", u.Image("team/app", nil, "kept").Digest)
 	for _, l := range []string{"a", "b", "c"} {
-		u.image("team/app", nil, l)
+		u.Image("team/app", nil, l)
 	}
-	writeReverseLinks(u.fixture)
+	u.WriteReverseLinks()
 	ctx := context.Background()
 	est, _, err := u.c.Usage(ctx, "team/app")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !est.Capped || est.ManifestsDeletable != 1 || !u.usage.isDue("team/app") {
-		t.Fatalf("capped estimate %+v, due %v; want capped, 1 manifest, due", est, u.usage.isDue("team/app"))
+	if !est.Capped || est.ManifestsDeletable != 1 || !u.usage.IsDue("team/app") {
+		t.Fatalf("capped estimate %+v, due %v; want capped, 1 manifest, due", est, u.usage.IsDue("team/app"))
 	}
 	claims, err := u.usage.ClaimDueUsage(ctx, 1, time.Minute)
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim the capped estimate: %v %v", claims, err)
 	}
 	u.usage.DoneDueUsage(ctx, claims[0]) //nolint:errcheck
-	if u.usage.isDue("team/app") {
+	if u.usage.IsDue("team/app") {
 		t.Fatal("still due after its claim was done")
 	}
 	if _, err := u.c.Collect(ctx, "team/app", RunOptions{DryRun: false}); err != nil {
 		t.Fatal(err)
 	}
-	if rec, _ := u.usage.record("team/app"); !rec.Capped || !u.usage.isDue("team/app") || rec.ReclaimableBytes != 0 {
-		t.Fatalf("after a capped collect: %+v, due %v; want capped, due at once, 0 reclaimable", rec, u.usage.isDue("team/app"))
+	if rec, _ := u.usage.Record("team/app"); !rec.Capped || !u.usage.IsDue("team/app") || rec.ReclaimableBytes != 0 {
+		t.Fatalf("after a capped collect: %+v, due %v; want capped, due at once, 0 reclaimable", rec, u.usage.IsDue("team/app"))
 	}
 }
 
@@ -299,15 +300,15 @@ func TestUsageCappedCollectIsDueAtOnce(t *testing.T) {
 // the exclusive bytes do not depend on Redis.
 func TestUsageWhileBlockedReclaimsNothing(t *testing.T) {
 	u := newUsageFixture(t)
-	u.tag("team/app", "v1", u.image("team/app", nil, "kept").Digest)
-	u.image("team/app", nil, "old")
-	writeReverseLinks(u.fixture)
-	u.tr.since = u.tr.clock().Add(-time.Minute)
+	u.Tag("team/app", "v1", u.Image("team/app", nil, "kept").Digest)
+	u.Image("team/app", nil, "old")
+	u.WriteReverseLinks()
+	u.tr.Since = u.tr.Clock().Add(-time.Minute)
 	est, _, err := u.c.Usage(context.Background(), "team/app")
 	if err != nil {
 		t.Fatal(err)
 	}
-	exclusive, _ := truth(t, u.d, "team/app")
+	exclusive, _ := truth(t, u.D, "team/app")
 	if est.ReclaimableBytes != 0 || est.ReclaimableBlobs != 0 || est.ManifestsDeletable != 1 || est.ExclusiveBytes != exclusive ||
 		len(est.Blockers) != 1 || est.Blockers[0] != reclaim.AbortRedisRecordingTooShort {
 		t.Fatalf("blocked estimate %+v; want nothing reclaimable, blocker redis_recording_too_short, exclusive %d", est, exclusive)
@@ -322,7 +323,7 @@ func TestUsageOfAGoneRepositoryIsDropped(t *testing.T) {
 	if _, _, err := u.c.Usage(context.Background(), "gone/repo"); !errors.Is(err, ErrRepositoryNotFound) {
 		t.Fatalf("Usage of a missing repository: %v", err)
 	}
-	if _, ok := u.usage.record("gone/repo"); ok {
+	if _, ok := u.usage.Record("gone/repo"); ok {
 		t.Fatal("the record of a gone repository is still there")
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/gc/collector"
+	"github.com/reclaim-registry/reclaim/gc/reclaimer"
 	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
@@ -24,7 +25,7 @@ type Overview struct {
 	WindowSeconds int64
 	Redis         RedisState
 	LinkDB        LinkDBState
-	Reclaimer     collector.ReclaimerStatus // Enabled false when off
+	Reclaimer     reclaimer.Status // Enabled false when off
 	ReclaimerNote string
 	Freed         FreedState
 }

@@ -9,13 +9,13 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/reclaim-registry/reclaim/gc/collector"
+	"github.com/reclaim-registry/reclaim/gc/reclaimer"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 )
 
 // gcStatus is the part of GET /gc/v1/status the soak reads.
 type gcStatus struct {
-	Reclaimer collector.ReclaimerStatus `json:"reclaimer"`
+	Reclaimer reclaimer.Status `json:"reclaimer"`
 }
 
 func status(ctx context.Context, r *registrytest.Registry) (gcStatus, error) {

@@ -1,4 +1,4 @@
-package collector
+package reclaimer
 
 import (
 	"context"
@@ -8,117 +8,27 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/gc/collector"
+	"github.com/reclaim-registry/reclaim/gc/internal/gctest"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
-// fakeQueue is an in-memory review queue on the fake tracker's clock.
-type fakeQueue struct {
-	mu       sync.Mutex
-	clock    func() time.Time
-	due      map[digest.Digest]time.Time
-	leases   map[digest.Digest]int64
-	next     int64
-	claimErr error
-	claims   int
-}
-
-func newFakeQueue(clock func() time.Time) *fakeQueue {
-	return &fakeQueue{clock: clock, due: map[digest.Digest]time.Time{}, leases: map[digest.Digest]int64{}}
-}
-
-func (q *fakeQueue) add(d digest.Digest, due time.Time) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.due[d] = due
-	delete(q.leases, d)
-}
-
-func (q *fakeQueue) Claim(ctx context.Context, n int, lease time.Duration) ([]reclaim.ReviewItem, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.claims++
-	if q.claimErr != nil {
-		return nil, q.claimErr
-	}
-	now := q.clock()
-	var out []reclaim.ReviewItem
-	for d, t := range q.due {
-		if len(out) == n {
-			break
-		}
-		if !t.After(now) {
-			q.next++
-			q.due[d], q.leases[d] = now.Add(lease), q.next
-			out = append(out, reclaim.ReviewItem{Blob: d, Due: t, Lease: q.next})
-		}
-	}
-	return out, nil
-}
-
-func (q *fakeQueue) Done(ctx context.Context, it reclaim.ReviewItem) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.leases[it.Blob] == it.Lease {
-		delete(q.due, it.Blob)
-		delete(q.leases, it.Blob)
-	}
-	return nil
-}
-
-func (q *fakeQueue) Requeue(ctx context.Context, it reclaim.ReviewItem, due time.Time) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.leases[it.Blob] == it.Lease {
-		q.due[it.Blob] = due
-		delete(q.leases, it.Blob)
-	}
-	return nil
-}
-
-func (q *fakeQueue) Len(ctx context.Context) (int64, int64, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	var due int64
-	for _, t := range q.due {
-		if !t.After(q.clock()) {
-			due++
-		}
-	}
-	return int64(len(q.due)), due, nil
-}
-
-func (q *fakeQueue) dueAt(d digest.Digest) (time.Time, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	t, ok := q.due[d]
-	return t, ok
-}
-
-func newTestReclaimer(t *testing.T, f *fixture, q Queue, enabled bool) *Reclaimer {
-	t.Helper()
-	r, err := NewReclaimer(f.c, q, ReclaimerConfig{Enabled: enabled, Interval: 10 * time.Millisecond, Batch: 10, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
 func TestReclaimerDecidesEachItem(t *testing.T) {
 	f := newFixture(t)
-	q := newFakeQueue(f.tr.clock)
-	now := f.tr.clock()
+	q := gctest.NewQueue(f.tr.Clock)
+	now := f.tr.Clock()
 
-	orphan := f.blob("orphan: upload committed, manifest never came")
-	linked := f.layer("app", "still linked by app")
-	recent := f.blob("pulled a moment ago")
-	f.tr.access[reclaim.Object{Blob: recent.Digest}] = now.Add(-time.Minute)
+	orphan := f.Blob("orphan: upload committed, manifest never came")
+	linked := f.Layer("app", "still linked by app")
+	recent := f.Blob("pulled a moment ago")
+	f.tr.Access[reclaim.Object{Blob: recent.Digest}] = now.Add(-time.Minute)
 	missing := digest.FromString("never existed")
 	for _, d := range []digest.Digest{orphan.Digest, linked.Digest, recent.Digest, missing} {
-		q.add(d, now)
+		q.Add(d, now)
 	}
-	notDue := f.blob("queued, not due yet")
-	q.add(notDue.Digest, now.Add(time.Hour))
+	notDue := f.Blob("queued, not due yet")
+	q.Add(notDue.Digest, now.Add(time.Hour))
 
 	r := newTestReclaimer(t, f, q, true)
 	rep := r.Tick(context.Background())
@@ -135,25 +45,25 @@ func TestReclaimerDecidesEachItem(t *testing.T) {
 			t.Errorf("%s: %s, want %s", d.Digest, d.Reason, want[d.Digest])
 		}
 	}
-	if f.exists(layout.BlobDataPath(orphan.Digest)) {
+	if f.Exists(layout.BlobDataPath(orphan.Digest)) {
 		t.Error("orphan blob not deleted")
 	}
 	for _, d := range []digest.Digest{linked.Digest, recent.Digest, notDue.Digest} {
-		if !f.exists(layout.BlobDataPath(d)) {
+		if !f.Exists(layout.BlobDataPath(d)) {
 			t.Errorf("blob %s deleted", d)
 		}
 	}
 	// Settled in the queue: deleted and linked ones leave, the recent one
 	// is due at last access + W, the not-due one is untouched.
 	for _, d := range []digest.Digest{orphan.Digest, linked.Digest, missing} {
-		if _, ok := q.dueAt(d); ok {
+		if _, ok := q.DueAt(d); ok {
 			t.Errorf("%s still queued", d)
 		}
 	}
-	if due, ok := q.dueAt(recent.Digest); !ok || !due.Equal(now.Add(-time.Minute).Add(time.Hour)) {
+	if due, ok := q.DueAt(recent.Digest); !ok || !due.Equal(now.Add(-time.Minute).Add(time.Hour)) {
 		t.Errorf("recent blob due %v %v, want last access + W", due, ok)
 	}
-	if due, _ := q.dueAt(notDue.Digest); !due.Equal(now.Add(time.Hour)) {
+	if due, _ := q.DueAt(notDue.Digest); !due.Equal(now.Add(time.Hour)) {
 		t.Errorf("not-due item moved to %v", due)
 	}
 	n, bytes := rep.Deleted()
@@ -171,17 +81,17 @@ func TestReclaimerKillSwitchDeletesNothing(t *testing.T) {
 	f := newFixture(t)
 	q, orphan := queuedBlob(f, "orphan")
 	r := newTestReclaimer(t, f, q, false)
-	if rep := r.Tick(context.Background()); !errors.Is(rep.Err, ErrDisabled) || len(rep.Decisions) != 0 {
+	if rep := r.Tick(context.Background()); !errors.Is(rep.Err, collector.ErrDisabled) || len(rep.Decisions) != 0 {
 		t.Fatalf("disabled tick = %+v", rep)
 	}
-	if _, err := r.Review(context.Background(), orphan); !errors.Is(err, ErrDisabled) {
+	if _, err := r.Review(context.Background(), orphan); !errors.Is(err, collector.ErrDisabled) {
 		t.Fatalf("disabled Review: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	r.Run(ctx) // returns at once
-	if q.claims != 0 || !f.exists(layout.BlobDataPath(orphan)) {
-		t.Fatalf("disabled reclaimer claimed %d times / deleted the blob", q.claims)
+	if q.Claims != 0 || !f.Exists(layout.BlobDataPath(orphan)) {
+		t.Fatalf("disabled reclaimer claimed %d times / deleted the blob", q.Claims)
 	}
 }
 
@@ -189,15 +99,15 @@ func TestReclaimerAccessAtTheFenceWins(t *testing.T) {
 	f := newFixture(t)
 	q, orphan := queuedBlob(f, "orphan about to be mounted")
 	// A client statted the blob after the check and before the fence.
-	f.tr.onFence = func(o reclaim.Object) { f.tr.touch(o) }
+	f.tr.OnFence = func(o reclaim.Object) { f.tr.Touch(o) }
 	rep := newTestReclaimer(t, f, q, true).Tick(context.Background())
 	if len(rep.Decisions) != 1 || rep.Decisions[0].Reason != reclaim.ReasonRecentlyAccessed {
 		t.Fatalf("decisions = %+v", rep.Decisions)
 	}
-	if !f.exists(layout.BlobDataPath(orphan)) {
+	if !f.Exists(layout.BlobDataPath(orphan)) {
 		t.Fatal("deleted a blob accessed at the last moment")
 	}
-	if due, ok := q.dueAt(orphan); !ok || !due.After(f.tr.clock()) {
+	if due, ok := q.DueAt(orphan); !ok || !due.After(f.tr.Clock()) {
 		t.Fatalf("not re-queued for later: %v %v", due, ok)
 	}
 }
@@ -207,24 +117,26 @@ func TestReclaimerLinkAtTheFenceWins(t *testing.T) {
 	q, orphan := queuedBlob(f, "orphan about to be linked")
 	// A push linked it between the first check and the fence (without an
 	// access record, the worst case): the re-check under the fence sees it.
-	f.tr.onFence = func(o reclaim.Object) { f.put(layout.LayerLinkDir("late", orphan)+"/link", []byte(orphan)) }
+	f.tr.OnFence = func(o reclaim.Object) { f.Put(layout.LayerLinkDir("late", orphan)+"/link", []byte(orphan)) }
 	rep := newTestReclaimer(t, f, q, true).Tick(context.Background())
-	if len(rep.Decisions) != 1 || rep.Decisions[0].Reason != reclaim.ReasonLinkedElsewhere || !f.exists(layout.BlobDataPath(orphan)) {
+	if len(rep.Decisions) != 1 || rep.Decisions[0].Reason != reclaim.ReasonLinkedElsewhere || !f.Exists(layout.BlobDataPath(orphan)) {
 		t.Fatalf("decisions = %+v", rep.Decisions)
 	}
 }
 
 func TestReclaimerFailuresKeepAndBackOff(t *testing.T) {
-	f := newFixture(t)
-	q, orphan := queuedBlob(f, "orphan on a failing disk")
-	f.c.driver = failingDelete{StorageDriver: f.d, path: layout.BlobDir(orphan)}
+	const content = "orphan on a failing disk"
+	f := newFixture(t, func(c *collector.Config) {
+		c.Driver = gctest.FailingDelete{StorageDriver: c.Driver, Path: layout.BlobDir(digest.FromString(content))}
+	})
+	q, orphan := queuedBlob(f, content)
 	r := newTestReclaimer(t, f, q, true)
 	rep := r.Tick(context.Background())
 	if len(rep.Decisions) != 1 || rep.Decisions[0].Reason != reclaim.ReasonDeleteFailed || !rep.Failed {
 		t.Fatalf("tick = %+v", rep)
 	}
 	// Left claimed: it comes back after the lease, not at once.
-	if due, ok := q.dueAt(orphan); !ok || !due.After(f.tr.clock()) {
+	if due, ok := q.DueAt(orphan); !ok || !due.After(f.tr.Clock()) {
 		t.Fatalf("failed item not held for its lease: %v %v", due, ok)
 	}
 	w1 := r.next(rep)
@@ -235,8 +147,8 @@ func TestReclaimerFailuresKeepAndBackOff(t *testing.T) {
 	if w := r.next(TickReport{}); w != r.cfg.Interval {
 		t.Fatalf("after a good tick wait %v, want the interval", w)
 	}
-	q.claimErr = errBoom
-	if rep := r.Tick(context.Background()); !rep.Failed || !errors.Is(rep.Err, errBoom) {
+	q.ClaimErr = gctest.ErrBoom
+	if rep := r.Tick(context.Background()); !rep.Failed || !errors.Is(rep.Err, gctest.ErrBoom) {
 		t.Fatalf("claim failure: %+v", rep)
 	}
 	if st := r.Status(context.Background()); st.FailedTicks != 2 || st.LastError == "" {
@@ -246,17 +158,17 @@ func TestReclaimerFailuresKeepAndBackOff(t *testing.T) {
 
 func TestReclaimerRunDrainsAndStops(t *testing.T) {
 	f := newFixture(t)
-	q := newFakeQueue(f.tr.clock)
+	q := gctest.NewQueue(f.tr.Clock)
 	var orphans []digest.Digest
 	for i := range 35 { // several batches of 10
-		b := f.blob("orphan " + string(rune('a'+i)))
+		b := f.Blob("orphan " + string(rune('a'+i)))
 		orphans = append(orphans, b.Digest)
-		q.add(b.Digest, f.tr.clock())
+		q.Add(b.Digest, f.tr.Clock())
 	}
 	// Every tick reports to Observe: the test looks at the queue then.
 	drained := make(chan struct{})
 	var once sync.Once
-	r, err := NewReclaimer(f.c, q, ReclaimerConfig{Enabled: true, Interval: 10 * time.Millisecond, Batch: 10, Logf: t.Logf,
+	r, err := f.reclaimer(q, Config{Enabled: true, Interval: 10 * time.Millisecond, Batch: 10, Logf: t.Logf,
 		Observe: func(TickReport) {
 			if n, _, _ := q.Len(context.Background()); n == 0 {
 				once.Do(func() { close(drained) })
@@ -268,11 +180,11 @@ func TestReclaimerRunDrainsAndStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
-	wait(t, drained, "the queue to drain")
+	gctest.Wait(t, drained, "the queue to drain")
 	cancel()
-	wait(t, done, "Run to exit on ctx.Done")
+	gctest.Wait(t, done, "Run to exit on ctx.Done")
 	for _, d := range orphans {
-		if f.exists(layout.BlobDataPath(d)) {
+		if f.Exists(layout.BlobDataPath(d)) {
 			t.Fatalf("%s not reclaimed", d)
 		}
 	}

@@ -1,16 +1,17 @@
-package collector
+package reclaimer
 
 import (
 	"context"
 	"errors"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
 // Each reclaimer tick also refreshes the usage estimates of a few
-// repositories (ReclaimerConfig.UsageRefresh, default 4), so the rankings
+// repositories (Config.UsageRefresh, default 4), so the rankings
 // stay current without any request ever costing O(registry):
 //
 //	1. the repositories marked due (a capped collect), claimed with the
@@ -21,7 +22,7 @@ import (
 //	   start at its end).
 //
 // One refresh is one dry run of one repository plus its usage checks
-// (gc/collector/usage.go), kept out of the collector's runs (nobody asked for it: a
+// (Collector.RefreshUsage, gc/collector/usage.go), kept out of the collector's runs (nobody asked for it: a
 // few every tick would crowd out the runs people did ask for); a
 // repository found gone loses its record.
 
@@ -34,16 +35,35 @@ const (
 	usageWalkPage = 100
 )
 
+// UsageStore is where the usage refresh finds what to refresh: the store
+// the collector writes estimates to (redisstate's UsageStore).
+type UsageStore interface {
+	// ClaimDueUsage takes up to n repositories marked due and holds them
+	// for lease; DoneDueUsage unmarks one, unless it was marked again
+	// since the claim.
+	ClaimDueUsage(ctx context.Context, n int, lease time.Duration) ([]reclaim.UsageClaim, error)
+	DoneDueUsage(ctx context.Context, c reclaim.UsageClaim) error
+	// StaleUsage lists up to n repositories whose record was computed
+	// before, oldest first.
+	StaleUsage(ctx context.Context, n int, before time.Time) ([]string, error)
+	// MissingUsage returns those of repos that have no record.
+	MissingUsage(ctx context.Context, repos []string) ([]string, error)
+	// UsageCursor is where the walk of the catalog stands ("" at its
+	// start); SetUsageCursor moves it.
+	UsageCursor(ctx context.Context) (string, error)
+	SetUsageCursor(ctx context.Context, cursor string) error
+}
+
 // refreshUsage spends the tick's usage budget.
 func (r *Reclaimer) refreshUsage(ctx context.Context, rep *TickReport) {
-	st, budget := r.c.cfg.Usage, r.cfg.UsageRefresh
+	st, budget := r.cfg.Usage, r.cfg.UsageRefresh
 	if st == nil || budget <= 0 || rep.Abort == reclaim.AbortRedisUnavailable {
 		return
 	}
 	refresh := func(repo string) bool {
 		budget--
-		_, _, err := r.c.estimate(ctx, repo, true)
-		if err != nil && !errors.Is(err, ErrRepositoryNotFound) {
+		err := r.c.RefreshUsage(ctx, repo)
+		if err != nil && !errors.Is(err, collector.ErrRepositoryNotFound) {
 			rep.UsageFailed++
 			r.cfg.Logf("reclaimer: usage of %s: %v", repo, err)
 			return false
@@ -69,7 +89,7 @@ func (r *Reclaimer) refreshUsage(ctx context.Context, rep *TickReport) {
 		}
 	}
 	if budget > 0 {
-		stale, err := st.StaleUsage(ctx, budget, r.c.cfg.Now().Add(-r.cfg.UsageMaxAge))
+		stale, err := st.StaleUsage(ctx, budget, r.cfg.Now().Add(-r.cfg.UsageMaxAge))
 		if err != nil {
 			fail("stale", err)
 			return
@@ -78,7 +98,7 @@ func (r *Reclaimer) refreshUsage(ctx context.Context, rep *TickReport) {
 			refresh(repo)
 		}
 	}
-	if budget > 0 {
+	if budget > 0 && r.cfg.Driver != nil {
 		if err := r.walkCatalog(ctx, st, &budget, refresh); err != nil {
 			fail("catalog", err)
 		}
@@ -92,7 +112,7 @@ func (r *Reclaimer) walkCatalog(ctx context.Context, st UsageStore, budget *int,
 	if err != nil {
 		return err
 	}
-	names, err := layout.Repositories(r.c.runContext(ctx), r.c.driver, cursor, usageWalkPage)
+	names, err := layout.Repositories(r.cfg.Context(ctx), r.cfg.Driver, cursor, usageWalkPage)
 	if err != nil {
 		return err
 	}

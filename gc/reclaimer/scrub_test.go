@@ -1,4 +1,4 @@
-package collector
+package reclaimer
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/gc/collector"
+	"github.com/reclaim-registry/reclaim/gc/internal/gctest"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
@@ -34,26 +36,28 @@ func (c *memCursor) SetScrubCursor(_ context.Context, at string) error {
 
 // scrubFixture is three repositories a, b, c (one image each, sharing a
 // base layer) with their reverse links, and holes punched in a and c.
-func scrubFixture(t *testing.T, repair LinkRepairer, unmark func(context.Context) error) (*fixture, []reclaim.RepoLink, []digest.Digest) {
+func scrubFixture(t *testing.T, repair collector.LinkRepairer, unmark func(context.Context) error) (*fixture, []reclaim.RepoLink, []digest.Digest) {
 	t.Helper()
-	f := newFixture(t, func(c *Config) {
+	f := newFixture(t, func(c *collector.Config) {
 		if repair == nil {
 			repair = linkdb.NewReverseLinks(c.Driver)
 		}
-		withReverseLinks(repair, unmark)(c)
+		c.Links = linkdb.NewReverseLinks(c.Driver)
+		c.Repair = repair
+		c.MarkLinkDBIncomplete = unmark
 	})
 	var holes []reclaim.RepoLink
 	var blobs []digest.Digest
 	for _, repo := range []string{"a", "b", "c"} {
-		img := f.image(repo, nil, "base", repo+" own layer")
-		f.tag(repo, "v1", img.Digest)
+		img := f.Image(repo, nil, "base", repo+" own layer")
+		f.Tag(repo, "v1", img.Digest)
 		if repo != "b" {
 			holes = append(holes, reclaim.RepoLink{Repo: repo, Kind: reclaim.LinkLayer}, reclaim.RepoLink{Repo: repo, Kind: reclaim.LinkManifest})
 			blobs = append(blobs, digest.FromString("base"), img.Digest)
 		}
 	}
-	writeReverseLinks(f)
-	links := linkdb.NewReverseLinks(f.d)
+	f.WriteReverseLinks()
+	links := linkdb.NewReverseLinks(f.D)
 	for i, h := range holes {
 		if err := links.Delete(context.Background(), blobs[i], h); err != nil {
 			t.Fatal(err)
@@ -68,13 +72,13 @@ func scrubFixture(t *testing.T, repair LinkRepairer, unmark func(context.Context
 func TestScrubWritesBackMissingReverseLinks(t *testing.T) {
 	f, holes, blobs := scrubFixture(t, nil, nil)
 	cur := &memCursor{}
-	r, err := NewReclaimer(f.c, newFakeQueue(f.tr.clock), ReclaimerConfig{Enabled: true, UsageRefresh: -1,
+	r, err := f.reclaimer(gctest.NewQueue(f.tr.Clock), Config{Enabled: true, UsageRefresh: -1,
 		ScrubRepos: 2, ScrubCursor: cur, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	links := linkdb.NewReverseLinks(f.d)
+	links := linkdb.NewReverseLinks(f.D)
 	present := func(i int) bool {
 		ok, err := links.Has(ctx, blobs[i], holes[i])
 		if err != nil {
@@ -106,7 +110,7 @@ func TestScrubWritesBackMissingReverseLinks(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 
-	off, err := NewReclaimer(f.c, newFakeQueue(f.tr.clock), ReclaimerConfig{Enabled: true, UsageRefresh: -1, ScrubRepos: -1, ScrubCursor: cur})
+	off, err := f.reclaimer(gctest.NewQueue(f.tr.Clock), Config{Enabled: true, UsageRefresh: -1, ScrubRepos: -1, ScrubCursor: cur})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,9 +143,9 @@ func TestScrubThatCannotRepairMarksLinkDBIncomplete(t *testing.T) {
 	var unmarked int
 	repair := unreadableFor{blob: digest.FromString("a own layer")}
 	f, _, _ := scrubFixture(t, repair, func(context.Context) error { unmarked++; return nil })
-	repair.ReverseLinks = linkdb.NewReverseLinks(f.d)
-	f.c.cfg.Repair = repair
-	r, err := NewReclaimer(f.c, newFakeQueue(f.tr.clock), ReclaimerConfig{Enabled: true, UsageRefresh: -1,
+	repair.ReverseLinks = linkdb.NewReverseLinks(f.D)
+	f.cfg.Repair = repair
+	r, err := f.reclaimer(gctest.NewQueue(f.tr.Clock), Config{Enabled: true, UsageRefresh: -1,
 		ScrubRepos: 1, ScrubCursor: &memCursor{}, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +158,7 @@ func TestScrubThatCannotRepairMarksLinkDBIncomplete(t *testing.T) {
 	if !r.Status(context.Background()).ScrubMarkedLinkDB {
 		t.Fatal("status does not say the scrub marked the link database incomplete")
 	}
-	if !f.exists(layout.BlobDataPath(digest.FromString("base"))) {
+	if !f.Exists(layout.BlobDataPath(digest.FromString("base"))) {
 		t.Fatal("the base layer is gone")
 	}
 }

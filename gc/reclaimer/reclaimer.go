@@ -1,4 +1,4 @@
-package collector
+package reclaimer
 
 import (
 	"context"
@@ -7,35 +7,19 @@ import (
 	"sync"
 	"time"
 
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"golang.org/x/sync/errgroup"
 )
 
-// The reclaimer frees blobs that lost their last reference without anybody
-// walking the registry. The storage middleware queues a blob for review
-// (due W later) whenever one of its reverse links is removed and whenever an
-// upload is committed; every registry instance may run a reclaimer; each
-// tick claims a batch of due items and gives each the same deletion step a
-// collection gives a blob whose last link it removed (deleter.deleteBlob):
-//
-//	reverse links listed: any -> dropped (linked_elsewhere); the next unlink queues it again
-//	accessed within W      -> re-queued at last access + W (recently_accessed)
-//	fence the blob (refused if accessed meanwhile), list reverse links again,
-//	delete the blob directory through the wrapped driver, evict, release
-//
-// A tick deletes nothing when the tracker cannot be trusted (Redis down,
-// epoch missing or younger than W) or the reverse-link database is not known
-// to be complete; the items stay queued. A claim is a lease: an instance
-// that dies mid-batch leaves its items to come back after the lease, and the
-// fence, not the lease, is what keeps two deleters apart.
-
 // Defaults of the reclaimer.
 const (
-	DefaultReclaimInterval = time.Minute
-	DefaultReclaimBatch    = 100
-	defaultReclaimWorkers  = 4
+	DefaultInterval = time.Minute
+	DefaultBatch    = 100
+	defaultWorkers  = 4
 )
 
 // Queue is the review queue the reclaimer consumes.
@@ -51,9 +35,39 @@ type Queue interface {
 	Len(ctx context.Context) (total, due int64, err error)
 }
 
-// ReclaimerConfig tunes a Reclaimer. The window W, the fence lease, the
-// tracker and the storage come from the Collector it is built on.
-type ReclaimerConfig struct {
+// Config wires a Reclaimer. Collector and Queue are required; every other
+// capability is optional and nil turns off what needs it.
+type Config struct {
+	// Collector checks the preconditions of a tick and deletes a blob as
+	// a collection deletes one whose last link it removed
+	// (Collector.Orphans); it also refreshes usage estimates
+	// (Collector.RefreshUsage). Its window W is the reclaimer's.
+	Collector *collector.Collector
+	// Queue is the review queue the reclaimer consumes.
+	Queue Queue
+	// Driver is the storage driver the collector deletes through: the
+	// scrub and the usage walk list the catalog and links with it. Nil:
+	// neither walks.
+	Driver storagedriver.StorageDriver
+	// Context, when set, derives the context of a tick's storage and
+	// tracker calls (the collector's Config.Context).
+	Context func(context.Context) context.Context
+	// Freed is where ticks add what they deleted to the daily sums. Nil:
+	// no sums are kept.
+	Freed collector.FreedCounter
+	// Usage is where the usage refresh finds what to refresh (the store
+	// the collector writes estimates to). Nil: no refresh (usage.go).
+	Usage UsageStore
+	// Repair writes back the reverse links the scrub finds missing, and
+	// MarkLinkDBIncomplete removes the completeness marker when it could
+	// not. Without Repair or ScrubCursor there is no scrub (scrub.go).
+	Repair               collector.LinkRepairer
+	MarkLinkDBIncomplete func(ctx context.Context) error
+	ScrubCursor          ScrubCursor
+	// Now is the clock the usage refresh ages estimates by; default
+	// time.Now.
+	Now func() time.Time
+
 	// Enabled is the kill switch: false means the reclaimer never claims,
 	// never deletes.
 	Enabled bool
@@ -73,16 +87,13 @@ type ReclaimerConfig struct {
 	MaxBackoff time.Duration
 	// UsageRefresh is how many repositories' usage estimates a tick
 	// refreshes (default 4; < 0: none), UsageMaxAge the age past which an
-	// estimate is refreshed (default 1h). They need the collector's Usage
-	// store (reclaimer_usage.go).
+	// estimate is refreshed (default 1h).
 	UsageRefresh int
 	UsageMaxAge  time.Duration
 	// ScrubRepos is how many repositories a tick scrubs for missing
 	// reverse links (default 2; < 0: none), walking the catalog from
-	// ScrubCursor. Without a cursor, or without the collector's Repair,
-	// there is no scrub (reclaimer_scrub.go).
-	ScrubRepos  int
-	ScrubCursor ScrubCursor
+	// ScrubCursor.
+	ScrubRepos int
 	// Logf logs tick failures; nil discards them.
 	Logf func(format string, args ...any)
 	// Observe, when set, sees every decision and every tick (metrics).
@@ -91,29 +102,30 @@ type ReclaimerConfig struct {
 
 // Reclaimer reviews queued blobs in the background.
 type Reclaimer struct {
-	c   *Collector
+	c   *collector.Collector
 	q   Queue
-	cfg ReclaimerConfig
+	cfg Config
 
 	mu       sync.Mutex
-	st       ReclaimerStatus
+	st       Status
 	failures int
 	busy     time.Duration // time spent in ticks, for the rate
 }
 
-// NewReclaimer returns a reclaimer deleting through c's storage and tracker.
-func NewReclaimer(c *Collector, q Queue, cfg ReclaimerConfig) (*Reclaimer, error) {
-	if c == nil || q == nil {
-		return nil, errors.New("gc: NewReclaimer needs a Collector and a Queue")
+// New validates cfg, fills in defaults and returns a Reclaimer deleting
+// through cfg.Collector.
+func New(cfg Config) (*Reclaimer, error) {
+	if cfg.Collector == nil || cfg.Queue == nil {
+		return nil, errors.New("gc: reclaimer.New needs a Collector and a Queue")
 	}
 	if cfg.Interval == 0 {
-		cfg.Interval = DefaultReclaimInterval
+		cfg.Interval = DefaultInterval
 	}
 	if cfg.Batch == 0 {
-		cfg.Batch = DefaultReclaimBatch
+		cfg.Batch = DefaultBatch
 	}
 	if cfg.Workers == 0 {
-		cfg.Workers = defaultReclaimWorkers
+		cfg.Workers = defaultWorkers
 	}
 	if cfg.UsageRefresh == 0 {
 		cfg.UsageRefresh = DefaultUsageRefresh
@@ -136,9 +148,15 @@ func NewReclaimer(c *Collector, q Queue, cfg ReclaimerConfig) (*Reclaimer, error
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	r := &Reclaimer{c: c, q: q, cfg: cfg}
-	r.st = ReclaimerStatus{Enabled: cfg.Enabled, IntervalSecs: cfg.Interval.Seconds(), Batch: cfg.Batch,
-		WindowSecs: int64(c.cfg.Window / time.Second), ScrubRepos: scrubBudget(cfg, c), DeletedBy: map[string]int64{}, KeptBy: map[string]int64{}}
+	if cfg.Context == nil {
+		cfg.Context = func(ctx context.Context) context.Context { return ctx }
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	r := &Reclaimer{c: cfg.Collector, q: cfg.Queue, cfg: cfg}
+	r.st = Status{Enabled: cfg.Enabled, IntervalSecs: cfg.Interval.Seconds(), Batch: cfg.Batch,
+		WindowSecs: int64(r.c.Window() / time.Second), ScrubRepos: scrubBudget(cfg), DeletedBy: map[string]int64{}, KeptBy: map[string]int64{}}
 	return r, nil
 }
 
@@ -190,7 +208,7 @@ func (r *Reclaimer) next(rep TickReport) time.Duration {
 func (r *Reclaimer) Tick(ctx context.Context) TickReport {
 	rep := TickReport{Started: time.Now()}
 	if !r.cfg.Enabled {
-		rep.Err = ErrDisabled
+		rep.Err = collector.ErrDisabled
 		return rep
 	}
 	func() {
@@ -212,7 +230,7 @@ func (r *Reclaimer) Tick(ctx context.Context) TickReport {
 			freed, deleted = freed+d.Size, deleted+1
 		}
 	}
-	r.c.countFreed(ctx, freed, deleted) // before the status says so
+	r.countFreed(ctx, freed, deleted) // before the status says so
 	r.record(rep)
 	if r.cfg.Observe != nil {
 		r.cfg.Observe(rep)
@@ -221,9 +239,10 @@ func (r *Reclaimer) Tick(ctx context.Context) TickReport {
 }
 
 func (r *Reclaimer) tick(ctx context.Context, rep *TickReport) {
-	ctx, dl, err := r.preconditions(ctx)
+	ctx = r.cfg.Context(ctx)
+	del, err := r.c.Orphans(ctx)
 	if err != nil {
-		var ae *AbortError
+		var ae *collector.AbortError
 		if errors.As(err, &ae) {
 			rep.Abort = ae.Reason
 			// Redis down or storage unreadable is a failure to back off from; a young epoch or an
@@ -241,7 +260,7 @@ func (r *Reclaimer) tick(ctx context.Context, rep *TickReport) {
 		return
 	}
 	decs := make([]gc.Decision, len(items))
-	scratch := make([]*Report, len(items))
+	errs := make([][]gc.Decision, len(items))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(r.cfg.Workers, 1))
 	for i, it := range items {
@@ -256,8 +275,7 @@ func (r *Reclaimer) tick(ctx context.Context, rep *TickReport) {
 				decs[i] = gc.Decision{Kind: reclaim.KindBlob, Digest: it.Blob, Reason: reclaim.ReasonCheckFailed, Detail: "tick cancelled"}
 				return nil
 			}
-			scratch[i] = &Report{}
-			decs[i] = r.review(gctx, dl, it, scratch[i])
+			decs[i], errs[i] = r.review(gctx, del, it)
 			return nil
 		})
 	}
@@ -267,10 +285,8 @@ func (r *Reclaimer) tick(ctx context.Context, rep *TickReport) {
 		if d.Reason == reclaim.ReasonCheckFailed || d.Reason == reclaim.ReasonDeleteFailed {
 			failed++
 		}
-		if scratch[i] != nil {
-			for _, e := range scratch[i].Errors {
-				r.cfg.Logf("reclaimer: %s %s: %s", e.Reason, e.Digest, e.Detail)
-			}
+		for _, e := range errs[i] {
+			r.cfg.Logf("reclaimer: %s %s: %s", e.Reason, e.Digest, e.Detail)
 		}
 	}
 	rep.Decisions = decs
@@ -281,68 +297,53 @@ func (r *Reclaimer) tick(ctx context.Context, rep *TickReport) {
 	}
 }
 
-// preconditions are the collection's (fail closed), and the link database
-// must be known complete: the reclaimer only deletes blobs, and an empty
-// reverse-link list proves nothing until it is. The deleter has no
-// repository, so every reverse link is another repository's.
-func (r *Reclaimer) preconditions(ctx context.Context) (context.Context, *deleter, error) {
-	ctx = r.c.runContext(ctx)
-	tr, err := r.c.preconditions(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	if !tr.linkdbOK {
-		return nil, nil, abort(reclaim.AbortLinkDBIncomplete, errors.New(tr.linkdbNote))
-	}
-	return ctx, &deleter{c: r.c, pol: policy{Policy: gc.Policy{Window: r.c.cfg.Window, Now: tr.now, LinkDBComplete: true}}}, nil
-}
-
 // review decides one item with the collection's blob step and settles it
 // in the queue.
-func (r *Reclaimer) review(ctx context.Context, dl *deleter, it reclaim.ReviewItem, scratch *Report) gc.Decision {
-	dec := dl.deleteBlob(ctx, it.Blob, scratch)
+func (r *Reclaimer) review(ctx context.Context, del *collector.Orphans, it reclaim.ReviewItem) (gc.Decision, []gc.Decision) {
+	dec, errs := del.Delete(ctx, it.Blob)
+	now, window := del.Now(), r.c.Window()
 	var qerr error
 	switch dec.Reason {
 	case reclaim.ReasonUnreferenced, reclaim.ReasonAlreadyGone, reclaim.ReasonLinkedElsewhere, reclaim.ReasonStillLinked:
 		// Deleted, or linked: a later unlink queues it again.
 		qerr = r.q.Done(ctx, it)
 	case reclaim.ReasonRecentlyAccessed:
-		due := dl.pol.Now.Add(r.c.cfg.Window)
+		due := now.Add(window)
 		if dec.LastAccess != nil {
-			due = dec.LastAccess.Add(r.c.cfg.Window)
+			due = dec.LastAccess.Add(window)
 		}
 		// The fence may have seen an access newer than the one read
 		// before it: never re-claim before the next interval.
-		due = maxTime(due, dl.pol.Now.Add(r.cfg.Interval))
+		due = maxTime(due, now.Add(r.cfg.Interval))
 		qerr = r.q.Requeue(ctx, it, due)
 	case reclaim.ReasonFenced:
 		// Someone else is deleting it right now; look again soon.
-		qerr = r.q.Requeue(ctx, it, dl.pol.Now.Add(r.cfg.Interval))
+		qerr = r.q.Requeue(ctx, it, now.Add(r.cfg.Interval))
 	default:
 		// ReasonCheckFailed, ReasonDeleteFailed: left claimed, it comes back after the
 		// lease, which is the backoff for one bad blob.
 	}
 	if qerr != nil {
-		scratch.Errors = append(scratch.Errors, gc.Decision{Kind: reclaim.KindBlob, Digest: it.Blob, Reason: reclaim.ReasonCheckFailed,
+		errs = append(errs, gc.Decision{Kind: reclaim.KindBlob, Digest: it.Blob, Reason: reclaim.ReasonCheckFailed,
 			Detail: fmt.Sprintf("settle queue item: %v", qerr)})
 	}
-	return dec
+	return dec, errs
 }
 
 // Review runs the deletion step on one blob now, outside the queue (the
 // slow-path `registry gc sweep` uses it). The preconditions of a tick apply.
 func (r *Reclaimer) Review(ctx context.Context, blob digest.Digest) (gc.Decision, error) {
 	if !r.cfg.Enabled {
-		return gc.Decision{}, ErrDisabled
+		return gc.Decision{}, collector.ErrDisabled
 	}
-	ctx, dl, err := r.preconditions(ctx)
+	ctx = r.cfg.Context(ctx)
+	del, err := r.c.Orphans(ctx)
 	if err != nil {
 		return gc.Decision{}, err
 	}
-	scratch := &Report{}
-	dec := dl.deleteBlob(ctx, blob, scratch)
-	if len(scratch.Errors) > 0 {
-		return dec, fmt.Errorf("%s", scratch.Errors[0].Detail)
+	dec, errs := del.Delete(ctx, blob)
+	if len(errs) > 0 {
+		return dec, fmt.Errorf("%s", errs[0].Detail)
 	}
 	return dec, nil
 }
@@ -354,11 +355,19 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-// scrubBudget is the repositories a tick scrubs: none without a cursor or
-// a way to write reverse links.
-func scrubBudget(cfg ReclaimerConfig, c *Collector) int {
-	if cfg.ScrubCursor == nil || c.cfg.Repair == nil {
+// scrubBudget is the repositories a tick scrubs: none without a cursor,
+// a way to write reverse links or a driver to list them with.
+func scrubBudget(cfg Config) int {
+	if cfg.ScrubCursor == nil || cfg.Repair == nil || cfg.Driver == nil {
 		return 0
 	}
 	return max(cfg.ScrubRepos, 0)
+}
+
+// countFreed adds what a tick deleted to the daily sums.
+func (r *Reclaimer) countFreed(ctx context.Context, bytes int64, objects int) {
+	if r.cfg.Freed == nil || objects == 0 {
+		return
+	}
+	_ = r.cfg.Freed.CountFreed(context.WithoutCancel(ctx), r.cfg.Now(), bytes, objects)
 }

@@ -1,4 +1,4 @@
-package collector
+package reclaimer
 
 import (
 	"context"
@@ -19,9 +19,9 @@ type TickReport struct {
 	// Failed is true when the tick counts as failing (backoff).
 	Failed bool
 	// UsageRefreshed and UsageFailed count the usage estimates the tick
-	// refreshed and failed to (reclaimer_usage.go).
+	// refreshed and failed to (usage.go).
 	UsageRefreshed, UsageFailed int
-	// Scrub is what the tick's scrub did (reclaimer_scrub.go).
+	// Scrub is what the tick's scrub did (scrub.go).
 	Scrub ScrubReport
 }
 
@@ -36,8 +36,8 @@ func (t TickReport) Deleted() (n int, bytes int64) {
 	return n, bytes
 }
 
-// ReclaimerStatus is the reclaimer's state for GET /gc/v1/status.
-type ReclaimerStatus struct {
+// Status is the reclaimer's state for GET /gc/v1/status.
+type Status struct {
 	Enabled        bool             `json:"enabled"`
 	IntervalSecs   float64          `json:"interval_seconds"`
 	Batch          int              `json:"batch"`
@@ -115,7 +115,7 @@ func (r *Reclaimer) record(rep TickReport) {
 }
 
 // Status returns the counters and, from the queue, its length and due count.
-func (r *Reclaimer) Status(ctx context.Context) ReclaimerStatus {
+func (r *Reclaimer) Status(ctx context.Context) Status {
 	r.mu.Lock()
 	st := r.st
 	st.DeletedBy, st.KeptBy = copyCounts(r.st.DeletedBy), copyCounts(r.st.KeptBy)

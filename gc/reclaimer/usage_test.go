@@ -1,4 +1,4 @@
-package collector
+package reclaimer
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/gc/internal/gctest"
 	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
@@ -15,12 +16,12 @@ import (
 func TestReclaimerRefreshesUsage(t *testing.T) {
 	u := newUsageFixture(t)
 	for _, repo := range []string{"a/due", "b/stale", "c/new", "d/new", "e/fresh"} {
-		u.tag(repo, "v1", u.image(repo, nil, repo+" layer").Digest)
-		u.image(repo, nil, repo+" old layer")
+		u.Tag(repo, "v1", u.Image(repo, nil, repo+" layer").Digest)
+		u.Image(repo, nil, repo+" old layer")
 	}
-	writeReverseLinks(u.fixture)
+	u.WriteReverseLinks()
 	ctx := context.Background()
-	now := u.tr.clock()
+	now := u.tr.Clock()
 	put := func(repo string, at time.Time) {
 		if err := u.usage.PutUsage(ctx, reclaim.Usage{Repository: repo, ComputedAt: at}, false); err != nil {
 			t.Fatal(err)
@@ -31,29 +32,29 @@ func TestReclaimerRefreshesUsage(t *testing.T) {
 	put("z/gone", now.Add(-3*time.Hour)) // deleted since its estimate
 	put("e/fresh", now)
 	u.usage.MarkUsageDue(ctx, "a/due") //nolint:errcheck
-	r, err := NewReclaimer(u.c, newFakeQueue(u.tr.clock), ReclaimerConfig{Enabled: true, Interval: time.Minute, Batch: 10,
+	r, err := u.reclaimer(gctest.NewQueue(u.tr.Clock), Config{Enabled: true, Interval: time.Minute, Batch: 10,
 		UsageRefresh: 3, UsageMaxAge: time.Hour, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
 	fresh := func(repo string) bool {
-		rec, ok := u.usage.record(repo)
+		rec, ok := u.usage.Record(repo)
 		return ok && rec.Blobs > 0 && !rec.ComputedAt.Before(now) // the test's own records link nothing
 	}
 	state := func() string {
 		var out []string
 		for _, repo := range []string{"a/due", "b/stale", "c/new", "d/new", "e/fresh", "z/gone"} {
-			_, ok := u.usage.record(repo)
+			_, ok := u.usage.Record(repo)
 			out = append(out, fmt.Sprintf("%s:%v/%v", repo, ok, fresh(repo)))
 		}
 		return fmt.Sprint(out)
 	}
 
 	rep := r.Tick(ctx)
-	if rep.UsageRefreshed != 3 || rep.UsageFailed != 0 || !fresh("a/due") || !fresh("b/stale") || u.usage.isDue("a/due") {
+	if rep.UsageRefreshed != 3 || rep.UsageFailed != 0 || !fresh("a/due") || !fresh("b/stale") || u.usage.IsDue("a/due") {
 		t.Fatalf("tick 1 refreshed %d (%d failed): %s; want the due a/due, then the oldest z/gone and b/stale", rep.UsageRefreshed, rep.UsageFailed, state())
 	}
-	if _, ok := u.usage.record("z/gone"); ok {
+	if _, ok := u.usage.Record("z/gone"); ok {
 		t.Fatalf("the estimate of a repository that is gone survived its refresh: %s", state())
 	}
 	if fresh("c/new") || fresh("e/fresh") {
@@ -63,16 +64,16 @@ func TestReclaimerRefreshesUsage(t *testing.T) {
 	if rep.UsageRefreshed != 2 || !fresh("c/new") || !fresh("d/new") {
 		t.Fatalf("tick 2 refreshed %d: %s; want the two without an estimate, found in the catalog", rep.UsageRefreshed, state())
 	}
-	if rec, _ := u.usage.record("c/new"); rec.ReclaimableBytes == 0 || rec.ExclusiveBytes == 0 {
+	if rec, _ := u.usage.Record("c/new"); rec.ReclaimableBytes == 0 || rec.ExclusiveBytes == 0 {
 		t.Fatalf("c/new refreshed to %+v; want its untagged image reclaimable", rec)
 	}
 	if rep = r.Tick(ctx); rep.UsageRefreshed != 0 {
 		t.Fatalf("tick 3 refreshed %d with every estimate fresh: %s", rep.UsageRefreshed, state())
 	}
 	// An hour on, every estimate is old: three per tick, oldest first.
-	u.tr.mu.Lock()
-	u.tr.now = u.tr.now.Add(2 * time.Hour)
-	u.tr.mu.Unlock()
+	u.tr.Mu.Lock()
+	u.tr.Now = u.tr.Now.Add(2 * time.Hour)
+	u.tr.Mu.Unlock()
 	if rep = r.Tick(ctx); rep.UsageRefreshed != 3 {
 		t.Fatalf("an hour later a tick refreshed %d; want its budget of 3", rep.UsageRefreshed)
 	}
@@ -90,20 +91,20 @@ func TestReclaimerUsageWalkResumes(t *testing.T) {
 	u := newUsageFixture(t)
 	repos := []string{"r/1", "r/2", "r/3", "r/4", "r/5"}
 	for _, repo := range repos {
-		u.tag(repo, "v1", u.image(repo, nil, repo).Digest)
+		u.Tag(repo, "v1", u.Image(repo, nil, repo).Digest)
 	}
-	writeReverseLinks(u.fixture)
-	r, err := NewReclaimer(u.c, newFakeQueue(u.tr.clock), ReclaimerConfig{Enabled: true, Interval: time.Minute, Batch: 10, UsageRefresh: 2, Logf: t.Logf})
+	u.WriteReverseLinks()
+	r, err := u.reclaimer(gctest.NewQueue(u.tr.Clock), Config{Enabled: true, Interval: time.Minute, Batch: 10, UsageRefresh: 2, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for tick, want := range []int{2, 2, 1, 0} {
 		if rep := r.Tick(context.Background()); rep.UsageRefreshed != want {
-			t.Fatalf("tick %d refreshed %d, want %d (cursor %q)", tick+1, rep.UsageRefreshed, want, u.usage.cursor)
+			t.Fatalf("tick %d refreshed %d, want %d (cursor %q)", tick+1, rep.UsageRefreshed, want, u.usage.Cursor())
 		}
 	}
 	for _, repo := range repos {
-		if _, ok := u.usage.record(repo); !ok {
+		if _, ok := u.usage.Record(repo); !ok {
 			t.Errorf("%s has no estimate after the walk", repo)
 		}
 	}

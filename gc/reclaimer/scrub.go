@@ -1,4 +1,4 @@
-package collector
+package reclaimer
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 )
 
 // Each reclaimer tick also scrubs a few repositories
-// (ReclaimerConfig.ScrubRepos, default 2): it lists every forward link of
+// (Config.ScrubRepos, default 2): it lists every forward link of
 // each (layer links and manifest revision links), checks that the blob
 // has the reverse link for it, and writes back the ones that are missing.
 // Reverse links are the source of truth GC deletes by; a hole in them
@@ -38,6 +38,9 @@ import (
 
 // DefaultScrubRepos is how many repositories a tick scrubs.
 const DefaultScrubRepos = 2
+
+// errHole: a reverse link is missing and could not be written back.
+var errHole = errors.New("this repository's reverse link is missing and could not be written back")
 
 // ScrubCursor keeps where the scrub stands in the catalog, shared by
 // every instance (redisstate's ScrubCursor).
@@ -62,11 +65,11 @@ type ScrubReport struct {
 
 // scrub spends the tick's scrub budget.
 func (r *Reclaimer) scrub(ctx context.Context, rep *TickReport) {
-	n, cur := scrubBudget(r.cfg, r.c), r.cfg.ScrubCursor
+	n, cur := scrubBudget(r.cfg), r.cfg.ScrubCursor
 	if n <= 0 || rep.Abort == reclaim.AbortRedisUnavailable {
 		return
 	}
-	ctx = r.c.runContext(ctx)
+	ctx = r.cfg.Context(ctx)
 	sr := &rep.Scrub
 	fail := func(what string, err error) {
 		sr.Failed++
@@ -77,7 +80,7 @@ func (r *Reclaimer) scrub(ctx context.Context, rep *TickReport) {
 		fail("cursor", err)
 		return
 	}
-	names, err := layout.Repositories(ctx, r.c.driver, last, n)
+	names, err := layout.Repositories(ctx, r.cfg.Driver, last, n)
 	if err != nil {
 		fail("catalog", err)
 		return
@@ -109,7 +112,7 @@ func (r *Reclaimer) scrubRepo(ctx context.Context, repo string, sr *ScrubReport,
 		dir  string
 		kind reclaim.LinkKind
 	}{{layout.LayersDir(repo), reclaim.LinkLayer}, {layout.RevisionsDir(repo), reclaim.LinkManifest}} {
-		err := listLinkDigests(ctx, r.c.driver, set.dir, func(d digest.Digest) {
+		err := listLinkDigests(ctx, r.cfg.Driver, set.dir, func(d digest.Digest) {
 			g.Go(func() error {
 				links.Add(1)
 				ok, err := r.scrubLink(ctx, d, reclaim.RepoLink{Repo: repo, Kind: set.kind})
@@ -144,14 +147,14 @@ func (r *Reclaimer) scrubRepo(ctx context.Context, repo string, sr *ScrubReport,
 // is true when it wrote it; an error wrapping errHole means it was missing
 // and could not be written.
 func (r *Reclaimer) scrubLink(ctx context.Context, d digest.Digest, l reclaim.RepoLink) (repaired bool, err error) {
-	fix := r.c.cfg.Repair
+	fix := r.cfg.Repair
 	ok, err := fix.Has(ctx, d, l)
 	if ok || err != nil {
 		// a malformed reverse link still counts as a link for GC (it
 		// keeps the blob); `linkdb verify` reports it
 		return false, err
 	}
-	if _, err := r.c.driver.Stat(ctx, layout.ForwardLinkPath(l.Repo, d, l.Kind)); layout.IsNotFound(err) {
+	if _, err := r.cfg.Driver.Stat(ctx, layout.ForwardLinkPath(l.Repo, d, l.Kind)); layout.IsNotFound(err) {
 		return false, nil // deleted since the listing, reverse link after it
 	}
 	if err := fix.Put(ctx, d, l); err != nil {
@@ -161,7 +164,7 @@ func (r *Reclaimer) scrubLink(ctx context.Context, d digest.Digest, l reclaim.Re
 }
 
 func (r *Reclaimer) unmarkLinkDB(ctx context.Context, fail func(string, error)) {
-	if m := r.c.cfg.MarkLinkDBIncomplete; m != nil {
+	if m := r.cfg.MarkLinkDBIncomplete; m != nil {
 		if err := m(ctx); err != nil {
 			fail("mark the link database incomplete", err)
 		}
