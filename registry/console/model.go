@@ -90,12 +90,30 @@ type runRow struct {
 	Errors                   int
 	FirstError               string
 	DiedIn                   string // the step an interrupted run died in
+	// Blockers are the preconditions a real run found, or a dry run would
+	// have found, not holding: a blocked dry run did no harm, but a real
+	// run now would be refused (Blocks "run") or delete no blob ("blobs").
+	Blockers  []blockerRow
+	BlocksRun bool // a blocker is run-wide: a real run would have been refused
 }
+
+// blockerRow is one precondition that did not hold, as
+// `registry gc collect --dry-run` prints it: "blocked (run): reason until
+// time: detail".
+type blockerRow struct {
+	Blocks, Reason, Detail string
+	Until                  *time.Time
+}
+
 
 func rowOf(r *collector.Report) runRow {
 	row := runRow{ID: r.RunID, Repository: r.Repository, Status: r.Status, Abort: r.Abort, DryRun: r.DryRun,
 		Started: r.StartedAt, Manifests: len(r.ManifestsDeleted), Layers: len(r.LayersUnlinked),
 		Blobs: len(r.BlobsDeleted), BytesFreed: r.BytesFreed, Errors: len(r.Errors)}
+	for _, b := range r.Blockers {
+		row.Blockers = append(row.Blockers, blockerRow{Blocks: b.Blocks, Reason: fmt.Sprint(b.Reason), Detail: b.Detail, Until: b.Until})
+		row.BlocksRun = row.BlocksRun || b.Blocks == collector.BlocksRun
+	}
 	if r.Interruption != nil {
 		row.DiedIn = string(r.Interruption.Step)
 	}
@@ -112,11 +130,12 @@ func rowOf(r *collector.Report) runRow {
 	return row
 }
 
-// refused is a run that a precondition stopped, one that failed, or one
-// whose process died (interrupted): each needs a look.
+// refused is a run that a precondition stopped, a dry run that one would
+// have stopped, one that failed, or one whose process died (interrupted):
+// each needs a look.
 func (r runRow) refused() bool {
 	return r.Status == reclaim.StatusAborted || r.Status == reclaim.StatusFailed ||
-		r.Status == reclaim.StatusInterrupted
+		r.Status == reclaim.StatusInterrupted || r.DryRun && r.BlocksRun
 }
 
 // totals sums what real runs finished since a time deleted.
@@ -213,6 +232,20 @@ var funcs = template.FuncMap{
 	"when":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
 	"ago":    ago,
 	"prefix": func() string { return Prefix },
+	"plural": plural,
+}
+
+// plural is n and the noun, in the plural unless n is 1: "1 tag", "2 tags",
+// "0 blobs", "2 repositories". n is any integer.
+func plural(n any, noun string) string {
+	s := fmt.Sprint(n)
+	switch {
+	case s == "1":
+		return s + " " + noun
+	case strings.HasSuffix(noun, "y"):
+		return s + " " + strings.TrimSuffix(noun, "y") + "ies"
+	}
+	return s + " " + noun + "s"
 }
 
 // binaryUnit is the largest power of 1024 not above n (n >= 1024) and its

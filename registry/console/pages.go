@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"net/url"
+	"slices"
 	"time"
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
@@ -176,17 +178,113 @@ func runsNote(err error) string {
 type runData struct {
 	Row     runRow
 	Report  *collector.Report
-	Rows    []planRow
+	Rows    []planRow // the rows shown: deletions first, filtered, at most rowsShown unless All
 	Reasons []reasonCount
 	Errors  []planRow
 	Changed []planRow
 	Refusal string // the error that refused a preview
+	// The run page's filter (query parameters show, reason and all) and
+	// what it left: Total objects, Matched by the filter, of which Rows.
+	Show, Reason   string
+	All            bool
+	Total, Matched int
+	Filterable     bool // the run's page (a preview is a POST: no filter links)
 }
 
+// choice is one option of a select.
+type choice struct{ Value, Label string }
+
+// ShowChoices are the filter's "show" options.
+func (d runData) ShowChoices() []choice {
+	return []choice{{"", "every object"}, {showDeleted, d.verb()}, {showKept, "kept"}, {showErrors, "errors"}}
+}
+
+func (d runData) verb() string {
+	if d.Row.DryRun {
+		return "would delete"
+	}
+	return "deleted"
+}
+
+// Filtered is whether the filter leaves out anything.
+func (d runData) Filtered() bool { return d.Show != "" || d.Reason != "" }
+
+// ReasonURL is the run's page filtered to one reason.
+func (d runData) ReasonURL(reason string) string {
+	return d.url(url.Values{"reason": {reason}})
+}
+
+// FilterURL is the run's page with the current filter and flag ("all") set.
+func (d runData) FilterURL(flag string) string {
+	q := url.Values{flag: {"1"}}
+	if d.Show != "" {
+		q.Set("show", d.Show)
+	}
+	if d.Reason != "" {
+		q.Set("reason", d.Reason)
+	}
+	return d.url(q)
+}
+
+func (d runData) url(q url.Values) string {
+	return Prefix + "runs/" + url.PathEscape(d.Row.ID) + "?" + q.Encode()
+}
+
+// The run page's filter: ?show= one of these ("" is every object), and
+// ?reason= one reason.
+const (
+	showDeleted = "deleted"
+	showKept    = "kept"
+	showErrors  = "errors"
+)
+
+// rowsShown is how many objects a run's page lists unless ?all=1: a run of
+// thousands of objects stays readable, and the filter finds the rest.
+const rowsShown = 500
+
 func runDataOf(rep *collector.Report) runData {
+	rows := planRowsSorted(rep)
+	d := runData{Row: rowOf(rep), Report: rep, Rows: rows, Reasons: countReasons(rows),
+		Errors: planRows(rep.Errors), Changed: planRows(rep.Changed), Total: len(rows), Matched: len(rows)}
+	d.Rows = d.Rows[:min(len(d.Rows), rowsShown)]
+	return d
+}
+
+// planRowsSorted is every decision of rep, what was (or would be) deleted
+// first, in the run's order within each.
+func planRowsSorted(rep *collector.Report) []planRow {
 	rows := planRows(rep.Decisions())
-	return runData{Row: rowOf(rep), Report: rep, Rows: rows, Reasons: countReasons(rows),
-		Errors: planRows(rep.Errors), Changed: planRows(rep.Changed)}
+	slices.SortStableFunc(rows, func(a, b planRow) int {
+		switch {
+		case a.Deletes == b.Deletes:
+			return 0
+		case a.Deletes:
+			return -1
+		}
+		return 1
+	})
+	return rows
+}
+
+// filter keeps the rows that show and reason select, at most rowsShown
+// unless all.
+func (d *runData) filter(rep *collector.Report, show, reason string, all bool) {
+	d.Show, d.Reason, d.All = show, reason, all
+	errs := map[string]bool{reclaim.ReasonDeleteFailed.String(): true, reclaim.ReasonCheckFailed.String(): true}
+	var out []planRow
+	for _, r := range planRowsSorted(rep) {
+		switch {
+		case show == showDeleted && !r.Deletes, show == showKept && r.Deletes,
+			show == showErrors && !errs[r.Reason], reason != "" && r.Reason != reason:
+			continue
+		}
+		out = append(out, r)
+	}
+	d.Matched = len(out)
+	if !all {
+		out = out[:min(len(out), rowsShown)]
+	}
+	d.Rows = out
 }
 
 func (h *Handler) run(w http.ResponseWriter, r *http.Request, id string) {
@@ -206,7 +304,11 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request, id string) {
 		h.fail(w, r, http.StatusNotFound, errors.New("run not found or expired (runs are remembered for 24 hours)"))
 		return
 	}
-	h.render(w, http.StatusOK, "run", view{Title: "Run " + id, Nav: "runs", Data: runDataOf(rep)})
+	d := runDataOf(rep)
+	q := r.URL.Query()
+	d.Filterable = true
+	d.filter(rep, q.Get("show"), q.Get("reason"), q.Get("all") != "")
+	h.render(w, http.StatusOK, "run", view{Title: "Run " + id, Nav: "runs", Data: d})
 }
 
 // pageSize is how many repositories one page lists.
