@@ -203,10 +203,35 @@ func (c *consoleData) retention() func(ctx context.Context) ([]console.Retention
 			if p.Skip != nil {
 				row.Skip = p.Skip.Reason + ": " + p.Skip.Detail
 			}
+			applies, err := rb.Plans.Applies(ctx, p.Repository, p.ID)
+			if err != nil {
+				return rows, err
+			}
+			for _, a := range applies {
+				row.Applies = append(row.Applies, retentionApply(a))
+			}
 			rows = append(rows, row)
 		}
-		return rows, nil
+		aborted, err := rb.Plans.Aborted(ctx, now.Add(-rb.PlanKeep), retentionPlansShown)
+		for _, a := range aborted {
+			rows = append(rows, console.RetentionRow{Repository: a.Repository, Status: "aborted", Updated: a.At,
+				Skip: a.Reason + ": " + a.Detail})
+		}
+		return rows, err
 	}
+}
+
+// retentionApply is an apply's report as the console's retention page
+// shows it.
+func retentionApply(a retention.ApplyReport) console.RetentionApply {
+	out := console.RetentionApply{Started: a.StartedAt, Finished: a.FinishedAt, Deleted: len(a.Deleted)}
+	for _, t := range a.Skipped {
+		out.Left = append(out.Left, t.Reason)
+	}
+	if a.Aborted != nil {
+		out.Aborted = a.Aborted.Reason + ": " + a.Aborted.Detail
+	}
+	return out
 }
 
 // policyText is a plan's policy in a few words.

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/redisstore"
 )
 
 // Deploy-aware retention:
@@ -79,6 +81,11 @@ func (h *gcAPI) retentionPreview(w http.ResponseWriter, r *http.Request, rb *ret
 	start := time.Now()
 	plan, err := rb.Planner.Plan(r.Context(), repo, p, o)
 	observePlan(repo, plan, err, time.Since(start))
+	if ae := (*retention.AbortError)(nil); errors.As(err, &ae) {
+		// no plan to store: the console lists the abort instead
+		_ = rb.Plans.PutAborted(r.Context(), redisstore.AbortedPreview{Repository: repo, At: time.Now().UTC(),
+			Reason: fmt.Sprint(ae.Reason), Detail: ae.Detail})
+	}
 	if err != nil {
 		return err
 	}
@@ -106,6 +113,7 @@ func (h *gcAPI) retentionApply(w http.ResponseWriter, r *http.Request, rb *reten
 	}
 	rep := rb.Applier.Apply(r.Context(), plan)
 	observeApply(rep)
+	_ = rb.Plans.PutApply(r.Context(), rep) // for the console; the answer below is the record
 	writeJSON(w, http.StatusOK, rep)
 	return nil
 }

@@ -3,6 +3,7 @@ package console
 import (
 	"fmt"
 	"html/template"
+	"sort"
 	"strings"
 	"time"
 
@@ -67,15 +68,48 @@ type LinkDBState struct {
 	Error    string
 }
 
-// RetentionRow is one retention plan, for the retention page.
+// RetentionRow is one retention plan, for the retention page, or a
+// preview an abort stopped (Status "aborted", no ID: it stored no plan).
 type RetentionRow struct {
 	ID, Repository string
 	Policy         string
-	Status         string // ready, or skipped (Skip says why)
+	Status         string // ready, skipped or aborted (Skip says why)
 	Skip           string
 	Keep           int // versions kept
 	Delete         int // candidate tags an apply would delete
 	Updated        time.Time
+	Applies        []RetentionApply // oldest first; none: never applied
+}
+
+// RetentionApply is what one apply of a plan did.
+type RetentionApply struct {
+	Started, Finished time.Time
+	Deleted           int      // tags deleted
+	Left              []string // the reason of each candidate tag left
+	Aborted           string   // why the apply stopped before the end ("reason: detail")
+}
+
+// tally counts reasons: "reason: n", most frequent first, then by reason.
+func tally(reasons []string) []string {
+	n := map[string]int{}
+	for _, r := range reasons {
+		n[r]++
+	}
+	keys := make([]string, 0, len(n))
+	for r := range n {
+		keys = append(keys, r)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if n[keys[i]] != n[keys[j]] {
+			return n[keys[i]] > n[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	out := make([]string, len(keys))
+	for i, r := range keys {
+		out[i] = fmt.Sprintf("%s: %d", r, n[r])
+	}
+	return out
 }
 
 // runRow is one run in a list.
@@ -233,6 +267,7 @@ var funcs = template.FuncMap{
 	"ago":    ago,
 	"prefix": func() string { return Prefix },
 	"plural": plural,
+	"tally":  tally,
 }
 
 // plural is n and the noun, in the plural unless n is 1: "1 tag", "2 tags",

@@ -1,5 +1,5 @@
-// Package redisstore is retention's state in Redis: pins, the in-use index
-// and retention plans.
+// Package redisstore is retention's state in Redis: pins, the in-use index,
+// retention plans and what became of them (applies, aborted previews).
 //
 // # Key schema
 //
@@ -17,6 +17,8 @@
 //	reclaim:{<repo>}:retention:plan:<id> JSON retention.Plan (expires after retention.plankeep)
 //	reclaim:{<repo>}:retention:plans     zset: plan id -> created (unix ms)
 //	reclaim:retention:plans              zset: "<repo>|<id>" -> created (one slot, one ZADD per plan)
+//	reclaim:{<repo>}:retention:applies:<id> list: JSON retention.ApplyReport of each apply (the newest 10; expires with the plan)
+//	reclaim:retention:aborted            zset: JSON AbortedPreview -> when (unix ms), the newest 200
 //
 // An expired pin is ignored on read and removed by the next listing, only
 // if it was not replaced meanwhile.

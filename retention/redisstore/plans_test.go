@@ -83,3 +83,48 @@ func testInUseContains(t *testing.T, c redis.UniversalClient, prefix string) {
 		t.Fatalf("%v %v", ok, err)
 	}
 }
+
+// A plan's applies are kept with it, oldest first; aborted previews are
+// listed newest first.
+func TestPlanOutcomes(t *testing.T) {
+	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
+		c := b.Client(t)
+		s := NewPlans(c, b.Prefix, 14*24*time.Hour)
+		ctx := t.Context()
+		now := time.Now().UTC().Truncate(time.Millisecond)
+		id := retention.NewPlanID()
+		if got, err := s.Applies(ctx, "team/a", id); err != nil || len(got) != 0 {
+			t.Fatalf("never applied: %+v %v", got, err)
+		}
+		first := &retention.ApplyReport{PlanID: id, Repository: "team/a", StartedAt: now, FinishedAt: now,
+			Deleted: []retention.TagResult{{Tag: "v1"}}, Skipped: []retention.TagResult{{Tag: "v2", Reason: "in_use"}}}
+		second := &retention.ApplyReport{PlanID: id, Repository: "team/a", StartedAt: now.Add(time.Minute),
+			Aborted: &retention.Skip{Reason: "inuse_stale", Detail: "old"}}
+		for _, r := range []*retention.ApplyReport{first, second} {
+			if err := s.PutApply(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := s.Applies(ctx, "team/a", id)
+		if err != nil || len(got) != 2 || len(got[0].Deleted) != 1 || got[0].Skipped[0].Reason != "in_use" ||
+			got[1].Aborted == nil || got[1].Aborted.Reason != "inuse_stale" {
+			t.Fatalf("applies: %+v %v", got, err)
+		}
+		if ttl := c.TTL(ctx, b.Prefix+"{team/a}:retention:applies:"+id).Val(); ttl <= 13*24*time.Hour {
+			t.Fatalf("applies ttl %v", ttl)
+		}
+		for i, repo := range []string{"team/a", "team/b"} {
+			if err := s.PutAborted(ctx, AbortedPreview{Repository: repo, At: now.Add(time.Duration(i) * time.Second),
+				Reason: "inuse_empty", Detail: "no source declares anything"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ab, err := s.Aborted(ctx, now.Add(-time.Hour), 10)
+		if err != nil || len(ab) != 2 || ab[0].Repository != "team/b" || ab[1].Reason != "inuse_empty" || !ab[1].At.Equal(now) {
+			t.Fatalf("aborted: %+v %v", ab, err)
+		}
+		if ab, _ := s.Aborted(ctx, now.Add(-time.Hour), 1); len(ab) != 1 {
+			t.Fatalf("limit: %+v", ab)
+		}
+	})
+}
