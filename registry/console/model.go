@@ -139,7 +139,6 @@ type blockerRow struct {
 	Until                  *time.Time
 }
 
-
 func rowOf(r *collector.Report) runRow {
 	row := runRow{ID: r.RunID, Repository: r.Repository, Status: r.Status, Abort: r.Abort, DryRun: r.DryRun,
 		Started: r.StartedAt, Manifests: len(r.ManifestsDeleted), Layers: len(r.LayersUnlinked),

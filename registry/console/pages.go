@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/crosssite"
 	"github.com/reclaim-registry/reclaim/reclaim"
@@ -238,6 +240,10 @@ const (
 	showErrors  = "errors"
 )
 
+// reasonListed is the reason the run page gives a deletion it knows only
+// from a report's lists.
+const reasonListed = "deleted"
+
 // rowsShown is how many objects a run's page lists unless ?all=1: a run of
 // thousands of objects stays readable, and the filter finds the rest.
 const rowsShown = 500
@@ -251,9 +257,23 @@ func runDataOf(rep *collector.Report) runData {
 }
 
 // planRowsSorted is every decision of rep, what was (or would be) deleted
-// first, in the run's order within each.
+// first, in the run's order within each. A report read from the shared run
+// records (another instance's run) carries its lists, not its decisions:
+// its deletions are listed from them, as "deleted".
 func planRowsSorted(rep *collector.Report) []planRow {
 	rows := planRows(rep.Decisions())
+	if len(rows) == 0 {
+		for _, l := range []struct {
+			kind reclaim.ObjectKind
+			ds   []digest.Digest
+		}{{reclaim.KindManifest, rep.ManifestsDeleted}, {reclaim.KindLayerLink, rep.LayersUnlinked}, {reclaim.KindBlob, rep.BlobsDeleted}} {
+			for _, d := range l.ds {
+				rows = append(rows, planRow{Kind: string(l.kind), Digest: d, Deletes: true, Reason: reasonListed,
+					Message: "in the report's deleted lists (the run's own reason is kept by the instance that ran it)"})
+			}
+		}
+		rows = append(rows, planRows(rep.Kept)...)
+	}
 	slices.SortStableFunc(rows, func(a, b planRow) int {
 		switch {
 		case a.Deletes == b.Deletes:
@@ -385,6 +405,8 @@ func (h *Handler) retention(w http.ResponseWriter, r *http.Request) {
 	d := map[string]any{"Available": h.cfg.Retention != nil}
 	if h.cfg.Retention != nil {
 		rows, err := h.cfg.Retention(r.Context())
+		// plans and aborted previews, newest first
+		slices.SortStableFunc(rows, func(a, b RetentionRow) int { return b.Updated.Compare(a.Updated) })
 		d["Rows"], d["Error"] = rows, err
 	}
 	h.render(w, http.StatusOK, "retention", view{Title: "Retention", Nav: "retention", Data: d})
