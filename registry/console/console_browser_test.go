@@ -37,6 +37,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.sees("#refusals", "team/base", "aborted", "redis_recording_too_short")
 	b.sees("#recent", "team/app", "done")
 	b.sees("#refusals", "team/base", "interrupted", "process died in step blobs")
+	// the dry run made while Redis had recorded too short: blocked, shown as such
+	b.sees("#refusals", "dry run", "blocked", "blocked (run): redis_recording_too_short until ")
 	b.shoot("overview")
 
 	b.open(base + "runs")
@@ -56,13 +58,34 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	rep := f.collected
 	b.open(base + "runs/" + rep.RunID)
-	b.sees("#facts", "team/app", "done", "1 manifests")
+	b.sees("#facts", "team/app", "done", "1 manifest, ")
 	b.sees("#plan", "unreferenced", "tagged", shortOf(rep.BlobsDeleted[0].String()))
 	if n := b.count("#plan tr.del"); n != len(rep.ManifestsDeleted)+len(rep.LayersUnlinked)+len(rep.BlobsDeleted) {
 		t.Errorf("run page shows %d deletions; the report has %d manifests, %d layer links, %d blobs",
 			n, len(rep.ManifestsDeleted), len(rep.LayersUnlinked), len(rep.BlobsDeleted))
 	}
 	b.shoot("run")
+	// deletions first; the filter keeps what it names, on the server
+	if first := b.text("#plan tbody tr:first-child td:nth-child(3)"); !strings.Contains(first, "delete") {
+		t.Errorf("the first object of the run page is a %q; want what was deleted first", first)
+	}
+	b.open(base + "runs/" + rep.RunID + "?show=kept&reason=tagged")
+	if del, keep := b.count("#plan tr.del"), b.count("#plan tr.keep"); del != 0 || keep == 0 {
+		t.Errorf("?show=kept&reason=tagged lists %d deleted and %d kept objects; want only kept ones", del, keep)
+	}
+	b.sees("#plan-count", "match")
+	b.sees("#plan", "tagged")
+	b.shoot("run-filter-kept-tagged")
+	b.open(base + "runs/" + rep.RunID + "?show=errors")
+	b.sees("#plan", "No object of this run matches the filter")
+
+	// the blocked dry run: its page says a real run would be refused, and why
+	b.open(base + "runs/" + f.blocked.RunID)
+	b.sees("#blockers", "A real run now would be refused", "blocked (run): redis_recording_too_short until ")
+	b.sees("#facts", "dry run", "Would delete", "(nothing was deleted)")
+	b.shoot("run-blocked-dry-run")
+	b.open(base + "runs")
+	b.sees("table.runs", "Would delete", "Would free", "blocked (run): redis_recording_too_short")
 
 	b.open(base + "repositories")
 	b.sees("table.repos", "team/app", "team/base")
@@ -78,7 +101,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	// The preview button of team/base: a dry run, rendered as the plan.
 	b.run(chromedp.Click(chromedp.CSS(`form:has(input[value="team/base"]) button`)), chromedp.WaitVisible(chromedp.CSS("#plan")))
 	b.sees("h1", "Preview team/base")
-	b.sees("#facts", "dry run", "Would delete", "1 manifests")
+	b.sees("#facts", "dry run", "Would delete", "1 manifest, ")
+	b.sees("#preview-note", "can delete less or more than listed here")
 	b.sees("#plan", "manifest", "delete", "unreferenced", "keep", "tagged")
 	if del, keep := b.count("#plan tr.del"), b.count("#plan tr.keep"); del == 0 || keep == 0 {
 		t.Errorf("preview of team/base shows %d rows to delete and %d to keep; want both (the untagged old and the tagged latest)", del, keep)
@@ -92,6 +116,9 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	b.open(base + "retention")
 	b.sees("table.retention", "team/app", "ready", "keep newest", "older than 365 days")
+	// the plan's apply, and the preview that the empty in-use index stopped
+	b.sees("table.retention tr.plan-ready", fmt.Sprintf("deleted %s", plural(len(f.applied.Deleted), "tag")))
+	b.sees("table.retention tr.plan-aborted", "team/base", "aborted", "inuse_empty", "no plan")
 	b.shoot("retention")
 }
 
@@ -119,3 +146,11 @@ func TestConsoleShowsHostileInputAsText(t *testing.T) {
 }
 
 func shortOf(d string) string { return d[:len("sha256:")+12] }
+
+// plural is the console's "1 tag" / "2 tags".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, noun)
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}

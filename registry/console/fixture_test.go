@@ -16,6 +16,7 @@ import (
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
+	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
 
@@ -32,6 +33,8 @@ const user, password = "operator", "s3cret"
 type fixture struct {
 	*registrytest.Registry
 	collected *collector.Report // the real collect of team/app
+	blocked   *collector.Report // the dry run of team/base that a blocker would have refused
+	applied   *retention.ApplyReport
 	killed    digest.Digest     // the blob the interrupted run of team/base was deleting
 }
 
@@ -63,6 +66,12 @@ func newFixture(t *testing.T) *fixture {
 	if code != http.StatusServiceUnavailable {
 		t.Fatalf("collect right after start: %d %s; want 503 redis_recording_too_short", code, body)
 	}
+	// A dry run now plans, and lists the same refusal as its blocker.
+	code, body = f.api(t, http.MethodPost, "/gc/v1/repositories/team/base/collect?dry_run=true")
+	f.blocked = &collector.Report{}
+	if err := json.Unmarshal(body, f.blocked); code != http.StatusOK || err != nil || len(f.blocked.Blockers) == 0 {
+		t.Fatalf("dry run right after start: %d %s; want 200 with a blocker", code, body)
+	}
 	registrytest.PushImage(t, r, "team/base:old", 1)
 	registrytest.PushImage(t, r, "team/app:v1", 2)
 	v2 := registrytest.PushImage(t, r, "team/app:v2", 1)
@@ -86,6 +95,7 @@ func newFixture(t *testing.T) *fixture {
 			len(f.collected.ManifestsDeleted), len(f.collected.BlobsDeleted), f.collected.BytesFreed)
 	}
 	f.killed = f.killedRun(t, "team/base")
+	f.abortedRetention(t, "team/base")
 	f.retentionPlan(t, "team/app", v2)
 	return f
 }
@@ -102,8 +112,27 @@ func (f *fixture) retentionPlan(t *testing.T, repo string, inUse v1.Image) {
 	if code, body := f.send(t, http.MethodPut, "/gc/v1/inuse/sources/deploys", src); code != http.StatusOK {
 		t.Fatalf("declare the in-use images: %d %s", code, body)
 	}
-	if code, body := f.send(t, http.MethodPost, "/gc/v1/repositories/"+repo+"/retention/preview", ""); code != http.StatusOK {
+	code, body := f.send(t, http.MethodPost, "/gc/v1/repositories/"+repo+"/retention/preview", "")
+	if code != http.StatusOK {
 		t.Fatalf("retention preview of %s: %d %s", repo, code, body)
+	}
+	var plan retention.Plan
+	if err := json.Unmarshal(body, &plan); err != nil {
+		t.Fatal(err)
+	}
+	code, body = f.send(t, http.MethodPost, "/gc/v1/repositories/"+repo+"/retention/plans/"+plan.ID+"/apply", "{}")
+	f.applied = &retention.ApplyReport{}
+	if err := json.Unmarshal(body, f.applied); code != http.StatusOK || err != nil {
+		t.Fatalf("retention apply of %s: %d %s", repo, code, body)
+	}
+}
+
+// abortedRetention asks for a retention preview while no source declares
+// anything: the in-use index is empty, and the preview aborts.
+func (f *fixture) abortedRetention(t *testing.T, repo string) {
+	t.Helper()
+	if code, body := f.send(t, http.MethodPost, "/gc/v1/repositories/"+repo+"/retention/preview", ""); code != http.StatusServiceUnavailable {
+		t.Fatalf("retention preview of %s with no in-use source: %d %s; want 503 inuse_empty", repo, code, body)
 	}
 }
 

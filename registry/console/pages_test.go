@@ -58,7 +58,9 @@ func newPagesFixture(t *testing.T) *pagesFixture {
 	runs := []*collector.Report{f.dry, f.big, f.abort}
 	h := New(Config{
 		Authorize: func(*http.Request, string, Access) error { return nil },
-		Deny:      func(w http.ResponseWriter, _ *http.Request, err error) { http.Error(w, err.Error(), http.StatusForbidden) },
+		Deny: func(w http.ResponseWriter, _ *http.Request, err error) {
+			http.Error(w, err.Error(), http.StatusForbidden)
+		},
 		Overview: func(context.Context) Overview {
 			o := Overview{GCEnabled: true, ReclaimerNote: "reclaimer.enabled is false"}
 			o.Reclaimer.Enabled = f.reclaimerEnabled
