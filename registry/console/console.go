@@ -5,16 +5,17 @@
 //
 //	GET  <prefix>                    overview: Redis, link database, reclaimer, recent runs, refusals
 //	GET  <prefix>runs                recent runs, interrupted ones included (?status= filters)
-//	GET  <prefix>runs/<id>           one run's full report
+//	GET  <prefix>runs/<id>           one run's full report, deletions first (?show=deleted|kept|errors,
+//	                                 ?reason=, ?all=1 filter the objects)
 //	GET  <prefix>repositories        repositories ranked by reclaimable (or ?by=exclusive) bytes, then the
 //	                                 catalog a page at a time (?last=); a preview button on each
 //	POST <prefix>preview             a dry-run collect of one repository: every object, decision, reason
-//	GET  <prefix>retention           the newest stored retention plans
+//	GET  <prefix>retention           the newest stored retention plans, their applies, aborted previews
 //	GET  <prefix>static/...          the stylesheet and the auto-refresh script
 //
 // The templates and static files are embedded (go:embed). Pages work
 // without JavaScript; the one script only reloads the overview and the runs
-// pages. Every response carries a strict Content-Security-Policy: no inline
+// pages, and makes the digests' copy buttons work. Every response carries a strict Content-Security-Policy: no inline
 // script or style, nothing from elsewhere.
 package console
 
