@@ -35,7 +35,7 @@ type fixture struct {
 	collected *collector.Report // the real collect of team/app
 	blocked   *collector.Report // the dry run of team/base that a blocker would have refused
 	applied   *retention.ApplyReport
-	killed    digest.Digest     // the blob the interrupted run of team/base was deleting
+	killed    digest.Digest // the blob the interrupted run of team/base was deleting
 }
 
 // startRegistry starts an empty registry with htpasswd auth, GC on and its
