@@ -65,27 +65,8 @@ func TestConsoleInBrowser(t *testing.T) {
 			n, len(rep.ManifestsDeleted), len(rep.LayersUnlinked), len(rep.BlobsDeleted))
 	}
 	b.shoot("run")
-	// deletions first; the filter keeps what it names, on the server
-	if first := b.text("#plan tbody tr:first-child td:nth-child(3)"); !strings.Contains(first, "delete") {
-		t.Errorf("the first object of the run page is a %q; want what was deleted first", first)
-	}
-	b.open(base + "runs/" + rep.RunID + "?show=kept&reason=tagged")
-	if del, keep := b.count("#plan tr.del"), b.count("#plan tr.keep"); del != 0 || keep == 0 {
-		t.Errorf("?show=kept&reason=tagged lists %d deleted and %d kept objects; want only kept ones", del, keep)
-	}
-	b.sees("#plan-count", "match")
-	b.sees("#plan", "tagged")
-	b.shoot("run-filter-kept-tagged")
-	b.open(base + "runs/" + rep.RunID + "?show=errors")
-	b.sees("#plan", "No object of this run matches the filter")
-
-	// the blocked dry run: its page says a real run would be refused, and why
-	b.open(base + "runs/" + f.blocked.RunID)
-	b.sees("#blockers", "A real run now would be refused", "blocked (run): redis_recording_too_short until ")
-	b.sees("#facts", "dry run", "Would delete", "(nothing was deleted)")
-	b.shoot("run-blocked-dry-run")
-	b.open(base + "runs")
-	b.sees("table.runs", "Would delete", "Would free", "blocked (run): redis_recording_too_short")
+	checkRunFilter(t, b, base, rep)
+	checkBlockedDryRun(b, base, f.blocked)
 
 	b.open(base + "repositories")
 	b.sees("table.repos", "team/app", "team/base")
@@ -98,21 +79,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.sees("#ranked", "Ranked by exclusive bytes", "team/base", "team/app")
 	b.open(base + "repositories")
 
-	// The preview button of team/base: a dry run, rendered as the plan.
-	b.run(chromedp.Click(chromedp.CSS(`form:has(input[value="team/base"]) button`)), chromedp.WaitVisible(chromedp.CSS("#plan")))
-	b.sees("h1", "Preview team/base")
-	b.sees("#facts", "dry run", "Would delete", "1 manifest, ")
-	b.sees("#preview-note", "can delete less or more than listed here")
-	b.sees("#plan", "manifest", "delete", "unreferenced", "keep", "tagged")
-	if del, keep := b.count("#plan tr.del"), b.count("#plan tr.keep"); del == 0 || keep == 0 {
-		t.Errorf("preview of team/base shows %d rows to delete and %d to keep; want both (the untagged old and the tagged latest)", del, keep)
-	}
-	b.shoot("preview")
-	if code := registrytest.ManifestStatus(t, f.Registry, "team/base:latest"); code != http.StatusOK {
-		t.Errorf("after the preview, team/base:latest answers %d", code)
-	}
-	b.open(base + "runs?repository=team/base")
-	b.sees("table.runs", "dry run", "done", "aborted")
+	checkPreview(t, b, f, base)
 
 	b.open(base + "retention")
 	b.sees("table.retention", "team/app", "ready", "keep newest", "older than 365 days")
@@ -143,6 +110,56 @@ func TestConsoleShowsHostileInputAsText(t *testing.T) {
 		t.Errorf("the error page has %d img elements: the input was rendered as markup", n)
 	}
 	b.shoot("hostile-input")
+}
+
+// checkRunFilter opens the page of the run rep: deletions first, and the
+// filter keeps what it names, on the server.
+func checkRunFilter(t *testing.T, b *browser, base string, rep *collector.Report) {
+	t.Helper()
+	if first := b.text("#plan tbody tr:first-child td:nth-child(3)"); !strings.Contains(first, "delete") {
+		t.Errorf("the first object of the run page is a %q; want what was deleted first", first)
+	}
+	b.open(base + "runs/" + rep.RunID + "?show=kept&reason=tagged")
+	if del, keep := b.count("#plan tr.del"), b.count("#plan tr.keep"); del != 0 || keep == 0 {
+		t.Errorf("?show=kept&reason=tagged lists %d deleted and %d kept objects; want only kept ones", del, keep)
+	}
+	b.sees("#plan-count", "match")
+	b.sees("#plan", "tagged")
+	b.shoot("run-filter-kept-tagged")
+	b.open(base + "runs/" + rep.RunID + "?show=errors")
+	b.sees("#plan", "No object of this run matches the filter")
+}
+
+// checkBlockedDryRun opens the page of a dry run a blocker would have
+// refused: it says a real run would be refused, and why; so does the list.
+func checkBlockedDryRun(b *browser, base string, blocked *collector.Report) {
+	b.t.Helper()
+	b.open(base + "runs/" + blocked.RunID)
+	b.sees("#blockers", "A real run now would be refused", "blocked (run): redis_recording_too_short until ")
+	b.sees("#facts", "dry run", "Would delete", "(nothing was deleted)")
+	b.shoot("run-blocked-dry-run")
+	b.open(base + "runs")
+	b.sees("table.runs", "Would delete", "Would free", "blocked (run): redis_recording_too_short")
+}
+
+// checkPreview clicks the preview button of team/base on the repositories
+// page: a dry run, rendered as the plan, that deletes nothing.
+func checkPreview(t *testing.T, b *browser, f *fixture, base string) {
+	t.Helper()
+	b.run(chromedp.Click(chromedp.CSS(`form:has(input[value="team/base"]) button`)), chromedp.WaitVisible(chromedp.CSS("#plan")))
+	b.sees("h1", "Preview team/base")
+	b.sees("#facts", "dry run", "Would delete", "1 manifest, ")
+	b.sees("#preview-note", "can delete less or more than listed here")
+	b.sees("#plan", "manifest", "delete", "unreferenced", "keep", "tagged")
+	if del, keep := b.count("#plan tr.del"), b.count("#plan tr.keep"); del == 0 || keep == 0 {
+		t.Errorf("preview of team/base shows %d rows to delete and %d to keep; want both (the untagged old and the tagged latest)", del, keep)
+	}
+	b.shoot("preview")
+	if code := registrytest.ManifestStatus(t, f.Registry, "team/base:latest"); code != http.StatusOK {
+		t.Errorf("after the preview, team/base:latest answers %d", code)
+	}
+	b.open(base + "runs?repository=team/base")
+	b.sees("table.runs", "dry run", "done", "aborted")
 }
 
 func shortOf(d string) string { return d[:len("sha256:")+12] }
