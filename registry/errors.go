@@ -13,6 +13,7 @@ import (
 	"github.com/reclaim-registry/reclaim/internal/crosssite"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/inuse"
 )
 
 // apiError is one entry of an error body, shaped like Distribution's:
@@ -122,6 +123,7 @@ var sentinels = []struct {
 	{err: retention.ErrPinExpired, code: codePinExpired},
 	{err: retention.ErrInvalidDigest, code: codeDigestInvalid},
 	{err: retention.ErrInvalid, code: codeParamInvalid},
+	{err: inuse.ErrInvalid, code: codeParamInvalid},
 	{err: retention.ErrPinNotFound, code: codePinUnknown},
 	{err: retention.ErrSourceNotFound, code: codeSourceUnknown},
 	{err: retention.ErrUnavailable, code: codeUnavailable},

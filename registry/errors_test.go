@@ -14,6 +14,7 @@ import (
 	"github.com/reclaim-registry/reclaim/internal/crosssite"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/inuse"
 )
 
 func TestStatusOfMapsEveryError(t *testing.T) {
@@ -68,7 +69,7 @@ func TestErrorBodies(t *testing.T) {
 		{err: wrap(retention.ErrPinExpired), status: 400, code: "PIN_EXPIRED"},
 		{err: wrap(retention.ErrInvalidDigest), status: 400, code: "DIGEST_INVALID"},
 		{err: wrap(retention.ErrInvalid), status: 400, code: "PARAM_INVALID"},
-		{err: wrap(retention.ErrTooLarge), status: 400, code: "PARAM_INVALID"},
+		{err: wrap(inuse.ErrTooLarge), status: 400, code: "PARAM_INVALID"},
 		{err: wrap(retention.ErrPinNotFound), status: 404, code: "PIN_UNKNOWN"},
 		{err: wrap(retention.ErrSourceNotFound), status: 404, code: "SOURCE_UNKNOWN"},
 		{err: wrap(errManifestUnknown), status: 404, code: "MANIFEST_UNKNOWN"},

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/inuse"
 )
 
 // The in-use index:
@@ -26,11 +27,11 @@ const maxInUseBody = 32 << 20
 
 // sourceView is a source as the API shows it, with its age.
 type sourceView struct {
-	retention.Source
+	inuse.Source
 	AgeSeconds int64 `json:"age_seconds"`
 }
 
-func view(src retention.Source, now time.Time) sourceView {
+func view(src inuse.Source, now time.Time) sourceView {
 	return sourceView{Source: src, AgeSeconds: int64(now.Sub(src.UpdatedAt) / time.Second)}
 }
 
@@ -78,7 +79,7 @@ func (h *gcAPI) inuse(w http.ResponseWriter, r *http.Request, name string) error
 		}
 		defer release()
 		var req struct {
-			Images []retention.Image `json:"images"`
+			Images []inuse.Image `json:"images"`
 		}
 		if err := readJSON(r, maxInUseBody, &req); err != nil {
 			return err
@@ -89,7 +90,7 @@ func (h *gcAPI) inuse(w http.ResponseWriter, r *http.Request, name string) error
 		if err := retention.ValidateImages(req.Images, validateRepository); err != nil {
 			return err
 		}
-		src, err := s.Put(ctx, name, retention.SortImages(req.Images), now)
+		src, err := s.Put(ctx, name, inuse.SortImages(req.Images), now)
 		if err != nil {
 			return err
 		}

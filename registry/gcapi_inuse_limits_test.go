@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/internal/config"
-	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/inuse"
 	"github.com/reclaim-registry/reclaim/retention/redisstore"
 )
 
@@ -75,7 +75,7 @@ func TestInUseBodyDecodeAllocations(t *testing.T) {
 	var n int
 	got, peak := allocatedBy(func() {
 		var req struct {
-			Images []retention.Image `json:"images"`
+			Images []inuse.Image `json:"images"`
 		}
 		if err := readJSON(httptest.NewRequest(http.MethodPut, "/", bytes.NewReader(body)), maxInUseBody, &req); err != nil {
 			t.Fatal(err)
@@ -97,7 +97,7 @@ func BenchmarkInUseBody(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		var req struct {
-			Images []retention.Image `json:"images"`
+			Images []inuse.Image `json:"images"`
 		}
 		if err := readJSON(httptest.NewRequest(http.MethodPut, "/", bytes.NewReader(body)), maxInUseBody, &req); err != nil {
 			b.Fatal(err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/inuse"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
@@ -72,16 +73,16 @@ func setTagTime(t *testing.T, g *gcRegistry, repo, tag string, at time.Time) {
 }
 
 // declare PUTs source's in-use images.
-func declare(t *testing.T, g *gcRegistry, source string, images ...retention.Image) {
+func declare(t *testing.T, g *gcRegistry, source string, images ...inuse.Image) {
 	t.Helper()
-	b, _ := json.Marshal(map[string]any{"images": append([]retention.Image{}, images...)})
+	b, _ := json.Marshal(map[string]any{"images": append([]inuse.Image{}, images...)})
 	if code, _, out := g.send(t, http.MethodPut, "/gc/v1/inuse/sources/"+source, string(b)); code != http.StatusOK {
 		t.Fatalf("declare %s: %d %s", source, code, out)
 	}
 }
 
-func img(repo string, d digest.Digest) retention.Image {
-	return retention.Image{Repository: repo, Digest: d}
+func img(repo string, d digest.Digest) inuse.Image {
+	return inuse.Image{Repository: repo, Digest: d}
 }
 
 // preview asks for a plan of repo with the policy override body.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/inuse"
 	"github.com/reclaim-registry/reclaim/retention/redisstore"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
@@ -58,7 +59,7 @@ func TestE2ERetentionStaleIndexAborts(t *testing.T) {
 	g := startRetention(t, map[string]any{"inusemaxage": "1h"})
 	vs := history(t, g, "stale/app", 3, time.Now().Add(-400*day), day)
 	s, _ := inuseStore(t, g)
-	if _, err := s.Put(t.Context(), "prod", []retention.Image{img("stale/app", vs[2])}, time.Now().Add(-2*time.Hour)); err != nil {
+	if _, err := s.Put(t.Context(), "prod", []inuse.Image{img("stale/app", vs[2])}, time.Now().Add(-2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	previewAborts(t, g, "stale/app", reclaim.AbortInUseStale)

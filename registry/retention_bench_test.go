@@ -12,6 +12,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/inuse"
 	"github.com/reclaim-registry/reclaim/retention/redisstore"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/middleware"
@@ -47,13 +48,13 @@ func newRetentionFixture(b *testing.B, n int) *retentionFixture {
 	env.Tracker.Client().AddHook(f.redis)
 	opts, _ := config.Options{Retention: config.Retention{PlanKeep: 30 * 24 * time.Hour}}.WithDefaults()
 	pins := redisstore.NewPins(env.Tracker.Client(), opts.Prefix, nil)
-	inuse := redisstore.NewInUse(env.Tracker.Client(), opts.Prefix)
-	f.backend = newRetentionBackend(env, opts, pins, inuse)
+	index := redisstore.NewInUse(env.Tracker.Client(), opts.Prefix)
+	f.backend = newRetentionBackend(env, opts, pins, index)
 	f.policy = retention.Policy{KeepNewest: 10, RollbackSlack: 3, MinAge: 1, Cap: n}
 	f.write(b, "bench/app", n)
 	// in use: the middle version (and one of another repository)
 	mid := f.versions[n/2]
-	if _, err := inuse.Put(ctx, "prod", []retention.Image{{Repository: "bench/app", Digest: mid}, {Repository: "x/y", Digest: mid}}, time.Now()); err != nil {
+	if _, err := index.Put(ctx, "prod", []inuse.Image{{Repository: "bench/app", Digest: mid}, {Repository: "x/y", Digest: mid}}, time.Now()); err != nil {
 		b.Fatal(err)
 	}
 	return f

@@ -6,6 +6,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/retention/inuse"
 )
 
 // TagWriter reads and deletes single tags (storage).
@@ -26,7 +27,7 @@ type TagWriter interface {
 // InUseChecker answers from the index as it is now whether a source
 // declares the image (retention/redisstore.InUse).
 type InUseChecker interface {
-	Contains(ctx context.Context, im Image) (bool, error)
+	Contains(ctx context.Context, im inuse.Image) (bool, error)
 }
 
 // Why apply left a planned tag.
@@ -138,7 +139,7 @@ func (a *Applier) fresh(ctx context.Context, repo string, v Version) (reason, de
 		return ChangedCheckFail, "read manifest: " + err.Error()
 	}
 	for _, m := range append([]digest.Digest{v.Digest}, children...) {
-		used, err := a.InUse.Contains(ctx, Image{Repository: repo, Digest: m})
+		used, err := a.InUse.Contains(ctx, inuse.Image{Repository: repo, Digest: m})
 		if err != nil {
 			return ChangedCheckFail, "read in-use index: " + err.Error()
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/retention/inuse"
 )
 
 type fakeTags struct {
@@ -44,9 +45,9 @@ func (f *fakeTags) DeleteTag(ctx context.Context, repo, tag string, want digest.
 	return "", ""
 }
 
-type fakeContains map[Image]bool
+type fakeContains map[inuse.Image]bool
 
-func (f fakeContains) Contains(_ context.Context, im Image) (bool, error) { return f[im], nil }
+func (f fakeContains) Contains(_ context.Context, im inuse.Image) (bool, error) { return f[im], nil }
 
 type fakePins []Pin
 
@@ -73,8 +74,8 @@ func TestApplyFreshState(t *testing.T) {
 	m[vs[3].Digest] = []digest.Digest{child}
 	ft := &fakeTags{tags: tags}
 	now := t0
-	idx := fakeIndex{srcs: []Source{{Name: "a", UpdatedAt: t0, Images: 1}}, images: map[string][]Image{"a": {{"r", child}}}}
-	a := &Applier{Tags: ft, Manifests: m, Index: idx, InUse: fakeContains{{"r", child}: true}, Pins: fakePins{{Ref: vs[4].Tags[0]}},
+	idx := fakeIndex{srcs: []inuse.Source{{Name: "a", UpdatedAt: t0, Images: 1}}, images: map[string][]inuse.Image{"a": {{Repository: "r", Digest: child}}}}
+	a := &Applier{Tags: ft, Manifests: m, Index: idx, InUse: fakeContains{{Repository: "r", Digest: child}: true}, Pins: fakePins{{Ref: vs[4].Tags[0]}},
 		MaxAge: time.Hour, Recheck: time.Minute, Now: func() time.Time { return now }}
 	plan := &Plan{ID: "p", Repository: "r", Status: PlanReady, Decision: Decision{Candidates: cands}}
 	rep := a.Apply(t.Context(), plan)

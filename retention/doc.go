@@ -1,8 +1,9 @@
 /*
 Package retention holds what deploy-aware retention knows besides the
 garbage collector: pins (versions an operator keeps on purpose) and the
-in-use index (the exact images each deploy source declares it runs), and
-the scanner that reads those images out of Kubernetes YAML.
+in-use index (the exact images each deploy source declares it runs; the
+scanner that reads them out of Kubernetes YAML, and the index's Image and
+Source, are retention/inuse).
 
 It also holds the retention policy (policy.go, version.go, decide.go),
 its failure model (failure.go), and the planner and applier that read
@@ -12,7 +13,7 @@ tags, manifests, the index and pins through small interfaces
 The in-use index is keyed by registry path, repository plus digest, never by
 team: a shared image that three teams run is in use for all of them.
 
-The package does no I/O besides reading the files it is asked to scan: the
+The package does no I/O: the
 stores live in retention/redisstore, the HTTP API in registry, the CLI in
 cmd/registry. A pin protects an untagged manifest from the collector
 through gc's Pinner seam; see docs/api.md, "Pins" and "In-use index".

@@ -9,8 +9,6 @@ import (
 var (
 	// ErrInvalid: a pin, a reference or a source is malformed.
 	ErrInvalid = errors.New("retention: invalid request")
-	// ErrTooLarge: a scanned file or stream passed its limit (an ErrInvalid).
-	ErrTooLarge = fmt.Errorf("%w: too large", ErrInvalid)
 	// ErrPinExpired: a pin's expiry is not in the future, or passed
 	// before the pin was stored and checked: it protects nothing (an
 	// ErrInvalid).

@@ -7,12 +7,13 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/retention/inuse"
 )
 
 // Index reads the in-use index (retention/redisstore.InUse).
 type Index interface {
-	Sources(ctx context.Context) ([]Source, error)
-	Images(ctx context.Context, name string) (Source, []Image, error)
+	Sources(ctx context.Context) ([]inuse.Source, error)
+	Images(ctx context.Context, name string) (inuse.Source, []inuse.Image, error)
 }
 
 // indexView is what one read of the index says about one repository.
@@ -30,7 +31,7 @@ func readIndex(ctx context.Context, idx Index, repo string, p Policy, maxAge tim
 	if err != nil {
 		return nil, abort(reclaim.AbortInUseUnreadable, "list sources: %v", err)
 	}
-	total, byName := 0, map[string]Source{}
+	total, byName := 0, map[string]inuse.Source{}
 	v := &indexView{digests: map[digest.Digest]bool{}, asOf: now}
 	for _, s := range srcs {
 		total += s.Images

@@ -8,6 +8,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/retention/inuse"
 )
 
 type fakeManifests map[digest.Digest][]digest.Digest // present manifests and their children
@@ -40,28 +41,28 @@ func TestVersionsInUseFollowsIndexes(t *testing.T) {
 }
 
 type fakeIndex struct {
-	srcs   []Source
-	images map[string][]Image
+	srcs   []inuse.Source
+	images map[string][]inuse.Image
 	err    error
 }
 
-func (f fakeIndex) Sources(context.Context) ([]Source, error) { return f.srcs, f.err }
-func (f fakeIndex) Images(_ context.Context, name string) (Source, []Image, error) {
+func (f fakeIndex) Sources(context.Context) ([]inuse.Source, error) { return f.srcs, f.err }
+func (f fakeIndex) Images(_ context.Context, name string) (inuse.Source, []inuse.Image, error) {
 	if name == "bad" {
-		return Source{}, nil, errRead
+		return inuse.Source{}, nil, errRead
 	}
 	im, ok := f.images[name]
 	if !ok {
-		return Source{}, nil, ErrSourceNotFound
+		return inuse.Source{}, nil, ErrSourceNotFound
 	}
-	return Source{Name: name}, im, nil
+	return inuse.Source{Name: name}, im, nil
 }
 
 func TestReadIndexFailureModel(t *testing.T) {
 	d := digest.FromString("d")
 	fresh := t0.Add(-time.Minute)
-	idx := fakeIndex{srcs: []Source{{Name: "a", UpdatedAt: fresh, Images: 1}, {Name: "bad", UpdatedAt: fresh, Images: 3}, {Name: "none", UpdatedAt: fresh}},
-		images: map[string][]Image{"a": {{"r", d}, {"other", d}}}}
+	idx := fakeIndex{srcs: []inuse.Source{{Name: "a", UpdatedAt: fresh, Images: 1}, {Name: "bad", UpdatedAt: fresh, Images: 3}, {Name: "none", UpdatedAt: fresh}},
+		images: map[string][]inuse.Image{"a": {{Repository: "r", Digest: d}, {Repository: "other", Digest: d}}}}
 	for _, tc := range []struct {
 		idx     fakeIndex
 		sources []string
@@ -74,8 +75,8 @@ func TestReadIndexFailureModel(t *testing.T) {
 		{idx, []string{"a", "bad"}, "", SkipSourceUnreadable},
 		{idx, []string{"missing"}, "", SkipSourceEmpty},
 		{fakeIndex{}, nil, reclaim.AbortInUseEmpty, ""},
-		{fakeIndex{srcs: []Source{{Name: "a", UpdatedAt: fresh}}}, nil, reclaim.AbortInUseEmpty, ""},
-		{fakeIndex{srcs: []Source{{Name: "a", UpdatedAt: t0.Add(-2 * time.Hour), Images: 1}}}, nil, reclaim.AbortInUseStale, ""},
+		{fakeIndex{srcs: []inuse.Source{{Name: "a", UpdatedAt: fresh}}}, nil, reclaim.AbortInUseEmpty, ""},
+		{fakeIndex{srcs: []inuse.Source{{Name: "a", UpdatedAt: t0.Add(-2 * time.Hour), Images: 1}}}, nil, reclaim.AbortInUseStale, ""},
 		{fakeIndex{err: errRead}, nil, reclaim.AbortInUseUnreadable, ""},
 	} {
 		v, err := readIndex(t.Context(), tc.idx, "r", Policy{Sources: tc.sources}, time.Hour, t0)

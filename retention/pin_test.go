@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/retention/inuse"
 )
 
 func TestParseRef(t *testing.T) {
@@ -56,16 +57,12 @@ func TestNewPin(t *testing.T) {
 }
 
 func TestImagesAndSources(t *testing.T) {
-	a, b := digest.FromString("a"), digest.FromString("b")
-	got := SortImages([]Image{{"z", a}, {"a", b}, {"z", a}, {"a", a}})
-	if len(got) != 3 || got[0].String() > got[1].String() || got[1].String() > got[2].String() {
-		t.Fatalf("%v", got)
-	}
+	a := digest.FromString("a")
 	ok := func(string) error { return nil }
-	if err := ValidateImages([]Image{{"a", "sha256:nope"}}, ok); !errors.Is(err, ErrInvalid) {
+	if err := ValidateImages([]inuse.Image{{Repository: "a", Digest: "sha256:nope"}}, ok); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("bad digest: %v", err)
 	}
-	if err := ValidateImages([]Image{{"BAD", a}}, func(string) error { return errors.New("no") }); !errors.Is(err, ErrInvalid) {
+	if err := ValidateImages([]inuse.Image{{Repository: "BAD", Digest: a}}, func(string) error { return errors.New("no") }); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("bad name: %v", err)
 	}
 	for _, s := range []string{"prod-eu", "gitops.main", "a", "A_1"} {

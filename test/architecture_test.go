@@ -53,16 +53,17 @@ var allowed = map[string][]string{
 	"gc/internal/gctest": {"internal/config", "reclaim", "storage/layout", "storage/linkdb", "storage/middleware", "storage/storagetest"},
 
 	// retention: the domain, and its state in Redis
-	"retention":            {"reclaim"},
-	"retention/redisstore": {"retention"},
+	"retention":            {"reclaim", "retention/inuse"},
+	"retention/inuse":      {},
+	"retention/redisstore": {"retention", "retention/inuse"},
 
 	// HTTP, and the binary
 	"registry": {"gc", "gc/collector", "gc/reclaimer", "internal/config", "internal/crosssite", "internal/metrics", "reclaim", "redisstate",
-		"registry/console", "retention", "retention/redisstore",
+		"registry/console", "retention", "retention/inuse", "retention/redisstore",
 		"storage/layout", "storage/linkdb", "storage/middleware", "storage/referrers"},
 	"registry/console":      {"gc", "gc/collector", "gc/reclaimer", "internal/crosssite", "reclaim"},
 	"registry/registrytest": {"internal/config", "registry", "storage/storagetest"},
-	"cmd/registry": {"gc", "gc/collector", "gc/reclaimer", "internal/config", "reclaim", "redisstate", "registry", "retention",
+	"cmd/registry": {"gc", "gc/collector", "gc/reclaimer", "internal/config", "reclaim", "redisstate", "registry", "retention", "retention/inuse",
 		"storage/layout", "storage/linkdb", "storage/middleware"},
 
 	// whole-program tests (test files only)
@@ -159,6 +160,9 @@ func checkForbidden(t *testing.T, pkgs map[string]pkg) {
 		// retention is the domain of pins and the in-use index: no Redis,
 		// no HTTP, no storage; its stores are retention/redisstore.
 		{"retention", append(our("storage/middleware", "redisstate", "storage/linkdb", "gc", "registry", "retention/redisstore"),
+			redis, handlers, "net/http")},
+		// the in-use scanner reads files, nothing else of the project
+		{"retention/inuse", append(our("storage/middleware", "redisstate", "storage/linkdb", "gc", "registry", "retention", "reclaim"),
 			redis, handlers, "net/http")},
 		{"retention/redisstore", append(our("storage/middleware", "redisstate", "storage/linkdb", "gc", "registry"), handlers)},
 		{"storage/layout", append(our("storage/middleware", "redisstate", "storage/linkdb", "gc"), redis, handlers, prom)},

@@ -19,7 +19,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/spf13/cobra"
 
-	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/inuse"
 )
 
 // inuseScan is `registry inuse scan`: the flags and what the scan found.
@@ -57,16 +57,16 @@ func newInUseScanCommand() *cobra.Command {
 	cmd.Flags().StringArrayVar(&s.registries, "registry", nil, "host[:port] under which clusters pull from this registry (repeatable; default: the host of --url)")
 	cmd.Flags().StringVar(&s.source, "source", "", "upload the images as this in-use source (replacing what it declared)")
 	cmd.Flags().BoolVar(&s.allowMissing, "allow-missing", false, "skip (and report) tags the registry does not have, instead of failing")
-	s.maxFileSize = retention.DefaultMaxFileSize
+	s.maxFileSize = inuse.DefaultMaxFileSize
 	cmd.Flags().Var(&s.maxFileSize, "max-file-size", "the most bytes read from one file or from standard input (bytes, or with KiB, MiB, GiB)")
 	return cmd
 }
 
 func (s *inuseScan) run(cmd *cobra.Command, args []string) error {
-	var found []retention.Found
+	var found []inuse.Found
 	for _, a := range args {
-		f, err := scanArg(cmd, a, retention.Limits{MaxFileSize: int64(s.maxFileSize)})
-		if errors.Is(err, retention.ErrTooLarge) {
+		f, err := scanArg(cmd, a, inuse.Limits{MaxFileSize: int64(s.maxFileSize)})
+		if errors.Is(err, inuse.ErrTooLarge) {
 			err = fmt.Errorf("%w (raise it with --max-file-size)", err)
 		}
 		if err != nil {
@@ -106,20 +106,20 @@ func (s *inuseScan) run(cmd *cobra.Command, args []string) error {
 }
 
 // scanArg scans one argument; "-" is standard input, one YAML stream.
-func scanArg(cmd *cobra.Command, a string, l retention.Limits) ([]retention.Found, error) {
+func scanArg(cmd *cobra.Command, a string, l inuse.Limits) ([]inuse.Found, error) {
 	if a != "-" {
-		return retention.Scan(a, l)
+		return inuse.Scan(a, l)
 	}
-	return retention.ScanReader("<stdin>", cmd.InOrStdin(), l)
+	return inuse.ScanReader("<stdin>", cmd.InOrStdin(), l)
 }
 
 // resolve keeps the references to this registry and resolves their tags;
 // a reference with a digest is taken as is.
-func (s *inuseScan) resolve(cmd *cobra.Command, base *url.URL, ours map[string]bool, found []retention.Found) ([]retention.Image, error) {
-	images := []retention.Image{}
+func (s *inuseScan) resolve(cmd *cobra.Command, base *url.URL, ours map[string]bool, found []inuse.Found) ([]inuse.Image, error) {
+	images := []inuse.Image{}
 	var missing, other []string
 	for _, f := range found {
-		ref, err := retention.ParseImage(f.Image)
+		ref, err := inuse.ParseImage(f.Image)
 		if err != nil {
 			return nil, &exitError{exitRejected, fmt.Errorf("%s %s %s: %w", f.Where, f.Object, f.Field, err)}
 		}
@@ -138,7 +138,7 @@ func (s *inuseScan) resolve(cmd *cobra.Command, base *url.URL, ours map[string]b
 				return nil, &exitError{exitFailure, fmt.Errorf("%s %s: resolve %s: %w", f.Where, f.Object, f.Image, err)}
 			}
 		}
-		images = append(images, retention.Image{Repository: ref.Path, Digest: d})
+		images = append(images, inuse.Image{Repository: ref.Path, Digest: d})
 	}
 	w := cmd.ErrOrStderr()
 	for _, m := range missing {
@@ -152,13 +152,13 @@ func (s *inuseScan) resolve(cmd *cobra.Command, base *url.URL, ours map[string]b
 			}
 		}
 	}
-	return retention.SortImages(images), nil
+	return inuse.SortImages(images), nil
 }
 
 var errTagUnknown = errors.New("tag not in the registry")
 
 // head resolves a tag to its manifest digest with a HEAD against base.
-func (s *inuseScan) head(cmd *cobra.Command, base *url.URL, ref retention.ImageRef) (digest.Digest, error) {
+func (s *inuseScan) head(cmd *cobra.Command, base *url.URL, ref inuse.ImageRef) (digest.Digest, error) {
 	var opts []name.Option
 	if base.Scheme == "http" {
 		opts = append(opts, name.Insecure)
@@ -189,7 +189,7 @@ func (s *inuseScan) head(cmd *cobra.Command, base *url.URL, ref retention.ImageR
 	return digest.Digest(desc.Digest.String()), nil
 }
 
-func (s *inuseScan) print(cmd *cobra.Command, images []retention.Image) error {
+func (s *inuseScan) print(cmd *cobra.Command, images []inuse.Image) error {
 	out := cmd.OutOrStdout()
 	if s.json {
 		return json.NewEncoder(out).Encode(map[string]any{"images": images})

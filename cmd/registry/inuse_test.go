@@ -12,7 +12,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
-	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/inuse"
 )
 
 // runInUse runs `inuse <args>` with stdin and returns stdout, stderr and
@@ -22,13 +22,13 @@ func runInUse(t *testing.T, stdin string, args ...string) (string, string, int) 
 	return runCommand(t, newInUseCommand(), stdin, args...)
 }
 
-func getSource(t *testing.T, r *registrytest.Registry, name string) (int, []retention.Image) {
+func getSource(t *testing.T, r *registrytest.Registry, name string) (int, []inuse.Image) {
 	t.Helper()
 	resp := r.Do(t, http.MethodGet, "/gc/v1/inuse/sources/"+name, nil)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	var body struct {
-		Images []retention.Image `json:"images"`
+		Images []inuse.Image `json:"images"`
 	}
 	if resp.StatusCode == http.StatusOK {
 		if err := json.Unmarshal(b, &body); err != nil {
@@ -69,7 +69,7 @@ spec:
         - {name: web, image: "`+r.Host+`/team/app:v1"}
         - {name: proxy, image: "nginx:1.27"}
 `)
-	want := []retention.Image{{Repository: "team/app", Digest: digest.Digest(appD.String())}, {Repository: "team/tool", Digest: toolD}}
+	want := []inuse.Image{{Repository: "team/app", Digest: digest.Digest(appD.String())}, {Repository: "team/tool", Digest: toolD}}
 
 	out, errOut, code := runInUse(t, "", "scan", dir, "--url", r.URL)
 	if code != 0 || out != want[0].String()+"\n"+want[1].String()+"\n" || !strings.Contains(errOut, "1 references to other registries skipped") {

@@ -15,7 +15,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
-	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/inuse"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -29,7 +29,7 @@ func runRetention(t *testing.T, args ...string) (string, string, int) {
 func TestRetentionPreviewApply(t *testing.T) {
 	r := registrytest.Start(t, registrytest.WithStorageMiddleware("reclaim", map[string]any{
 		"window": "1s", "dedup": "10ms", "gc": map[string]any{"enabled": true}}))
-	var last retention.Image
+	var last inuse.Image
 	for i := range 4 {
 		tag := fmt.Sprintf("v%d", i)
 		img := registrytest.PushImage(t, r, "cli/app:"+tag, 1)
@@ -38,12 +38,12 @@ func TestRetentionPreviewApply(t *testing.T) {
 			t.Fatal(err)
 		}
 		d, _ := img.Digest()
-		last = retention.Image{Repository: "cli/app", Digest: digest.Digest(d.String())}
+		last = inuse.Image{Repository: "cli/app", Digest: digest.Digest(d.String())}
 	}
 	if _, errOut, code := runRetention(t, "preview", "cli/app", "--url", r.URL); code != exitRetry || !strings.Contains(errOut, "inuse_empty") {
 		t.Fatalf("empty index: exit %d %s", code, errOut)
 	}
-	body, _ := json.Marshal(map[string]any{"images": []retention.Image{last}})
+	body, _ := json.Marshal(map[string]any{"images": []inuse.Image{last}})
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, r.URL+"/gc/v1/inuse/sources/prod", bytes.NewReader(body))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != http.StatusOK {

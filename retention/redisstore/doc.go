@@ -12,7 +12,7 @@
 //
 //	reclaim:{<repo>}:pins                hash: <tag or digest> -> JSON retention.Pin
 //	reclaim:{inuse:<source>}:images      set: "<repo>@<digest>", what the source declared last
-//	reclaim:{inuse:<source>}:meta        JSON retention.Source (name, updated_at, images)
+//	reclaim:{inuse:<source>}:meta        JSON inuse.Source (name, updated_at, images)
 //	reclaim:inuse:sources                set of source names (written before a source, removed after)
 //	reclaim:{<repo>}:retention:plan:<id> JSON retention.Plan (expires after retention.plankeep)
 //	reclaim:{<repo>}:retention:plans     zset: plan id -> created (unix ms)

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/inuse"
 )
 
 // saddChunk bounds the members of one SADD.
@@ -35,8 +36,8 @@ func (s *InUse) sourcesKey() string           { return s.prefix + "inuse:sources
 // de-duplicated by the caller), stamped at now. The source's name is
 // listed before its keys are written, and its keys are replaced in one
 // transaction: a reader sees the old set or the new one, never a mix.
-func (s *InUse) Put(ctx context.Context, name string, images []retention.Image, now time.Time) (retention.Source, error) {
-	src := retention.Source{Name: name, UpdatedAt: now.UTC(), Images: len(images)}
+func (s *InUse) Put(ctx context.Context, name string, images []inuse.Image, now time.Time) (inuse.Source, error) {
+	src := inuse.Source{Name: name, UpdatedAt: now.UTC(), Images: len(images)}
 	meta, err := json.Marshal(src)
 	if err != nil {
 		return src, err
@@ -80,13 +81,13 @@ func (s *InUse) Delete(ctx context.Context, name string) error {
 
 // Sources lists every source, by name. A name listed without its keys (a
 // Put or Delete cut short) is left out.
-func (s *InUse) Sources(ctx context.Context) ([]retention.Source, error) {
+func (s *InUse) Sources(ctx context.Context) ([]inuse.Source, error) {
 	names, err := s.c.SMembers(ctx, s.sourcesKey()).Result()
 	if err != nil {
 		return nil, unavailable("list sources", err)
 	}
 	sort.Strings(names)
-	out := []retention.Source{}
+	out := []inuse.Source{}
 	for _, n := range names {
 		src, err := s.meta(ctx, n)
 		if errors.Is(err, retention.ErrSourceNotFound) {
@@ -100,23 +101,23 @@ func (s *InUse) Sources(ctx context.Context) ([]retention.Source, error) {
 	return out, nil
 }
 
-func (s *InUse) meta(ctx context.Context, name string) (retention.Source, error) {
+func (s *InUse) meta(ctx context.Context, name string) (inuse.Source, error) {
 	b, err := s.c.Get(ctx, s.metaKey(name)).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return retention.Source{}, fmt.Errorf("%w: %s", retention.ErrSourceNotFound, name)
+		return inuse.Source{}, fmt.Errorf("%w: %s", retention.ErrSourceNotFound, name)
 	}
 	if err != nil {
-		return retention.Source{}, unavailable("read source "+name, err)
+		return inuse.Source{}, unavailable("read source "+name, err)
 	}
-	var src retention.Source
+	var src inuse.Source
 	if err := json.Unmarshal(b, &src); err != nil {
-		return retention.Source{}, unavailable("decode source "+name, err)
+		return inuse.Source{}, unavailable("decode source "+name, err)
 	}
 	return src, nil
 }
 
 // Images returns source name and what it declared, sorted.
-func (s *InUse) Images(ctx context.Context, name string) (retention.Source, []retention.Image, error) {
+func (s *InUse) Images(ctx context.Context, name string) (inuse.Source, []inuse.Image, error) {
 	var meta *redis.StringCmd
 	var members *redis.StringSliceCmd
 	_, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -125,30 +126,30 @@ func (s *InUse) Images(ctx context.Context, name string) (retention.Source, []re
 		return nil
 	})
 	if errors.Is(err, redis.Nil) || errors.Is(meta.Err(), redis.Nil) {
-		return retention.Source{}, nil, fmt.Errorf("%w: %s", retention.ErrSourceNotFound, name)
+		return inuse.Source{}, nil, fmt.Errorf("%w: %s", retention.ErrSourceNotFound, name)
 	}
 	if err != nil {
-		return retention.Source{}, nil, unavailable("read source "+name, err)
+		return inuse.Source{}, nil, unavailable("read source "+name, err)
 	}
-	var src retention.Source
+	var src inuse.Source
 	if err := json.Unmarshal([]byte(meta.Val()), &src); err != nil {
-		return retention.Source{}, nil, unavailable("decode source "+name, err)
+		return inuse.Source{}, nil, unavailable("decode source "+name, err)
 	}
-	images := make([]retention.Image, 0, len(members.Val()))
+	images := make([]inuse.Image, 0, len(members.Val()))
 	for _, m := range members.Val() {
 		repo, d, ok := strings.Cut(m, "@")
 		if !ok {
-			return retention.Source{}, nil, unavailable("decode source "+name, fmt.Errorf("member %q", m))
+			return inuse.Source{}, nil, unavailable("decode source "+name, fmt.Errorf("member %q", m))
 		}
-		images = append(images, retention.Image{Repository: repo, Digest: digest.Digest(d)})
+		images = append(images, inuse.Image{Repository: repo, Digest: digest.Digest(d)})
 	}
-	return src, retention.SortImages(images), nil
+	return src, inuse.SortImages(images), nil
 }
 
 // Contains reports whether any source declares im now: the list of
 // sources, then one SISMEMBER per source in one pipeline (on a cluster,
 // go-redis sends each to its slot's master).
-func (s *InUse) Contains(ctx context.Context, im retention.Image) (bool, error) {
+func (s *InUse) Contains(ctx context.Context, im inuse.Image) (bool, error) {
 	names, err := s.c.SMembers(ctx, s.sourcesKey()).Result()
 	if err != nil {
 		return false, unavailable("list sources", err)

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/inuse"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -64,19 +65,19 @@ func TestInUseContains(t *testing.T) {
 func testInUseContains(t *testing.T, c redis.UniversalClient, prefix string) {
 	s := NewInUse(c, prefix)
 	ctx := t.Context()
-	a := retention.Image{Repository: "team/app", Digest: digest.FromString("a")}
+	a := inuse.Image{Repository: "team/app", Digest: digest.FromString("a")}
 	if ok, err := s.Contains(ctx, a); ok || err != nil {
 		t.Fatalf("empty index: %v %v", ok, err)
 	}
 	for _, src := range []string{"one", "two"} {
-		if _, err := s.Put(ctx, src, []retention.Image{{Repository: "x", Digest: a.Digest}}, time.Now()); err != nil {
+		if _, err := s.Put(ctx, src, []inuse.Image{{Repository: "x", Digest: a.Digest}}, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if ok, _ := s.Contains(ctx, a); ok {
 		t.Fatal("another repository's digest is in use here")
 	}
-	if _, err := s.Put(ctx, "two", []retention.Image{a}, time.Now()); err != nil {
+	if _, err := s.Put(ctx, "two", []inuse.Image{a}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := s.Contains(ctx, a); !ok || err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/inuse"
 )
 
 func client(t *testing.T) (*miniredis.Miniredis, redis.UniversalClient) {
@@ -85,15 +86,15 @@ func TestInUse(t *testing.T) {
 	s := NewInUse(c, "t:")
 	ctx := context.Background()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	var many []retention.Image
+	var many []inuse.Image
 	for i := range 2500 {
-		many = append(many, retention.Image{Repository: "team/app", Digest: digest.FromString(string(rune('a'+i%26)) + time.Duration(i).String())})
+		many = append(many, inuse.Image{Repository: "team/app", Digest: digest.FromString(string(rune('a'+i%26)) + time.Duration(i).String())})
 	}
-	many = retention.SortImages(many)
+	many = inuse.SortImages(many)
 	if src, err := s.Put(ctx, "prod", many, now); err != nil || src.Images != 2500 {
 		t.Fatalf("put: %+v %v", src, err)
 	}
-	one := []retention.Image{{Repository: "shared/base", Digest: digest.FromString("b")}}
+	one := []inuse.Image{{Repository: "shared/base", Digest: digest.FromString("b")}}
 	if _, err := s.Put(ctx, "preview", one, now.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
