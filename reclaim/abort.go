@@ -1,9 +1,11 @@
 package reclaim
 
+import "github.com/reclaim-registry/reclaim/internal/enum"
+
 // AbortReason is why a run stopped before deleting anything: a GC run or a
 // reclaimer tick (gc.AbortError), a retention run (retention.AbortError).
 // Its strings are the API (the "reason" of a GC_ABORTED or RETENTION_ABORTED
-// answer, the metrics' labels).
+// answer, the metrics' labels): a closed set, like Reason.
 type AbortReason string
 
 // The preconditions a GC run checks before it deletes anything.
@@ -39,3 +41,17 @@ const (
 	// cannot be read, so which tagged version it belongs to is unknown.
 	AbortInUseVersionUnreadable AbortReason = "inuse_version_unreadable"
 )
+
+var abortReasons = enum.Strings("reclaim.AbortReason",
+	AbortRedisUnavailable, AbortRedisUntrusted, AbortRedisRecordingTooShort, AbortRedisEvicts,
+	AbortManifestUnreadable, AbortStorageUnreadable, AbortLinkDBIncomplete,
+	AbortInUseEmpty, AbortInUseStale, AbortInUseUnreadable, AbortInUseVersionUnreadable)
+
+// String is the machine name, e.g. "redis_unavailable".
+func (a AbortReason) String() string { return abortReasons.String(a) }
+
+// MarshalText encodes the machine name; a reason outside the set is an error.
+func (a AbortReason) MarshalText() ([]byte, error) { return abortReasons.MarshalText(a) }
+
+// UnmarshalText decodes a machine name, strictly.
+func (a *AbortReason) UnmarshalText(b []byte) error { return abortReasons.UnmarshalText(b, a) }

@@ -13,8 +13,9 @@ API, the console and the metrics print the same names. Each word is
 defined here once, so no package translates another's and nobody
 re-exports them under a second name.
 
-It imports nothing of the project (only the standard library and
-go-digest): every package may import it, and it never learns about
+It imports nothing of the project but internal/enum, the table behind
+Reason and AbortReason (and the standard library and go-digest): every
+package may import it, and it never learns about
 storage paths, Redis or HTTP. The storage tree itself is storage/layout's.
 
 The string forms (Reason names, AbortReason, RunStatus, RunStep,

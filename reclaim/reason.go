@@ -1,6 +1,6 @@
 package reclaim
 
-import "fmt"
+import "github.com/reclaim-registry/reclaim/internal/enum"
 
 // Reason is why the collector kept or deleted one object. It is a closed set:
 // the JSON report, the logs, the metrics and the tests all use the machine
@@ -96,25 +96,23 @@ var reasonText = [reasonCount]struct{ name, msg string }{
 	ReasonAlreadyGone:         {"already_gone", "already deleted"},
 }
 
-// Reasons lists every valid reason, for documentation and metrics.
-func Reasons() []Reason {
-	rs := make([]Reason, 0, reasonCount-1)
+// reasons is the table of names: reasonText's, in order.
+var reasons = func() *enum.Set[Reason] {
+	pairs := make([]enum.Pair[Reason], 0, reasonCount-1)
 	for r := reasonInvalid + 1; r < reasonCount; r++ {
-		rs = append(rs, r)
+		pairs = append(pairs, enum.Pair[Reason]{Value: r, Name: reasonText[r].name})
 	}
-	return rs
-}
+	return enum.New("reclaim.Reason", pairs...)
+}()
+
+// Reasons lists every valid reason, for documentation and metrics.
+func Reasons() []Reason { return reasons.Values() }
 
 // Valid reports whether r is one of the reasons above (the zero Reason is not).
-func (r Reason) Valid() bool { return r > reasonInvalid && r < reasonCount }
+func (r Reason) Valid() bool { return reasons.Valid(r) }
 
 // String is the stable machine name, e.g. "recently_accessed".
-func (r Reason) String() string {
-	if !r.Valid() {
-		return fmt.Sprintf("reason(%d)", int(r))
-	}
-	return reasonText[r].name
-}
+func (r Reason) String() string { return reasons.String(r) }
 
 // Message is a human sentence for reports and logs.
 func (r Reason) Message() string {
@@ -127,21 +125,8 @@ func (r Reason) Message() string {
 // Deletes reports whether the reason describes a deletion.
 func (r Reason) Deletes() bool { return r == ReasonUnreferenced || r == ReasonAlreadyGone }
 
-// MarshalText encodes the machine name.
-func (r Reason) MarshalText() ([]byte, error) {
-	if !r.Valid() {
-		return nil, fmt.Errorf("gc: invalid reason %d", int(r))
-	}
-	return []byte(r.String()), nil
-}
+// MarshalText encodes the machine name; an invalid reason is an error.
+func (r Reason) MarshalText() ([]byte, error) { return reasons.MarshalText(r) }
 
-// UnmarshalText decodes a machine name.
-func (r *Reason) UnmarshalText(b []byte) error {
-	for i := reasonInvalid + 1; i < reasonCount; i++ {
-		if reasonText[i].name == string(b) {
-			*r = i
-			return nil
-		}
-	}
-	return fmt.Errorf("gc: unknown reason %q", b)
-}
+// UnmarshalText decodes a machine name, strictly.
+func (r *Reason) UnmarshalText(b []byte) error { return reasons.UnmarshalText(b, r) }

@@ -149,7 +149,7 @@ func (e *failoverEnv) round(t *testing.T, round int) timeline {
 	}
 	tl.t2, tl.by = since, "moved by the registry's touches or ticks"
 	if l := e.gc.RedisHealth().LastLoss; l != nil && l.At.After(tl.t0) {
-		tl.by = "moved by GC's fence: " + string(l.Reason)
+		tl.by = "moved by GC's fence: " + l.Reason.String()
 	} else if !e.load {
 		t.Fatalf("only GC's fence could see the failover, and it did not: %+v", l)
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/internal/enum"
 	"github.com/reclaim-registry/reclaim/internal/metrics"
 	"github.com/reclaim-registry/reclaim/internal/rlog"
 	"github.com/reclaim-registry/reclaim/reclaim"
@@ -66,6 +67,16 @@ const (
 	LossGap LossReason = "gap"
 )
 
+var lossReasons = enum.Strings("redisstate.LossReason", LossRestart, LossFailover, LossEvicted, LossStatsReset, LossNewMaster, LossGap)
+
+func (r LossReason) String() string { return lossReasons.String(r) }
+
+// MarshalText encodes the name; a reason outside the set is an error.
+func (r LossReason) MarshalText() ([]byte, error) { return lossReasons.MarshalText(r) }
+
+// UnmarshalText decodes a name, strictly.
+func (r *LossReason) UnmarshalText(b []byte) error { return lossReasons.UnmarshalText(b, r) }
+
 var (
 	metricEpochMoves = metrics.CounterVec("redis", "epoch_moves_total", "Times the recording epoch was moved forward because Redis may have lost records, by reason "+
 		"(restart, failover, evicted, stats_reset, new_master, gap).", "reason")
@@ -73,8 +84,8 @@ var (
 )
 
 func init() {
-	for _, r := range []LossReason{LossRestart, LossFailover, LossEvicted, LossStatsReset, LossNewMaster, LossGap} {
-		metricEpochMoves.WithLabelValues(string(r))
+	for _, r := range lossReasons.Values() {
+		metricEpochMoves.WithLabelValues(r.String())
 	}
 }
 
@@ -332,7 +343,7 @@ func nodeName(k string, n redisNode) string {
 
 // moved counts and logs one move of the epoch.
 func (t *Tracker) moved(ctx context.Context, reason LossReason, node, detail string, epoch time.Time) {
-	metricEpochMoves.WithLabelValues(string(reason)).Inc()
+	metricEpochMoves.WithLabelValues(reason.String()).Inc()
 	t.watch.noteLoss(RedisLoss{At: time.Now().UTC(), Reason: reason, Node: node, Detail: detail, Epoch: epoch.UTC()})
 	rlog.From(ctx).WithField("reason", reason).WithField("node", node).WithField("detail", detail).
 		Warnf("reclaim: redis may have lost access records (%s); recording epoch moved forward to %s: GC deletes nothing for a full window",

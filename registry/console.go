@@ -143,7 +143,7 @@ func (c *consoleData) overview(ctx context.Context) console.Overview {
 	o.Redis.Embedded, o.Redis.Epoch, o.Redis.Policy, o.Redis.Evicts = h.Embedded, h.Epoch, h.MaxmemoryPolicy, h.Evicts
 	o.Redis.Persistence, o.Redis.Masters = h.Persistence, len(h.Nodes)
 	if h.LastLoss != nil {
-		o.Redis.LastLoss, o.Redis.LastLossAt, o.Redis.LastLossDetail = string(h.LastLoss.Reason), h.LastLoss.At, h.LastLoss.Detail
+		o.Redis.LastLoss, o.Redis.LastLossAt, o.Redis.LastLossDetail = h.LastLoss.Reason.String(), h.LastLoss.At, h.LastLoss.Detail
 	}
 	if since, ok, err := linkdb.LinkDBComplete(ctx, env.Raw); err != nil {
 		o.LinkDB.Error = err.Error()
@@ -201,7 +201,7 @@ func (c *consoleData) retention() func(ctx context.Context) ([]console.Retention
 			row := console.RetentionRow{ID: p.ID, Repository: p.Repository, Status: p.Status, Updated: p.CreatedAt,
 				Keep: len(p.Kept), Delete: len(p.Candidates), Policy: policyText(p.Policy)}
 			if p.Skip != nil {
-				row.Skip = p.Skip.Reason + ": " + p.Skip.Detail
+				row.Skip = p.Skip.Reason.String() + ": " + p.Skip.Detail
 			}
 			applies, err := rb.Plans.Applies(ctx, p.Repository, p.ID)
 			if err != nil {

@@ -145,9 +145,9 @@ func codeOf(err error) (c errorCode, message string, detail any) {
 		case *collector.AbortError:
 			// the registry cannot vouch for its access records (or read
 			// the repository) right now; retrying later can succeed
-			return codeAborted, "", map[string]string{"reason": string(e.Reason)}
+			return codeAborted, "", map[string]string{"reason": e.Reason.String()}
 		case *retention.AbortError:
-			return codeRetentionAborted, "", map[string]string{"reason": string(e.Reason)}
+			return codeRetentionAborted, "", map[string]string{"reason": e.Reason.String()}
 		}
 		for _, s := range sentinels {
 			if err == s.err {

@@ -104,7 +104,7 @@ func assertBlocked(t *testing.T, g *gcRegistry, repo, reason string) *collector.
 
 func hasBlocker(rep *collector.Report, reason, blocks string) bool {
 	for _, b := range rep.Blockers {
-		if string(b.Reason) == reason && b.Blocks == blocks && b.Detail != "" {
+		if b.Reason.String() == reason && b.Blocks == blocks && b.Detail != "" {
 			return true
 		}
 	}

@@ -54,7 +54,7 @@ func observeAbort(err error) {
 	var ae *collector.AbortError
 	switch {
 	case errors.As(err, &ae):
-		metricAborts.WithLabelValues(string(ae.Reason)).Inc()
+		metricAborts.WithLabelValues(ae.Reason.String()).Inc()
 	case errors.Is(err, reclaim.ErrRepositoryBusy):
 		metricAborts.WithLabelValues("repository_busy").Inc()
 	}

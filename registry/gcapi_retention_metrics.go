@@ -26,7 +26,7 @@ func observePlan(repo string, plan *retention.Plan, err error, took time.Duratio
 	log := logrus.WithField("repository", repo)
 	var ae *retention.AbortError
 	if errors.As(err, &ae) {
-		metricRetentionAborts.WithLabelValues(string(ae.Reason)).Inc()
+		metricRetentionAborts.WithLabelValues(ae.Reason.String()).Inc()
 		log.WithField("reason", ae.Reason).Warn("retention: run aborted: " + ae.Detail)
 		return
 	}
@@ -36,7 +36,7 @@ func observePlan(repo string, plan *retention.Plan, err error, took time.Duratio
 	metricRetentionPlanSec.Observe(took.Seconds())
 	log = log.WithField("plan", plan.ID)
 	if plan.Skip != nil {
-		metricRetentionSkips.WithLabelValues(plan.Skip.Reason).Inc()
+		metricRetentionSkips.WithLabelValues(plan.Skip.Reason.String()).Inc()
 		log.WithField("reason", plan.Skip.Reason).Warn("retention: repository skipped: " + plan.Skip.Detail)
 		return
 	}
@@ -58,7 +58,7 @@ func observeApply(rep *retention.ApplyReport) {
 		log.WithFields(logrus.Fields{"tag": s.Tag, "reason": s.Reason}).Info("retention: planned tag left: " + s.Detail)
 	}
 	if rep.Aborted != nil {
-		metricRetentionAborts.WithLabelValues(rep.Aborted.Reason).Inc()
+		metricRetentionAborts.WithLabelValues(rep.Aborted.Reason.String()).Inc()
 		log.WithField("reason", rep.Aborted.Reason).Warn("retention: apply stopped: " + rep.Aborted.Detail)
 	}
 }

@@ -63,7 +63,7 @@ type ApplyReport struct {
 	Skipped    []TagResult `json:"skipped"`
 	// Aborted says why the run stopped before the end (the index became
 	// empty or stale, or could not be read).
-	Aborted *Skip `json:"aborted,omitempty"`
+	Aborted *AbortError `json:"aborted,omitempty"`
 }
 
 // Applier deletes a plan's candidate tags, each only after checking fresh
@@ -94,7 +94,7 @@ func (a *Applier) Apply(ctx context.Context, plan *Plan) *ApplyReport {
 		v := plan.Candidates[i].Version
 		if now := a.Now(); lastRead.IsZero() || now.Sub(lastRead) >= a.Recheck {
 			if _, err := readIndex(ctx, a.Index, plan.Repository, plan.Policy, a.MaxAge, now); err != nil {
-				rep.Aborted = abortSkip(err)
+				rep.Aborted = abortReport(err)
 				return rep
 			}
 			lastRead = now
@@ -114,11 +114,11 @@ func (a *Applier) Apply(ctx context.Context, plan *Plan) *ApplyReport {
 	return rep
 }
 
-func abortSkip(err error) *Skip {
+func abortReport(err error) *AbortError {
 	if ae, ok := err.(*AbortError); ok {
-		return &Skip{Reason: string(ae.Reason), Detail: ae.Detail}
+		return ae
 	}
-	return &Skip{Reason: string(reclaim.AbortInUseUnreadable), Detail: err.Error()}
+	return &AbortError{Reason: reclaim.AbortInUseUnreadable, Detail: err.Error()}
 }
 
 // fresh checks v against the state now, under the fence of the tag about

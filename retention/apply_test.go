@@ -99,7 +99,7 @@ func TestApplyFreshState(t *testing.T) {
 	ft.deleted = nil
 	ft.onDel = func(string) { now = now.Add(2 * time.Hour) }
 	rep = a.Apply(t.Context(), plan)
-	if len(rep.Deleted) != 1 || rep.Aborted == nil || rep.Aborted.Reason != string(reclaim.AbortInUseStale) {
+	if len(rep.Deleted) != 1 || rep.Aborted == nil || rep.Aborted.Reason != reclaim.AbortInUseStale {
 		t.Fatalf("%+v", rep)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/reclaim-registry/reclaim/internal/enum"
 	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
@@ -13,24 +14,40 @@ import (
 // AbortInUseVersionUnreadable); what only makes it delete less skips a
 // repository.
 
-// Why one repository is left out of a run (Skip).
+// SkipReason is why one repository is left out of a run (Skip): a closed
+// set, like reclaim's reasons (its names are the API and the metrics'
+// labels).
+type SkipReason string
+
+// Why one repository is left out of a run.
 const (
 	// SkipSourceUnreadable: a source the policy relies on cannot be read.
-	SkipSourceUnreadable = "source_unreadable"
+	SkipSourceUnreadable SkipReason = "source_unreadable"
 	// SkipSourceEmpty: a source the policy relies on declares nothing (or
 	// is missing).
-	SkipSourceEmpty = "source_empty"
+	SkipSourceEmpty SkipReason = "source_empty"
 	// SkipTagsUnreadable: the repository's tag list cannot be read.
-	SkipTagsUnreadable = "tags_unreadable"
+	SkipTagsUnreadable SkipReason = "tags_unreadable"
 )
+
+var skipReasons = enum.Strings("retention.SkipReason", SkipSourceUnreadable, SkipSourceEmpty, SkipTagsUnreadable)
+
+func (r SkipReason) String() string { return skipReasons.String(r) }
+
+// MarshalText encodes the name; a reason outside the set is an error.
+func (r SkipReason) MarshalText() ([]byte, error) { return skipReasons.MarshalText(r) }
+
+// UnmarshalText decodes a name, strictly.
+func (r *SkipReason) UnmarshalText(b []byte) error { return skipReasons.UnmarshalText(b, r) }
 
 // ErrAborted matches every AbortError.
 var ErrAborted = errors.New("retention: run aborted")
 
 // AbortError stops a run before it deletes anything more.
+// It is also what an apply report says when apply stopped (its JSON).
 type AbortError struct {
-	Reason reclaim.AbortReason
-	Detail string
+	Reason reclaim.AbortReason `json:"reason"`
+	Detail string              `json:"detail"`
 }
 
 func (e *AbortError) Error() string {
@@ -45,8 +62,8 @@ func abort(reason reclaim.AbortReason, format string, args ...any) error {
 
 // Skip says why a repository was not planned.
 type Skip struct {
-	Reason string `json:"reason"`
-	Detail string `json:"detail"`
+	Reason SkipReason `json:"reason"`
+	Detail string     `json:"detail"`
 }
 
 // Errors of apply.

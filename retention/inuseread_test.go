@@ -67,7 +67,7 @@ func TestReadIndexFailureModel(t *testing.T) {
 		idx     fakeIndex
 		sources []string
 		abort   reclaim.AbortReason
-		skip    string
+		skip    SkipReason
 	}{
 		{idx, []string{"a"}, "", ""},
 		{idx, nil, "", SkipSourceUnreadable}, // every source: "bad" comes first

@@ -172,7 +172,7 @@ func (r *run) lock(ctx context.Context) error {
 func (r *run) abort(err error) error {
 	var ae *AbortError
 	if errors.As(err, &ae) {
-		r.rep.Status, r.rep.Abort = reclaim.StatusAborted, string(ae.Reason)
+		r.rep.Status, r.rep.Abort = reclaim.StatusAborted, ae.Reason.String()
 	} else {
 		r.rep.Status = reclaim.StatusFailed
 	}

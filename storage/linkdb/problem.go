@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/reclaim-registry/reclaim/internal/enum"
 )
 
 // Kind is what is wrong with one object. The same words are used by the
@@ -44,8 +46,18 @@ const (
 	Unreadable Kind = "unreadable"
 )
 
+var kinds = enum.Strings("linkdb.Kind", MissingReverse, MissingReferrer, Corrupt, BrokenForward, Unreadable, StaleReverse, StaleReferrer, Reclaimable)
+
 // Kinds lists every kind in report order.
-var Kinds = []Kind{MissingReverse, MissingReferrer, Corrupt, BrokenForward, Unreadable, StaleReverse, StaleReferrer, Reclaimable}
+var Kinds = kinds.Values()
+
+func (k Kind) String() string { return kinds.String(k) }
+
+// MarshalText encodes the name; a kind outside the set is an error.
+func (k Kind) MarshalText() ([]byte, error) { return kinds.MarshalText(k) }
+
+// UnmarshalText decodes a name, strictly.
+func (k *Kind) UnmarshalText(b []byte) error { return kinds.UnmarshalText(b, k) }
 
 // Message is the one-line explanation of k.
 func (k Kind) Message() string {

@@ -171,7 +171,7 @@ func (r *Report) actions() []string {
 	}
 	for _, k := range []Kind{Corrupt, BrokenForward} {
 		if c[k] > 0 {
-			out = append(out, string(k)+": "+k.Remedy())
+			out = append(out, k.String()+": "+k.Remedy())
 		}
 	}
 	if c[Unreadable] > 0 {
