@@ -14,6 +14,7 @@ import (
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/inuse"
+	"github.com/reclaim-registry/reclaim/storage/middleware"
 )
 
 // apiError is one entry of an error body, shaped like Distribution's:
@@ -64,14 +65,14 @@ var (
 	codeSourceUnknown    = errorCode{Value: "SOURCE_UNKNOWN", Status: http.StatusNotFound}
 	codeManifestUnknown  = errorCode{Value: "MANIFEST_UNKNOWN", Status: http.StatusNotFound}
 	codeUsageUnknown     = errorCode{Value: "USAGE_UNKNOWN", Status: http.StatusNotFound}
-	codeRetentionAborted = errorCode{Value: "RETENTION_ABORTED", Status: http.StatusServiceUnavailable, RetryAfter: reclaim.RetryAfterUnavailable}
+	codeRetentionAborted = errorCode{Value: "RETENTION_ABORTED", Status: http.StatusServiceUnavailable, RetryAfter: middleware.RetryAfterUnavailable}
 	codePlanExpired      = errorCode{Value: "PLAN_EXPIRED", Status: http.StatusConflict, RetryAfter: retryAfterConflict}
 	codePolicyChanged    = errorCode{Value: "POLICY_CHANGED", Status: http.StatusConflict, RetryAfter: retryAfterConflict}
 	codePlanSkipped      = errorCode{Value: "PLAN_SKIPPED", Status: http.StatusConflict, RetryAfter: retryAfterConflict}
 	codeSizeInvalid      = errorCode{Value: "SIZE_INVALID", Status: http.StatusRequestEntityTooLarge}
 	codeTooMany          = errorCode{Value: "TOO_MANY_REQUESTS", Status: http.StatusTooManyRequests, RetryAfter: retryAfterBusy}
-	codeAborted          = errorCode{Value: "GC_ABORTED", Status: http.StatusServiceUnavailable, RetryAfter: reclaim.RetryAfterUnavailable}
-	codeUnavailable      = errorCode{Value: "UNAVAILABLE", Status: http.StatusServiceUnavailable, RetryAfter: reclaim.RetryAfterUnavailable}
+	codeAborted          = errorCode{Value: "GC_ABORTED", Status: http.StatusServiceUnavailable, RetryAfter: middleware.RetryAfterUnavailable}
+	codeUnavailable      = errorCode{Value: "UNAVAILABLE", Status: http.StatusServiceUnavailable, RetryAfter: middleware.RetryAfterUnavailable}
 	codeUnknown          = errorCode{Value: "UNKNOWN", Status: http.StatusInternalServerError, Message: "internal error"}
 )
 

@@ -15,6 +15,7 @@ import (
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/inuse"
+	"github.com/reclaim-registry/reclaim/storage/middleware"
 )
 
 func TestStatusOfMapsEveryError(t *testing.T) {
@@ -112,10 +113,10 @@ func TestErrorBodies(t *testing.T) {
 }
 
 // Every 503 says the one Retry-After the storage middleware's refusals
-// say too (reclaim.RetryAfterUnavailable), and every code has one status.
+// say too (middleware.RetryAfterUnavailable), and every code has one status.
 func TestRetryAfterOfUnavailable(t *testing.T) {
 	for _, c := range []errorCode{codeAborted, codeRetentionAborted, codeUnavailable} {
-		if c.Status != http.StatusServiceUnavailable || c.RetryAfter != reclaim.RetryAfterUnavailable {
+		if c.Status != http.StatusServiceUnavailable || c.RetryAfter != middleware.RetryAfterUnavailable {
 			t.Errorf("%s: %d Retry-After %q", c.Value, c.Status, c.RetryAfter)
 		}
 	}
