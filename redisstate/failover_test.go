@@ -14,6 +14,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
+	"github.com/reclaim-registry/reclaim/storage/storagetest/redistest"
 )
 
 // Failover loses the writes a master acknowledged but had not replicated.
@@ -42,7 +43,7 @@ type failoverRig struct {
 }
 
 func clusterRig(t *testing.T) failoverRig {
-	c := storagetest.StartCluster(t)
+	c := redistest.StartCluster(t)
 	return failoverRig{
 		name:       "cluster",
 		client:     func(t *testing.T) redis.UniversalClient { return c.Client(t) },
@@ -54,7 +55,7 @@ func clusterRig(t *testing.T) failoverRig {
 }
 
 func sentinelRig(t *testing.T) failoverRig {
-	s := storagetest.StartSentinel(t)
+	s := redistest.StartSentinel(t)
 	return failoverRig{
 		name:      "sentinel",
 		client:    func(t *testing.T) redis.UniversalClient { return s.Client(t) },

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
-	"github.com/reclaim-registry/reclaim/storage/storagetest"
+	"github.com/reclaim-registry/reclaim/storage/storagetest/redistest"
 )
 
 // The sizing figures of docs/operations.md ("Running at scale"), in bytes
@@ -42,7 +42,7 @@ func TestMeasureRedisMemory(t *testing.T) {
 	if os.Getenv("RECLAIM_MEASURE") != "" {
 		records, queued = 2_000_000, 1_000_000
 	}
-	srv := storagetest.StartRedisServer(t, storagetest.Ephemeral())
+	srv := redistest.StartRedisServer(t, redistest.Ephemeral())
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 16})
 	t.Cleanup(func() { c.Close() })
 	ctx := context.Background()

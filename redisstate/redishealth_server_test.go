@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
-	"github.com/reclaim-registry/reclaim/storage/storagetest"
+	"github.com/reclaim-registry/reclaim/storage/storagetest/redistest"
 )
 
 // These tests run against a redis-server each starts for itself (skipped
@@ -20,9 +20,9 @@ import (
 // EpochInterval.
 
 // startServer starts a private redis-server and a tracker on it.
-func startServer(t *testing.T) (*storagetest.RedisServer, *redis.Client, *Tracker) {
+func startServer(t *testing.T) (*redistest.RedisServer, *redis.Client, *Tracker) {
 	t.Helper()
-	s := storagetest.StartRedisServer(t)
+	s := redistest.StartRedisServer(t)
 	return s, s.Client(t), serverTracker(t, s)
 }
 
@@ -36,7 +36,7 @@ func configSet(t *testing.T, c *redis.Client, kv ...string) {
 	}
 }
 
-func serverTracker(t *testing.T, s *storagetest.RedisServer) *Tracker {
+func serverTracker(t *testing.T, s *redistest.RedisServer) *Tracker {
 	t.Helper()
 	tr, err := NewTracker(s.Client(t), TrackerOptions{})
 	if err != nil {
@@ -74,7 +74,7 @@ func infoField(t *testing.T, c *redis.Client, section, key string) string {
 // process (its last tick) and for a process started afterwards (the state
 // stored next to the epoch).
 func TestRedisServerRestartMovesEpoch(t *testing.T) {
-	s := storagetest.StartRedisServer(t)
+	s := redistest.StartRedisServer(t)
 	ctx := context.Background()
 	tr := serverTracker(t, s)
 	e0 := tick(t, tr)

@@ -10,7 +10,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
-	"github.com/reclaim-registry/reclaim/storage/storagetest"
+	"github.com/reclaim-registry/reclaim/storage/storagetest/redistest"
 )
 
 // A blob's fence counts only once a replica acknowledged it
@@ -22,7 +22,7 @@ func TestBlobFenceConfirmWaitsForAReplica(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster")
 	}
-	c := storagetest.StartCluster(t)
+	c := redistest.StartCluster(t)
 	ctx := context.Background()
 	tr, err := NewTracker(c.Client(t), TrackerOptions{Prefix: "reclaim:"})
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"github.com/reclaim-registry/reclaim/gc/reclaimer"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
-	"github.com/reclaim-registry/reclaim/storage/storagetest"
+	"github.com/reclaim-registry/reclaim/storage/storagetest/redistest"
 )
 
 // (3) An in-process registry on a redis-server of its own whose
@@ -18,7 +18,7 @@ import (
 // refusal lifts at the next recording tick, and since nothing was evicted
 // the epoch did not move: collect deletes at once.
 func TestE2ERedisEvictingPolicyRefusesGC(t *testing.T) {
-	s := storagetest.StartRedisServer(t)
+	s := redistest.StartRedisServer(t)
 	c := s.Client(t)
 	ctx := t.Context()
 	opts := reclaimOptions(t, e2eWindow, s.Addr)

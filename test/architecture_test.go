@@ -36,7 +36,9 @@ var allowed = map[string][]string{
 	"storage/linkdb":                        {"internal/enum", "reclaim", "redisstate", "storage/layout", "storage/referrers"},
 	"storage/linkdb/internal/gen":           {"reclaim", "storage/layout", "storage/referrers"},
 	"storage/linkdb/internal/gen/linkdbgen": {"storage/linkdb/internal/gen"},
-	"storage/storagetest":                   {},
+	"storage/storagetest":                   {"storage/storagetest/redistest"},
+	"storage/storagetest/redistest":         {},
+	"storage/storagetest/s3test":            {},
 
 	// every piece of Redis state
 	"redisstate": {"internal/enum", "internal/metrics", "internal/rlog", "reclaim", "storage/layout"},

@@ -11,7 +11,7 @@ import (
 	"github.com/distribution/distribution/v3/configuration"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/reclaim-registry/reclaim/storage/storagetest"
+	"github.com/reclaim-registry/reclaim/storage/storagetest/redistest"
 )
 
 func withEntries(entries ...configuration.Middleware) *configuration.Configuration {
@@ -76,7 +76,7 @@ func TestLoadFallsBackToDistributionRedis(t *testing.T) {
 // Falling back to Distribution's `redis:` section keeps its TLS settings:
 // dropping them would talk plaintext to a Redis configured for TLS.
 func TestLoadKeepsDistributionRedisTLS(t *testing.T) {
-	cert, key := storagetest.WriteCA(t)
+	cert, key := redistest.WriteCA(t)
 	conf := withEntries(configuration.Middleware{Name: MiddlewareName})
 	conf.Redis.Options.Addrs = []string{"redis.internal:6380"}
 	conf.Redis.TLS.Certificate, conf.Redis.TLS.Key, conf.Redis.TLS.RootCAs = cert, key, []string{cert}
@@ -94,7 +94,7 @@ func TestLoadKeepsDistributionRedisTLS(t *testing.T) {
 }
 
 func TestRedisTLSOptions(t *testing.T) {
-	cert, key := storagetest.WriteCA(t)
+	cert, key := redistest.WriteCA(t)
 	notPEM := filepath.Join(t.TempDir(), "empty.pem")
 	if err := os.WriteFile(notPEM, []byte("nothing here"), 0o600); err != nil {
 		t.Fatal(err)

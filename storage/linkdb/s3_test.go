@@ -9,21 +9,21 @@ import (
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb/internal/gen"
-	"github.com/reclaim-registry/reclaim/storage/storagetest"
+	"github.com/reclaim-registry/reclaim/storage/storagetest/s3test"
 )
 
-// versitygw is an s3aws driver on a fresh versitygw (storagetest.StartS3;
+// versitygw is an s3aws driver on a fresh versitygw (s3test.StartS3;
 // the test is skipped when versitygw is not installed).
 func versitygw(t testing.TB) storagedriver.StorageDriver {
 	t.Helper()
-	return storagetest.StartS3(t).Driver(t, "/registry")
+	return s3test.StartS3(t).Driver(t, "/registry")
 }
 
 // versitygwAt is versitygw serving directory root, which may hold the
 // bucket from an earlier run.
 func versitygwAt(t testing.TB, root string) storagedriver.StorageDriver {
 	t.Helper()
-	return storagetest.StartS3At(t, root).Driver(t, "/registry")
+	return s3test.StartS3At(t, root).Driver(t, "/registry")
 }
 
 func TestRebuildAndVerifyOnS3(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/reclaim-registry/reclaim/storage/storagetest"
+	"github.com/reclaim-registry/reclaim/storage/storagetest/redistest"
 )
 
 // Pushes through a Redis Cluster failover: the master that holds the
@@ -24,7 +24,7 @@ import (
 // succeed when retried. (That GC trusts nothing lost in the failover is
 // tracker/failover_test.go.)
 func TestPushesThroughClusterFailover(t *testing.T) {
-	c := storagetest.StartCluster(t)
+	c := redistest.StartCluster(t)
 	a := newTestApp(t, appOptions{window: testWindow, redisAddr: strings.Join(c.Addrs(), ","), prefix: "reclaim:"})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -12,6 +12,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/reclaim-registry/reclaim/storage/storagetest/redistest"
 )
 
 // RedisAddrEnv names the environment variable that points tests at a real
@@ -73,7 +75,7 @@ func Addrs(addr string) []string { return strings.Split(addr, ",") }
 var shared struct {
 	enabled bool
 	once    sync.Once
-	c       *Cluster
+	c       *redistest.Cluster
 	err     error
 }
 
@@ -83,8 +85,7 @@ var shared struct {
 // Without redis-server or redis-cli, or with RECLAIM_TEST_CLUSTER=0, there
 // is no cluster backend.
 func Main(m *testing.M) int {
-	_, _, err := redisBinaries()
-	shared.enabled = err == nil && os.Getenv(ClusterEnv) != "0"
+	shared.enabled = redistest.ClusterAvailable() && os.Getenv(ClusterEnv) != "0"
 	code := m.Run()
 	if shared.c != nil {
 		shared.c.Stop()
@@ -92,11 +93,11 @@ func Main(m *testing.M) int {
 	return code
 }
 
-func sharedCluster(t testing.TB) *Cluster {
+func sharedCluster(t testing.TB) *redistest.Cluster {
 	if !shared.enabled {
 		return nil
 	}
-	shared.once.Do(func() { shared.c, shared.err = NewCluster() })
+	shared.once.Do(func() { shared.c, shared.err = redistest.NewCluster() })
 	if shared.err != nil {
 		t.Fatalf("shared redis cluster: %v", shared.err)
 	}

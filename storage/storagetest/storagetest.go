@@ -1,9 +1,10 @@
 // Package storagetest has storage-driver and Redis wrappers for tests and
 // measurements: a driver whose calls can be paused, failed or counted at
 // chosen points (to force interleavings, or to measure), and a go-redis hook
-// that counts round trips; and real Redis fixtures: one server
-// (StartRedisServer), a loopback Redis Cluster (StartCluster) and Sentinel
-// (StartSentinel), all stopped by PID.
+// that counts round trips; and the Redis backends a test runs against
+// (Backends: miniredis, a real server, the shared cluster of Main). The real
+// Redis processes are storage/storagetest/redistest, the S3 gateway
+// storage/storagetest/s3test.
 //
 // Importing it registers the storage middleware "count" (config.yml:
 // `middleware: storage: - name: count`); list it before "reclaim" to count

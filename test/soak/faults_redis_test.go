@@ -12,7 +12,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
-	"github.com/reclaim-registry/reclaim/storage/storagetest"
+	"github.com/reclaim-registry/reclaim/storage/storagetest/redistest"
 )
 
 // pinnedImage pushes an image nothing deletes, for "pulls keep working".
@@ -42,7 +42,7 @@ func TestSoakRedisAndCrashFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak skipped in -short mode")
 	}
-	rd := storagetest.StartRedisServer(t, storagetest.Ephemeral())
+	rd := redistest.StartRedisServer(t, redistest.Ephemeral())
 	c := newCluster(t, rd.Addr, "soakfault:")
 	c.startProcesses(t, 2)
 	ctx := context.Background()
@@ -64,7 +64,7 @@ func TestSoakRedisAndCrashFaults(t *testing.T) {
 // loseRedis kills Redis once the workload is under way: pulls must go on
 // and collections free nothing while it is down, and nothing right after it
 // restarts empty, until the new epoch is a window old.
-func loseRedis(ctx context.Context, t *testing.T, c *cluster, w *workload, rd *storagetest.RedisServer) {
+func loseRedis(ctx context.Context, t *testing.T, c *cluster, w *workload, rd *redistest.RedisServer) {
 	t.Helper()
 	if !poll(ctx, 50*time.Millisecond, 15*time.Second, func() bool { return w.acks.sum("") >= 8 }) {
 		t.Logf("the workload had %d pushes acknowledged when Redis was killed", w.acks.sum(""))

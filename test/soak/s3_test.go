@@ -12,6 +12,8 @@ import (
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
+	"github.com/reclaim-registry/reclaim/storage/storagetest/redistest"
+	"github.com/reclaim-registry/reclaim/storage/storagetest/s3test"
 )
 
 // s3Instances is how many `registry serve` processes share the bucket.
@@ -22,11 +24,11 @@ const s3Instances = 3
 const stallRate = 20
 
 // TestSoakS3: three `registry serve` processes on one S3 bucket (versitygw
-// on loopback, see storagetest.StartS3) and one Redis, the reclaimer on in
+// on loopback, see s3test.StartS3) and one Redis, the reclaimer on in
 // all of them; clients, racers and a collector per instance hit the
 // instances at random, as behind a load balancer. A proxy between the
 // instances and the bucket holds 2% of the answers to blob-data calls for
-// W + 1 s (storagetest.S3Staller): a request that stalls right after its
+// W + 1 s (s3test.S3Staller): a request that stalls right after its
 // existence check must end in a refusal, never a 201 for data that is
 // gone. Then everything that must survive is pulled and verified, the link database is verified, a
 // final collect and reclaimer pass leaves no unreferenced blob, and
@@ -46,18 +48,18 @@ func TestSoakS3(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak skipped in -short mode")
 	}
-	cluster, addr := storagetest.ClusterAvailable(), storagetest.RealRedis()
+	cluster, addr := redistest.ClusterAvailable(), storagetest.RealRedis()
 	if !cluster && addr == "" {
 		t.Skipf("TestSoakS3 needs redis-server and redis-cli for a Redis Cluster, or a real Redis: set %s=host:port", storagetest.RedisAddrEnv)
 	}
-	s3 := storagetest.StartS3(t)
+	s3 := s3test.StartS3(t)
 	if cluster {
 		t.Run("redis=cluster,cache=inmemory", func(t *testing.T) {
 			t.Parallel()
 			// What large registries run: the instances share a Redis
 			// Cluster (3 masters, 3 replicas), so every script must keep
 			// to one slot.
-			rc := storagetest.StartCluster(t)
+			rc := redistest.StartCluster(t)
 			soakS3(t, s3, "/soak-cluster", rc.Addrs(), "soak:", "inmemory")
 		})
 	}
@@ -86,7 +88,7 @@ func s3Storage(params map[string]any) registrytest.Option {
 // newS3Cluster is a cluster on a fresh root directory of s3's bucket,
 // marked complete, with its instances talking to endpoint (s3's own, or a
 // counting proxy in front of it).
-func newS3Cluster(t *testing.T, s3 *storagetest.S3, endpoint, root string, redisAddrs []string, prefix string) *cluster {
+func newS3Cluster(t *testing.T, s3 *s3test.S3, endpoint, root string, redisAddrs []string, prefix string) *cluster {
 	t.Helper()
 	raw := s3.Driver(t, root)
 	if err := linkdb.MarkLinkDBComplete(context.Background(), raw, time.Now()); err != nil {
@@ -95,7 +97,7 @@ func newS3Cluster(t *testing.T, s3 *storagetest.S3, endpoint, root string, redis
 	return newClusterOn(t, raw, s3Storage(s3.Params(endpoint, root)), redisAddrs, prefix)
 }
 
-func soakS3(t *testing.T, s3 *storagetest.S3, root string, redisAddrs []string, prefix, cache string) {
+func soakS3(t *testing.T, s3 *s3test.S3, root string, redisAddrs []string, prefix, cache string) {
 	// Longer than TestSoak's 20 s: on S3 (versitygw on the same loaded
 	// cores) a push is slower, and every kind of race must run at least
 	// once (judgeSoak).
@@ -103,7 +105,7 @@ func soakS3(t *testing.T, s3 *storagetest.S3, root string, redisAddrs []string, 
 	// Every instance talks to the bucket through a proxy that holds back
 	// stallRate of the answers to blob-data calls for longer than W, after
 	// the store gave them (docs/gc-protocol.md, case 12).
-	stall := storagetest.NewS3Staller(t, s3.Endpoint, stallRate, window+time.Second)
+	stall := s3test.NewS3Staller(t, s3.Endpoint, stallRate, window+time.Second)
 	c := newS3Cluster(t, s3, stall.URL, root, redisAddrs, prefix)
 	c.startProcesses(t, s3Instances, registrytest.WithHtpasswd("soak", "soak-password"), descriptorCache(redisAddrs[0], cache, s3CacheDB))
 	ctx := context.Background()

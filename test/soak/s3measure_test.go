@@ -19,6 +19,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
+	"github.com/reclaim-registry/reclaim/storage/storagetest/s3test"
 )
 
 // collectTargetImages is how many images the measured collect's target
@@ -50,8 +51,8 @@ func TestMeasureCollectOnS3(t *testing.T) {
 	if os.Getenv("RECLAIM_MEASURE") != "" {
 		sizes = []int{10, 300}
 	}
-	s3 := storagetest.StartS3(t)
-	counter := storagetest.NewS3Counter(t, s3.Endpoint)
+	s3 := s3test.StartS3(t)
+	counter := s3test.NewS3Counter(t, s3.Endpoint)
 	c := newS3Cluster(t, s3, counter.URL, "/measure", []string{addr}, storagetest.RealPrefix(t, addr))
 	c.startProcesses(t, 1, reclaimerOff)
 	r := c.regs[0]
@@ -98,7 +99,7 @@ var reclaimerOff = registrytest.WithConfig(func(cfg *configuration.Configuration
 
 type collectMeasured struct {
 	R                          int
-	calls                      storagetest.S3Calls
+	calls                      s3test.S3Calls
 	manifests, unlinked, blobs int
 }
 

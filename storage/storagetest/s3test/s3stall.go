@@ -1,4 +1,4 @@
-package storagetest
+package s3test
 
 import (
 	"math/rand/v2"

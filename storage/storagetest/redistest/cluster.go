@@ -1,4 +1,4 @@
-package storagetest
+package redistest
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 // and stops by its PID. Nodes keep no data on disk (no AOF, no RDB): a
 // killed master's data lives on only in its replica.
 //
-//	c := storagetest.StartCluster(t)   // skips when redis-server is absent
+//	c := redistest.StartCluster(t)   // skips when redis-server is absent
 //	client := c.Client(t)              // a *redis.ClusterClient on Addrs()
 //	m, _ := c.MasterFor(ctx, key)      // the master serving key's slot
 //	r, _ := c.ReplicaOf(ctx, m)

@@ -1,4 +1,4 @@
-package storagetest
+package redistest
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // PID. Nothing is kept on disk: a killed master's data lives on only in
 // its replica.
 //
-//	s := storagetest.StartSentinel(t)  // skips when redis-server is absent
+//	s := redistest.StartSentinel(t)  // skips when redis-server is absent
 //	client := s.Client(t)              // a go-redis failover client
 //	m, _ := s.Master(ctx)              // the master the sentinels name
 //	s.Kill(m)                          // SIGKILL: the sentinels promote the replica
