@@ -12,7 +12,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/registry"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
-	"github.com/reclaim-registry/reclaim/storage/storagetest"
+	"github.com/reclaim-registry/reclaim/storage/storagetest/redistest"
 )
 
 // The readiness probe tells the truth about Redis: ok while it answers,
@@ -21,7 +21,7 @@ import (
 // policy may drop records, ok when that is undone. Unauthenticated on a
 // registry with auth, and it says nothing beyond ok / not ready.
 func TestE2EReadinessFollowsRedis(t *testing.T) {
-	s := storagetest.StartRedisServer(t)
+	s := redistest.StartRedisServer(t)
 	opts := reclaimOptions(t, e2eWindow, s.Addr)
 	opts["epochinterval"] = "1h" // the test drives the recording ticks
 	r := registrytest.Start(t, registrytest.WithStorageMiddleware("reclaim", opts),
