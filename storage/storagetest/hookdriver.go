@@ -119,14 +119,7 @@ func (h *Hook) Driver(d storagedriver.StorageDriver) *HookDriver {
 
 // SetAfter makes f the After hook until the test ends.
 func (h *Hook) SetAfter(t testing.TB, f func(ctx context.Context, method, path string, err error)) {
-	h.mu.Lock()
-	h.after = f
-	h.mu.Unlock()
-	t.Cleanup(func() {
-		h.mu.Lock()
-		h.after = nil
-		h.mu.Unlock()
-	})
+	setUntilCleanup(t, &h.mu, &h.after, f)
 }
 
 func (h *Hook) callAfter(ctx context.Context, method, path string, err error) {
@@ -140,13 +133,19 @@ func (h *Hook) callAfter(ctx context.Context, method, path string, err error) {
 
 // Set makes f the Before hook until the test ends.
 func (h *Hook) Set(t testing.TB, f func(ctx context.Context, method, path string) error) {
-	h.mu.Lock()
-	h.before = f
-	h.mu.Unlock()
+	setUntilCleanup(t, &h.mu, &h.before, f)
+}
+
+// setUntilCleanup sets *p to f under mu, and back to nil when the test ends.
+func setUntilCleanup[F any](t testing.TB, mu *sync.Mutex, p *F, f F) {
+	mu.Lock()
+	*p = f
+	mu.Unlock()
 	t.Cleanup(func() {
-		h.mu.Lock()
-		h.before = nil
-		h.mu.Unlock()
+		mu.Lock()
+		var zero F
+		*p = zero
+		mu.Unlock()
 	})
 }
 
