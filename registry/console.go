@@ -229,7 +229,7 @@ func retentionApply(a retention.ApplyReport) console.RetentionApply {
 		out.Left = append(out.Left, t.Reason)
 	}
 	if a.Aborted != nil {
-		out.Aborted = a.Aborted.Reason + ": " + a.Aborted.Detail
+		out.Aborted = a.Aborted.Reason.String() + ": " + a.Aborted.Detail
 	}
 	return out
 }

@@ -100,7 +100,7 @@ func TestPlanOutcomes(t *testing.T) {
 		first := &retention.ApplyReport{PlanID: id, Repository: "team/a", StartedAt: now, FinishedAt: now,
 			Deleted: []retention.TagResult{{Tag: "v1"}}, Skipped: []retention.TagResult{{Tag: "v2", Reason: "in_use"}}}
 		second := &retention.ApplyReport{PlanID: id, Repository: "team/a", StartedAt: now.Add(time.Minute),
-			Aborted: &retention.Skip{Reason: "inuse_stale", Detail: "old"}}
+			Aborted: &retention.AbortError{Reason: "inuse_stale", Detail: "old"}}
 		for _, r := range []*retention.ApplyReport{first, second} {
 			if err := s.PutApply(ctx, r); err != nil {
 				t.Fatal(err)
