@@ -136,7 +136,7 @@ func (notRecording) RecordingSince(context.Context) (t0 time.Time, err error) {
 func (notRecording) LastAccess(context.Context, reclaim.Object) (time.Time, bool, error) {
 	return time.Time{}, false, nil
 }
-func (notRecording) Fence(context.Context, reclaim.Object, time.Duration, time.Duration) (collector.Hold, error) {
+func (notRecording) Fence(context.Context, reclaim.Object, time.Duration, time.Duration) (reclaim.Hold, error) {
 	return nil, reclaim.ErrFenced
 }
 func (notRecording) LockRepository(ctx context.Context, _ string, _ time.Duration) (context.Context, func(), error) {

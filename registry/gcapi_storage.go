@@ -37,13 +37,12 @@ func dryRunWait(d time.Duration) time.Duration {
 func newGCBackend(env *middleware.Env, opts config.Options) (*gcBackend, error) {
 	pins := redisstore.NewPins(env.Tracker.Client(), opts.Prefix, nil)
 	usage := redisstate.NewUsageStore(env.Tracker.Client(), opts.Prefix)
-	tr := gcTracker{env.Tracker}
 	col, err := collector.New(collector.Config{
 		Driver:  testDriver(env.Driver),
-		Tracker: tr,
+		Tracker: env.Tracker,
 		Links:   env.Links,
-		Clock:   tr,
-		Runs:    tr,
+		Clock:   env.Tracker,
+		Runs:    env.Tracker,
 		Freed:   env.Tracker,
 		LinkDBComplete: func(ctx context.Context) (bool, error) {
 			_, ok, err := linkdb.LinkDBComplete(ctx, env.Raw)
@@ -146,45 +145,15 @@ func repositoryExists(d storagedriver.StorageDriver) func(ctx context.Context, r
 	}
 }
 
-// gcTracker is the tracker as collector.Tracker: gc and the tracker share one
-// vocabulary (package reclaim), so only Fence and BeginRun, whose results gc
-// sees as a Hold and a RunHandle, need wrapping.
-type gcTracker struct{ *redisstate.Tracker }
-
+// The tracker is each of the collector's interfaces as it is: both speak
+// package reclaim, and its fences and run locks are reclaim's Hold and
+// RunHandle.
 var (
-	_ collector.Tracker      = gcTracker{}
-	_ collector.Clock        = gcTracker{}
-	_ collector.RunRecorder  = gcTracker{}
+	_ collector.Tracker      = (*redisstate.Tracker)(nil)
+	_ collector.Clock        = (*redisstate.Tracker)(nil)
+	_ collector.RunRecorder  = (*redisstate.Tracker)(nil)
 	_ collector.LinkIndex    = (*linkdb.ReverseLinks)(nil)
 	_ collector.LinkRepairer = (*linkdb.ReverseLinks)(nil)
 	_ collector.UsageStore   = (*redisstate.UsageStore)(nil)
 	_ collector.FreedCounter = (*redisstate.Tracker)(nil)
 )
-
-func (a gcTracker) Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (collector.Hold, error) {
-	f, err := a.Tracker.Fence(ctx, o, window, lease)
-	if err != nil {
-		return nil, err
-	}
-	return gcHold{t: a.Tracker, f: f, lease: lease}, nil
-}
-
-// BeginRun is the tracker's, with its lock seen as a collector.RunHandle.
-func (a gcTracker) BeginRun(ctx context.Context, repo, id string, started time.Time, lease time.Duration) (collector.RunHandle, error) {
-	l, err := a.Tracker.BeginRun(ctx, repo, id, started, lease)
-	if err != nil {
-		return nil, err
-	}
-	return l, nil
-}
-
-// gcHold is a tracker fence as the collector holds it.
-type gcHold struct {
-	t     *redisstate.Tracker
-	f     *redisstate.Fence
-	lease time.Duration
-}
-
-func (h gcHold) Confirm(ctx context.Context) error { return h.t.Confirm(ctx, h.f, h.lease) }
-
-func (h gcHold) Release(ctx context.Context) error { return h.t.Release(ctx, h.f) }
