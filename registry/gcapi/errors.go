@@ -1,4 +1,4 @@
-package registry
+package gcapi
 
 import (
 	"encoding/json"
@@ -97,6 +97,10 @@ var (
 	errPolicyOverride  = codePolicyOverride.err("the request would loosen the registry's configured policy")
 )
 
+// ErrDigestAlgorithm refuses a link under a digest algorithm other than
+// sha256 (the registry's sha256-only check answers it with WriteError).
+var ErrDigestAlgorithm = codeDigestInvalid.err("only sha256 digests are supported: online garbage collection cannot protect the blob behind a link under another digest algorithm")
+
 // sentinels gives the errors of the packages below (which know nothing of
 // HTTP) their codes. message, when set, replaces the error's text.
 var sentinels = []struct {
@@ -126,7 +130,7 @@ var sentinels = []struct {
 	{err: retention.ErrSourceNotFound, code: codeSourceUnknown},
 	{err: retention.ErrUnavailable, code: codeUnavailable},
 	// 403, not 401: the credentials may be fine; the page that sent them
-	// is not the registry's (gcapi_crosssite.go).
+	// is not the registry's (crosssite.go).
 	{err: crosssite.ErrRefused, code: codeCrossSite},
 	{err: auth.ErrInvalidCredential, code: codeUnauthorized},
 	{err: auth.ErrAuthenticationFailure, code: codeUnauthorized},
@@ -188,10 +192,10 @@ func answerOf(err error) (errorCode, apiError) {
 	return c, apiError{Code: c.Value, Message: message, Detail: detail}
 }
 
-// writeError writes err as a Distribution-style JSON error body, with the
+// WriteError writes err as a Distribution-style JSON error body, with the
 // Retry-After of its code. An auth challenge sets its own headers
 // (WWW-Authenticate) first.
-func writeError(w http.ResponseWriter, r *http.Request, err error) {
+func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	var ch auth.Challenge
 	if errors.As(err, &ch) {
 		ch.SetHeaders(r, w)
