@@ -104,31 +104,15 @@ type Config struct {
 	Next http.Handler
 }
 
-// gcBackend is what the API serves from while it is enabled: Config's
-// dependencies.
-type gcBackend struct {
-	Collector  *collector.Collector
-	Status     func(ctx context.Context) map[string]any
-	Exists     func(ctx context.Context, repo string) (bool, error)
-	Usage      *redisstate.UsageStore
-	Pins       *redisstore.Pins
-	InUse      *redisstore.InUse
-	Retention  *Retention
-	HasVersion func(ctx context.Context, repo string, ref retention.Ref) (bool, error)
-	Fenced     func(ctx context.Context, repo string, d digest.Digest) (bool, error)
-	TagFenced  func(ctx context.Context, repo, tag string) (bool, error)
-}
-
 // ErrDisabled answers every GC API request while `gc.enabled` is off.
 var ErrDisabled = fmt.Errorf("%w: set gc.enabled in the reclaim storage middleware options", collector.ErrDisabled)
 
 // New builds the API of c: serving when c.Collector is set and gc.enabled,
 // answering ErrDisabled otherwise (GET /gc/v1/status is served always).
 func New(c Config) *API {
-	var b *gcBackend
+	var b *Config
 	if c.Collector != nil {
-		b = &gcBackend{Collector: c.Collector, Status: c.Status, Exists: c.Exists, Usage: c.Usage, Pins: c.Pins, InUse: c.InUse,
-			Retention: c.Retention, HasVersion: c.HasVersion, Fenced: c.Fenced, TagFenced: c.TagFenced}
+		b = &c
 	}
 	api := newGCAPI(c.Access, c.Options, b, c.Next)
 	api.statusPage = &statusHandler{access: c.Access, api: api, reclaimer: c.Reclaimer, health: c.RedisHealth}
@@ -166,13 +150,13 @@ type API struct {
 	statusPage *statusHandler // GET /gc/v1/status (status.go)
 	opts       config.Options
 	access     *accesscontrol.Control
-	backend    *gcBackend // nil while the API is disabled
+	backend    *Config // what it serves from (New's Config); nil while the API is disabled
 	bodies     *bodyLimiter
 }
 
 // newGCAPI serves the API on b when opts enable it, and answers
 // ErrDisabled otherwise.
-func newGCAPI(access *accesscontrol.Control, opts config.Options, b *gcBackend, next http.Handler) *API {
+func newGCAPI(access *accesscontrol.Control, opts config.Options, b *Config, next http.Handler) *API {
 	if !opts.GC.Enabled {
 		b = nil
 	}
@@ -227,7 +211,7 @@ func ValidateRepository(repo string) error {
 // asks, and only a caller with access learns whether the repository exists.
 // All of it comes before the collector's preconditions, so a request that
 // can never succeed is never answered with a 503 that says retry.
-func (h *API) repoRequest(r *http.Request, repo string) (collectRequest, *gcBackend, error) {
+func (h *API) repoRequest(r *http.Request, repo string) (collectRequest, *Config, error) {
 	if err := ValidateRepository(repo); err != nil {
 		return collectRequest{}, nil, err
 	}
@@ -333,7 +317,7 @@ func (h *API) plan(w http.ResponseWriter, r *http.Request, repo string) error {
 }
 
 func (h *API) getRun(w http.ResponseWriter, r *http.Request, id string) error {
-	return h.getRecord(w, r, func(b *gcBackend) (string, any, error) {
+	return h.getRecord(w, r, func(b *Config) (string, any, error) {
 		if !planIDRe.MatchString(id) {
 			return "", nil, runUnknown(id)
 		}
@@ -351,7 +335,7 @@ func (h *API) getRun(w http.ResponseWriter, r *http.Request, id string) error {
 }
 
 func (h *API) getPlan(w http.ResponseWriter, r *http.Request, id string) error {
-	return h.getRecord(w, r, func(b *gcBackend) (string, any, error) {
+	return h.getRecord(w, r, func(b *Config) (string, any, error) {
 		p, ok := b.Collector.Plan(id)
 		if !ok {
 			return "", nil, planUnknown(id)
@@ -363,7 +347,7 @@ func (h *API) getPlan(w http.ResponseWriter, r *http.Request, id string) error {
 // getRecord serves a run or a plan found by find: readable by whoever may
 // pull its repository. To anyone else it answers unknown, exactly as find
 // does for an id that does not exist.
-func (h *API) getRecord(w http.ResponseWriter, r *http.Request, find func(*gcBackend) (repo string, v any, err error), unknown error) error {
+func (h *API) getRecord(w http.ResponseWriter, r *http.Request, find func(*Config) (repo string, v any, err error), unknown error) error {
 	if err := h.access.Authorize(r, "", ""); err != nil {
 		return err
 	}

@@ -72,7 +72,7 @@ func scopeAPI(t *testing.T, usage *redisstate.UsageStore) (do func(method, path,
 		t.Fatal(err)
 	}
 	cfg := collector.Config{Driver: d, Tracker: notRecording{}, Links: noLinks{}}
-	b := &gcBackend{}
+	b := &Config{}
 	if usage != nil {
 		cfg.Usage, b.Usage = usage, usage
 	}

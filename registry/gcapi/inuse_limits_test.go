@@ -135,7 +135,7 @@ func largeUpload(size int64) io.Reader {
 // TOO_MANY_REQUESTS, Retry-After. A small upload is not counted.
 func TestInUseBodyBound(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
-	api := newGCAPI(&accesscontrol.Control{}, config.Options{GC: config.GC{Enabled: true}}, &gcBackend{InUse: redisstore.NewInUse(c, "")}, http.NotFoundHandler())
+	api := newGCAPI(&accesscontrol.Control{}, config.Options{GC: config.GC{Enabled: true}}, &Config{InUse: redisstore.NewInUse(c, "")}, http.NotFoundHandler())
 	held, release, waiting := make(chan struct{}, 8), make(chan struct{}), make(chan struct{}, 8)
 	api.bodies.held = func() { held <- struct{}{}; <-release }
 	api.bodies.waiting = func() { waiting <- struct{}{} }

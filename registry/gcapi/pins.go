@@ -117,21 +117,23 @@ func (h *API) putPin(w http.ResponseWriter, r *http.Request, repo string, ref re
 	if err != nil {
 		return err
 	}
-	if ref.Tag != "" {
-		// retention's compare-and-delete fences the tag before it reads
-		// the pins (tracker/tagfence.go): write first, ask second
-		fenced, err := b.TagFenced(ctx, repo, ref.Tag)
-		if err != nil {
-			return fmt.Errorf("%w: the pin is stored, but whether retention is deleting the tag could not be read: %v", retention.ErrUnavailable, err)
+	// retention's compare-and-delete fences the tag before it reads the
+	// pins (redisstate/tagfence.go), a collector the manifest: write
+	// first, ask second
+	for _, c := range []struct {
+		on     bool
+		what   string
+		fenced func() (bool, error)
+	}{
+		{ref.Tag != "", "retention is deleting the tag", func() (bool, error) { return b.TagFenced(ctx, repo, ref.Tag) }},
+		{ref.Digest != "", "a collection is deleting the manifest", func() (bool, error) { return b.Fenced(ctx, repo, ref.Digest) }},
+	} {
+		if !c.on {
+			continue
 		}
-		if fenced {
-			return errPinRace
-		}
-	}
-	if ref.Digest != "" {
-		fenced, err := b.Fenced(ctx, repo, ref.Digest)
+		fenced, err := c.fenced()
 		if err != nil {
-			return fmt.Errorf("%w: the pin is stored, but whether a collection is deleting the manifest could not be read: %v", retention.ErrUnavailable, err)
+			return fmt.Errorf("%w: the pin is stored, but whether %s could not be read: %v", retention.ErrUnavailable, c.what, err)
 		}
 		if fenced {
 			return errPinRace

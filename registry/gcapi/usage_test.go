@@ -52,7 +52,7 @@ func FuzzUsageRoute(f *testing.F) {
 		f.Add(seed)
 	}
 	store := redisstate.NewUsageStore(redis.NewClient(&redis.Options{Addr: miniredis.RunT(f).Addr()}), "")
-	api := newGCAPI(&accesscontrol.Control{}, config.Options{GC: config.GC{Enabled: true}}, &gcBackend{Usage: store,
+	api := newGCAPI(&accesscontrol.Control{}, config.Options{GC: config.GC{Enabled: true}}, &Config{Usage: store,
 		Exists: func(context.Context, string) (bool, error) { return false, nil }}, http.NotFoundHandler())
 	f.Fuzz(func(t *testing.T, name string) {
 		if ValidateRepository(name) != nil {

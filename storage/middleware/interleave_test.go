@@ -47,7 +47,7 @@ func (a *testApp) age(t *testing.T) {
 	storagetest.Age(t, a.env.Tracker.Client(), prefix, testWindow+time.Millisecond)
 	a.forgetDedup() // the window has passed for this process's read dedup too
 	// and for the checks of requests in flight (scope.covered)
-	a.env.skew.Add(int64(testWindow + time.Millisecond))
+	a.env.Age(testWindow + time.Millisecond)
 }
 
 // watchFenced signals the first touch a fence refuses.
