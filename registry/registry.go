@@ -1,11 +1,14 @@
-// Package registry is Reclaim's HTTP layer: the GC API, the referrers API,
-// status and metrics, around Distribution's app. It is the only package
-// that turns Reclaim's errors into HTTP status codes.
+// Package registry is Reclaim's server around Distribution's app: the
+// Server, which owns everything Reclaim builds from one configuration, and
+// the HTTP features it composes (the referrers API, the sha256 check, the
+// console's glue). The GC API is registry/gcapi, where an error becomes an
+// HTTP status (its errors.go); the access controller is
+// registry/accesscontrol.
 //
-// A Server is everything Reclaim builds from one configuration: the
-// options (decoded once), the storage Env, the collector, the reclaimer,
-// the referrers backend and the access controller. New builds it, Handler
-// composes its handlers around Distribution's app, Start runs the
+// wire.go builds the whole graph: New decodes the options once and opens
+// the storage Env, the collector, the retention stores, the reclaimer when
+// enabled and the referrers backend; Handler composes the GC API, the
+// console and the referrers API around Distribution's app. Start runs the
 // background reclaimer and Close stops everything.
 package registry
 
