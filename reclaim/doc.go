@@ -9,7 +9,8 @@ The storage middleware records and fences an Object; the tracker (Redis)
 keeps RunState, Usage and the review queue's ReviewItem and wraps its
 failures in the sentinels below; the link database lists RepoLink; gc
 decides with a Reason per object and aborts with an AbortReason; the GC
-API, the console and the metrics print the same names. Each word is
+API, the console and the metrics print the same names; a deleter holds
+a fence as a Hold and a run its lock as a RunHandle. Each word is
 defined here once, so no package translates another's and nobody
 re-exports them under a second name.
 

@@ -140,7 +140,7 @@ func (e *failoverEnv) round(t *testing.T, round int) timeline {
 	tl.t1 = time.Now()
 	e.requireLost(ctx, t, x)
 	// GC's first fence after the promotion, before its own next tick.
-	if f, err := e.gc.Fence(ctx, reclaim.Object{Blob: x}, failoverWindow, time.Minute); !errors.Is(err, reclaim.ErrNotRecording) {
+	if f, err := e.gc.fence(ctx, reclaim.Object{Blob: x}, failoverWindow, time.Minute); !errors.Is(err, reclaim.ErrNotRecording) {
 		_ = e.gc.Release(ctx, f)
 		t.Fatalf("GC's fence on %s, whose access the failover lost: %v; want ErrNotRecording (a wrong delete otherwise)", x, err)
 	}
@@ -192,7 +192,7 @@ func (e *failoverEnv) trusted(ctx context.Context, t *testing.T, round int) {
 	storagetest.Age(t, e.c, e.gc.opts.Prefix, 2*failoverWindow)
 	e.replicated(ctx, t, e.gc.sinceKey())
 	y := reclaim.Object{Blob: digest.FromString(fmt.Sprintf("never accessed %d", round))}
-	f, err := e.gc.Fence(ctx, y, failoverWindow, time.Minute)
+	f, err := e.gc.fence(ctx, y, failoverWindow, time.Minute)
 	if err != nil {
 		t.Fatalf("before the failover GC does not trust the records: %v", err)
 	}
@@ -278,7 +278,7 @@ func (e *failoverEnv) firstFence(ctx context.Context, t *testing.T, lost time.Ti
 	go e.gc.KeepRecording(tctx, time.Second)
 	for i := 0; ; i++ {
 		o := reclaim.Object{Blob: digest.FromString(fmt.Sprintf("after the failover %d %v", i, lost))}
-		f, err := e.gc.Fence(ctx, o, failoverWindow, time.Minute)
+		f, err := e.gc.fence(ctx, o, failoverWindow, time.Minute)
 		if err == nil {
 			at := time.Now()
 			since, err := e.gc.RecordingSince(ctx)

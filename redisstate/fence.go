@@ -46,14 +46,36 @@ type Fence struct {
 	// Taken is the Redis time the fence was taken.
 	Taken time.Time
 	key   string
+	t     *Tracker
+	lease time.Duration
 }
+
+var _ reclaim.Hold = (*Fence)(nil)
+
+// Confirm is Tracker.Confirm of f for the lease it was taken with: a
+// Fence is the reclaim.Hold a collector deletes under.
+func (f *Fence) Confirm(ctx context.Context) error { return f.t.Confirm(ctx, f, f.lease) }
+
+// Release is Tracker.Release of f.
+func (f *Fence) Release(ctx context.Context) error { return f.t.Release(ctx, f) }
 
 // Fence takes a fence on o unless o was accessed within window (the error
 // wraps ErrRecentlyAccessed) or o or its blob is already fenced (ErrFenced).
 // It also fails with ErrNotRecording when the epoch is missing or younger
 // than window: then "no access record" proves nothing. The lease bounds how
 // long a crashed GC blocks writers of o.
-func (t *Tracker) Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (*Fence, error) {
+//
+// The fence is a *Fence, seen as the reclaim.Hold gc/collector deletes
+// under (its Tracker interface takes this method as it is).
+func (t *Tracker) Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (reclaim.Hold, error) {
+	f, err := t.fence(ctx, o, window, lease)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func (t *Tracker) fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (*Fence, error) {
 	if window <= 0 || lease <= 0 || window >= t.opts.AccessTTL {
 		return nil, fmt.Errorf("redisstate: Fence: window %v and lease %v must be positive and window below the access TTL %v", window, lease, t.opts.AccessTTL)
 	}
@@ -77,7 +99,7 @@ func (t *Tracker) Fence(ctx context.Context, o reclaim.Object, window, lease tim
 		metricFences.WithLabelValues("recently_accessed").Inc()
 		return nil, fmt.Errorf("%w: %s at %s", reclaim.ErrRecentlyAccessed, o, time.UnixMilli(res[1]).UTC().Format(time.RFC3339Nano))
 	}
-	f := &Fence{Object: o, Token: tok, Taken: time.UnixMilli(res[1]), key: t.fenceKey(o)}
+	f := &Fence{Object: o, Token: tok, Taken: time.UnixMilli(res[1]), key: t.fenceKey(o), t: t, lease: lease}
 	// The epoch lives in another hash slot, so it is checked right after
 	// the fence is taken, once the master that ran the script is known to
 	// have kept its records (fencecheck.go); a fence without a trusted

@@ -33,11 +33,11 @@ func TestBlobFenceConfirmWaitsForAReplica(t *testing.T) {
 	}
 	age(t, tr, window)
 	blob := digest.FromString("replicated fence")
-	f, err := tr.Fence(ctx, reclaim.Object{Blob: blob}, window, time.Minute)
+	f, err := tr.fence(ctx, reclaim.Object{Blob: blob}, window, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	link, err := tr.Fence(ctx, reclaim.Object{Blob: digest.FromString("link"), Repo: "r", Kind: reclaim.LinkLayer}, window, time.Minute)
+	link, err := tr.fence(ctx, reclaim.Object{Blob: digest.FromString("link"), Repo: "r", Kind: reclaim.LinkLayer}, window, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -122,7 +122,8 @@ redis.call('HINCRBY', KEYS[1], 'v', 1)
 return 1
 `)
 
-// RunLock is a repository lock that carries a run record.
+// RunLock is a repository lock that carries a run record: the
+// reclaim.RunHandle BeginRun returns.
 type RunLock struct {
 	t          *Tracker
 	repo, id   string
@@ -133,8 +134,9 @@ type RunLock struct {
 
 // BeginRun takes repo's lock as LockRepository does and, in the same script,
 // records run id as running under it. ErrRepositoryBusy when another run
-// holds the lock.
-func (t *Tracker) BeginRun(ctx context.Context, repo, id string, started time.Time, lease time.Duration) (*RunLock, error) {
+// holds the lock. The lock is a *RunLock, seen as the reclaim.RunHandle
+// gc/collector's RunRecorder takes.
+func (t *Tracker) BeginRun(ctx context.Context, repo, id string, started time.Time, lease time.Duration) (reclaim.RunHandle, error) {
 	if !layout.ValidRepo(repo) || id == "" || lease < 3*time.Millisecond {
 		return nil, fmt.Errorf("redisstate: BeginRun(%q, %q, %v): bad arguments", repo, id, lease)
 	}

@@ -15,7 +15,7 @@ const runLease = time.Minute
 
 // die leaves l's record as a killed process does: running, and its lock no
 // longer held by it (here released; in production it expires unrenewed).
-func die(t *testing.T, tr *Tracker, repo string, l *RunLock) {
+func die(t *testing.T, tr *Tracker, repo string, l reclaim.RunHandle) {
 	t.Helper()
 	l.Unlock()
 	if n := tr.c.Exists(context.Background(), tr.lockKey(repo)).Val(); n != 0 {
@@ -243,7 +243,7 @@ func TestRecentRuns(t *testing.T) {
 		tr := newTestTracker(t, b)
 		ctx := context.Background()
 		t0 := time.Now().Add(-time.Minute)
-		var locks []*RunLock
+		var locks []reclaim.RunHandle
 		for i, repo := range []string{"a/one", "b/two", "a/one"} {
 			if i == 2 {
 				if err := locks[0].End(ctx, "done", []byte(`{}`)); err != nil {

@@ -47,7 +47,7 @@ func (t *Tracker) FenceTag(ctx context.Context, repo, tag string, lease time.Dur
 	if !ok {
 		return nil, fmt.Errorf("%w: tag %s of %s", reclaim.ErrFenced, tag, repo)
 	}
-	return &Fence{Token: tok, Taken: time.Now(), key: key}, nil
+	return &Fence{Token: tok, Taken: time.Now(), key: key, t: t, lease: lease}, nil
 }
 
 // TagFenced reports whether a deleter holds the fence on tag of repo.
@@ -79,5 +79,5 @@ func (t *Tracker) Mark(ctx context.Context, o reclaim.Object, lease time.Duratio
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", reclaim.ErrFenced, o)
 	}
-	return &Fence{Object: o, Token: tok, Taken: time.Now(), key: key}, nil
+	return &Fence{Object: o, Token: tok, Taken: time.Now(), key: key, t: t, lease: lease}, nil
 }

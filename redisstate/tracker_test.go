@@ -77,7 +77,7 @@ func checkLinkFence(t *testing.T, tr *Tracker) {
 	if fenced, err := tr.Fenced(ctx, layerA); err != nil || fenced {
 		t.Fatalf("Fenced before the fence: %v %v", fenced, err)
 	}
-	f, err := tr.Fence(ctx, layerA, window, time.Minute)
+	f, err := tr.fence(ctx, layerA, window, time.Minute)
 	if err != nil {
 		t.Fatalf("fence after window: %v", err)
 	}
@@ -117,7 +117,7 @@ func checkLinkFence(t *testing.T, tr *Tracker) {
 func checkBlobFence(t *testing.T, tr *Tracker) {
 	t.Helper()
 	ctx := context.Background()
-	fb, err := tr.Fence(ctx, reclaim.Object{Blob: dA}, window, time.Minute)
+	fb, err := tr.fence(ctx, reclaim.Object{Blob: dA}, window, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func checkLeaseExpiry(t *testing.T, b storagetest.Backend, tr *Tracker) {
 	t.Helper()
 	ctx := context.Background()
 	const lease = 50 * time.Millisecond
-	f, err := tr.Fence(ctx, reclaim.Object{Blob: dB}, window, lease)
+	f, err := tr.fence(ctx, reclaim.Object{Blob: dB}, window, lease)
 	if err != nil {
 		t.Fatal(err)
 	}

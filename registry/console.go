@@ -12,6 +12,7 @@ import (
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/registry/console"
+	"github.com/reclaim-registry/reclaim/registry/gcapi"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
@@ -28,21 +29,21 @@ import (
 
 // newConsole serves the console in front of next, on the data the status
 // endpoint and the GC API read.
-func (s *Server) newConsole(api *gcAPI, next http.Handler) http.Handler {
+func (s *Server) newConsole(api *gcapi.API, next http.Handler) http.Handler {
 	c := &consoleData{s: s, api: api}
 	var ranked func(ctx context.Context, by string, n int) ([]reclaim.Usage, int64, error)
-	if b := api.backend; b != nil && b.Usage != nil {
-		ranked = b.Usage.Top
+	if api.Collector() != nil && s.gc.Usage != nil {
+		ranked = s.gc.Usage.Top
 	}
 	return console.New(console.Config{
 		Authorize:    c.authorize,
-		Deny:         writeError,
+		Deny:         gcapi.WriteError,
 		Overview:     c.overview,
 		Runs:         c.runs,
 		Run:          c.run,
 		Repositories: c.repositories,
-		Validate:     validateRepository,
-		Preview:      c.preview,
+		Validate:     gcapi.ValidateRepository,
+		Preview:      api.Preview,
 		Ranked:       ranked,
 		Retention:    c.retention(),
 	}, next)
@@ -50,7 +51,7 @@ func (s *Server) newConsole(api *gcAPI, next http.Handler) http.Handler {
 
 type consoleData struct {
 	s   *Server
-	api *gcAPI
+	api *gcapi.API
 }
 
 var consoleAction = map[console.Access]string{console.Pull: "pull", console.Delete: "delete"}
@@ -58,19 +59,11 @@ var consoleAction = map[console.Access]string{console.Pull: "pull", console.Dele
 func (c *consoleData) authorize(r *http.Request, repo string, a console.Access) error {
 	switch a {
 	case console.List:
-		return c.s.access.authorizeCatalog(r)
+		return c.s.access.AuthorizeCatalog(r)
 	case console.Authenticated:
-		return c.s.access.authorize(r, "", "")
+		return c.s.access.Authorize(r, "", "")
 	}
-	return c.s.access.authorize(r, repo, consoleAction[a])
-}
-
-// collector is the GC API's collector, nil while the API is off.
-func (c *consoleData) collector() *collector.Collector {
-	if c.api.backend == nil {
-		return nil
-	}
-	return c.api.backend.Collector
+	return c.s.access.Authorize(r, repo, consoleAction[a])
 }
 
 // recentRunsShown is how many shared run records the console's run lists
@@ -78,33 +71,17 @@ func (c *consoleData) collector() *collector.Collector {
 const recentRunsShown = 50
 
 func (c *consoleData) runs(ctx context.Context) ([]*collector.Report, error) {
-	if col := c.collector(); col != nil {
+	if col := c.api.Collector(); col != nil {
 		return col.RecentRuns(ctx, recentRunsShown)
 	}
 	return nil, nil
 }
 
 func (c *consoleData) run(ctx context.Context, id string) (*collector.Report, bool, error) {
-	if col := c.collector(); col != nil {
+	if col := c.api.Collector(); col != nil {
 		return col.LookupRun(ctx, id)
 	}
 	return nil, false, nil
-}
-
-// preview is a dry-run collect, counted in the metrics as the API's are.
-func (c *consoleData) preview(ctx context.Context, repo string) (*collector.Report, error) {
-	b := c.api.backend
-	if b == nil {
-		return nil, errGCDisabled
-	}
-	if b.Exists != nil {
-		if ok, err := b.Exists(ctx, repo); err == nil && !ok {
-			return nil, fmt.Errorf("%w: %s", collector.ErrRepositoryNotFound, repo)
-		}
-	}
-	rep, err := b.Collector.Collect(ctx, repo, collector.RunOptions{DryRun: true})
-	observe(rep, err)
-	return rep, err
 }
 
 // repositories lists repository names in storage order after last, as
@@ -118,9 +95,9 @@ func (c *consoleData) repositories(ctx context.Context, last string, n int) ([]s
 
 // overview reads what GET /gc/v1/status reports, typed for the page.
 func (c *consoleData) overview(ctx context.Context) console.Overview {
-	o := console.Overview{GCEnabled: c.api.backend != nil, WindowSeconds: int64(c.s.opts.Window.Seconds())}
+	o := console.Overview{GCEnabled: c.api.Collector() != nil, WindowSeconds: int64(c.s.opts.Window.Seconds())}
 	if !o.GCEnabled {
-		o.GCNote = errGCDisabled.Error()
+		o.GCNote = gcapi.ErrDisabled.Error()
 	}
 	if c.s.reclaimer != nil {
 		o.Reclaimer = c.s.reclaimer.Status(ctx)
@@ -179,10 +156,10 @@ const retentionPlansShown = 50
 // retention lists the newest stored retention plans of every repository;
 // nil when retention is off (the page says so).
 func (c *consoleData) retention() func(ctx context.Context) ([]console.RetentionRow, error) {
-	if c.api.backend == nil || c.api.backend.Retention == nil {
+	if c.api.Collector() == nil || c.s.gc.Retention == nil {
 		return nil
 	}
-	rb := c.api.backend.Retention
+	rb := c.s.gc.Retention
 	return func(ctx context.Context) ([]console.RetentionRow, error) {
 		now := time.Now()
 		list, err := rb.Plans.List(ctx, "", now.Add(-rb.PlanKeep), now, retentionPlansShown)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/registry/gcapi"
 )
 
 // Only sha256 creates links while the reclaim middleware runs.
@@ -34,21 +35,17 @@ import (
 // (referrers.go), the one pattern of a manifest URL.
 var uploadPathRe = regexp.MustCompile(`^/v2/.+/blobs/uploads(/[^/]*)?$`)
 
-// errDigestAlgorithm refuses a link under a digest algorithm other than
-// sha256.
-var errDigestAlgorithm = codeDigestInvalid.err("only sha256 digests are supported: online garbage collection cannot protect the blob behind a link under another digest algorithm")
-
 func sha256Only(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := checkLinkDigest(r); err != nil {
-			writeError(w, r, err)
+			gcapi.WriteError(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// checkLinkDigest returns errDigestAlgorithm when r would create a link under
+// checkLinkDigest returns gcapi.ErrDigestAlgorithm when r would create a link under
 // a digest algorithm other than sha256. It reads parameters the way
 // Distribution does (r.FormValue), so it sees the same value.
 func checkLinkDigest(r *http.Request) error {
@@ -81,5 +78,5 @@ func checkAlgorithm(param, value string) error {
 	if !ok || digest.Algorithm(alg) == digest.SHA256 {
 		return nil
 	}
-	return fmt.Errorf("%w: %s %q uses %s", errDigestAlgorithm, param, value, alg)
+	return fmt.Errorf("%w: %s %q uses %s", gcapi.ErrDigestAlgorithm, param, value, alg)
 }

@@ -89,18 +89,13 @@ func completeGC(t *testing.T, r *registrytest.Registry) *gcRegistry {
 }
 
 // settle makes everything done so far older than the window: it moves
-// the Redis clock the window is timed by (registrytest.Registry.Age), by
-// the window and a margin, as sleeping through them used to.
+// the Redis clock the window is timed by and the clock of the requests in
+// flight (registrytest.Registry.Age), by the window and a margin, as
+// sleeping through them used to.
 func (g *gcRegistry) settle(t *testing.T) {
 	t.Helper()
 	g.Age(t, e2eWindow+200*time.Millisecond)
 }
-
-// stall waits through the window on the wall clock. Only a test that
-// holds a request across the window needs it: the request's own checks
-// are timed by the process's clock (storage.Env), which Age does not
-// move.
-func (g *gcRegistry) stall() { time.Sleep(e2eWindow + 200*time.Millisecond) }
 
 // post sends an empty POST to path as g's user.
 func (g *gcRegistry) post(t *testing.T, path string) (int, []byte) {

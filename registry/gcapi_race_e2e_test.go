@@ -181,7 +181,7 @@ func slowPut(t *testing.T, g *gcRegistry, m ggcrv1.Hash, put func(...remote.Opti
 	case err := <-done:
 		t.Fatalf("the PUT ended before the write of its manifest's data: %v", err)
 	}
-	g.stall() // the PUT stalls for longer than the window
+	g.settle(t) // the PUT stalls for longer than the window
 	code, body := g.collectRaw(t, "r", false)
 	if code != http.StatusOK {
 		close(release)

@@ -42,7 +42,7 @@ func (s *Server) NewReclaimer(enabled bool) (*reclaimer.Reclaimer, error) {
 	}
 	env := s.env
 	return reclaimer.New(reclaimer.Config{
-		// what the collector is wired to (gcapi_storage.go)
+		// what the collector is wired to (wire.go)
 		Collector: s.gc.Collector, Queue: env.Queue(), Driver: testDriver(env.Driver),
 		Context: middleware.WithoutAccessRecords, Freed: env.Tracker, Usage: s.gc.Usage,
 		Repair: env.Links, MarkLinkDBIncomplete: func(ctx context.Context) error {

@@ -32,6 +32,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/reclaim-registry/reclaim/internal/metrics"
+	"github.com/reclaim-registry/reclaim/registry/accesscontrol"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/referrers"
 )
@@ -113,10 +114,10 @@ type referrersHandler struct {
 	prefix  string // config.HTTP.Prefix without its trailing slash
 	headers http.Header
 	backend *referrersBackend
-	access  *accessControl
+	access  *accesscontrol.Control
 }
 
-func newReferrersHandler(conf *configuration.Configuration, b *referrersBackend, access *accessControl, next http.Handler) *referrersHandler {
+func newReferrersHandler(conf *configuration.Configuration, b *referrersBackend, access *accesscontrol.Control, next http.Handler) *referrersHandler {
 	return &referrersHandler{
 		next:    next,
 		prefix:  strings.TrimSuffix(conf.HTTP.Prefix, "/"),
@@ -164,16 +165,13 @@ func (h *referrersHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // when it is missing, like Distribution's App.authorized.
 func (h *referrersHandler) authorized(w http.ResponseWriter, r *http.Request, repo string) bool {
 	ctx := r.Context()
-	if h.access.err != nil {
-		referrersLog.Errorf("referrers: access controller: %v", h.access.err)
+	access := auth.Access{Resource: auth.Resource{Type: "repository", Name: repo}, Action: "pull"}
+	grant, broken, err := h.access.Grant(r, access)
+	if broken != nil {
+		referrersLog.Errorf("referrers: access controller: %v", broken)
 		h.serveError(ctx, w, errcode.ErrorCodeUnknown.WithDetail("access controller unavailable"))
 		return false
 	}
-	if h.access.ac == nil {
-		return true
-	}
-	access := auth.Access{Resource: auth.Resource{Type: "repository", Name: repo}, Action: "pull"}
-	grant, err := h.access.ac.Authorized(r, access)
 	if err != nil {
 		var ch auth.Challenge
 		if errors.As(err, &ch) {

@@ -14,6 +14,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/reclaim-registry/reclaim/registry/accesscontrol"
 	"github.com/reclaim-registry/reclaim/storage/referrers"
 )
 
@@ -91,7 +92,7 @@ func TestReferrersDefaultPageSize(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h := newReferrersHandler(&configuration.Configuration{}, backendFromDriver(d), &accessControl{}, http.NotFoundHandler())
+	h := newReferrersHandler(&configuration.Configuration{}, backendFromDriver(d), &accesscontrol.Control{}, http.NotFoundHandler())
 	for _, q := range []string{"", "?n=100000"} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v2/p/referrers/"+subject.String()+q, nil))

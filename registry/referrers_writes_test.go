@@ -16,6 +16,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/reclaim-registry/reclaim/registry/accesscontrol"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/referrers"
 )
@@ -97,7 +98,7 @@ func raceHandler(t *testing.T, status int, payload []byte, linked bool) (http.Ha
 		w.Header().Set("Docker-Content-Digest", digest.FromBytes(payload).String())
 		w.WriteHeader(status)
 	})
-	h := newReferrersHandler(&configuration.Configuration{}, b, &accessControl{}, next)
+	h := newReferrersHandler(&configuration.Configuration{}, b, &accesscontrol.Control{}, next)
 	return h, referrers.New(d)
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/registry/gcapi"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/inuse"
 	"github.com/reclaim-registry/reclaim/retention/redisstore"
@@ -31,7 +32,7 @@ type retentionFixture struct {
 	env      *middleware.Env
 	drv      *storagetest.CountingDriver
 	redis    *storagetest.RedisCounter
-	backend  *retentionBackend
+	backend  *gcapi.Retention
 	policy   retention.Policy
 	versions []digest.Digest
 }
@@ -49,7 +50,7 @@ func newRetentionFixture(b *testing.B, n int) *retentionFixture {
 	opts, _ := config.Options{Retention: config.Retention{PlanKeep: 30 * 24 * time.Hour}}.WithDefaults()
 	pins := redisstore.NewPins(env.Tracker.Client(), opts.Prefix, nil)
 	index := redisstore.NewInUse(env.Tracker.Client(), opts.Prefix)
-	f.backend = newRetentionBackend(env, opts, pins, index)
+	f.backend = newRetention(env, opts, pins, index)
 	f.policy = retention.Policy{KeepNewest: 10, RollbackSlack: 3, MinAge: 1, Cap: n}
 	f.write(b, "bench/app", n)
 	// in use: the middle version (and one of another repository)

@@ -8,6 +8,7 @@ import (
 	"github.com/distribution/distribution/v3/configuration"
 
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/registry/gcapi"
 )
 
 func serverConfig(options map[string]any) *configuration.Configuration {
@@ -38,9 +39,9 @@ func TestNewBuildsWhatIsEnabled(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			api := newGCAPI(s.access, s.opts, s.gc, nil)
-			if (s.Env() != nil) != tc.env || (api.backend != nil) != tc.api || (s.reclaimer != nil) != tc.reclaimer {
-				t.Fatalf("env %v, GC API %v, reclaimer %v", s.Env() != nil, api.backend != nil, s.reclaimer != nil)
+			api := gcapi.New(s.gcConfig(nil))
+			if (s.Env() != nil) != tc.env || (api.Collector() != nil) != tc.api || (s.reclaimer != nil) != tc.reclaimer {
+				t.Fatalf("env %v, GC API %v, reclaimer %v", s.Env() != nil, api.Collector() != nil, s.reclaimer != nil)
 			}
 			s.Start()
 			if (s.stop != nil) != tc.reclaimer {

@@ -61,11 +61,16 @@ var allowed = map[string][]string{
 	"retention/redisstore": {"retention", "retention/inuse"},
 
 	// HTTP, and the binary
-	"registry": {"gc", "gc/collector", "gc/reclaimer", "internal/config", "internal/crosssite", "internal/metrics", "reclaim", "redisstate",
-		"registry/console", "retention", "retention/inuse", "retention/redisstore",
+	// registry: the Server, and wire.go, which builds everything below
+	"registry": {"gc/collector", "gc/reclaimer", "internal/config", "internal/metrics", "reclaim", "redisstate",
+		"registry/accesscontrol", "registry/console", "registry/gcapi", "retention", "retention/redisstore",
 		"storage/layout", "storage/linkdb", "storage/middleware", "storage/referrers"},
-	"registry/console":      {"gc", "gc/collector", "gc/reclaimer", "internal/crosssite", "reclaim"},
-	"registry/registrytest": {"internal/config", "registry", "storage/storagetest"},
+	// the GC API: handlers, route table, error table; no storage, no driver stack
+	"registry/gcapi": {"gc/collector", "internal/config", "internal/crosssite", "internal/metrics", "reclaim", "redisstate",
+		"registry/accesscontrol", "retention", "retention/inuse", "retention/redisstore"},
+	"registry/accesscontrol": {},
+	"registry/console":       {"gc", "gc/collector", "gc/reclaimer", "internal/crosssite", "reclaim"},
+	"registry/registrytest":  {"internal/config", "registry", "storage/storagetest"},
 	"cmd/registry": {"gc", "gc/collector", "gc/reclaimer", "internal/config", "reclaim", "redisstate", "registry", "retention", "retention/inuse",
 		"storage/layout", "storage/linkdb", "storage/middleware"},
 
@@ -140,8 +145,9 @@ func TestDependencies(t *testing.T) {
 // directly or not, the module's packages and the outside world alike: the
 // decision core knows nothing of Redis or HTTP, the link database tools run
 // without the registry's handlers, the storage tree is a leaf, the one
-// typed configuration depends on nothing it configures, and retention's
-// domain knows neither Redis nor HTTP nor the collector.
+// typed configuration depends on nothing it configures, retention's
+// domain knows neither Redis nor HTTP nor the collector, and the GC API
+// opens no storage.
 func checkForbidden(t *testing.T, pkgs map[string]pkg) {
 	const (
 		redis    = "github.com/redis/go-redis/v9"
@@ -174,6 +180,11 @@ func checkForbidden(t *testing.T, pkgs map[string]pkg) {
 		{"storage/linkdb", append(our("storage/middleware", "gc", "registry"), handlers)},
 		{"storage/middleware", our("gc", "gc/collector", "registry")},
 		{"internal/config", append(our("storage/middleware", "redisstate", "storage/linkdb", "gc", "registry"), handlers)},
+		// the GC API serves what registry/wire.go hands it: it opens no
+		// storage (no middleware, no link database, no driver stack) and
+		// builds no app
+		{"registry/gcapi", append(our("storage/middleware", "storage/linkdb", "registry"),
+			handlers, "github.com/distribution/distribution/v3/registry/storage/driver/factory")},
 		// the cross-site check the GC API and the console share knows
 		// only HTTP (and how Distribution names its own URL)
 		{"internal/crosssite", append(our("storage/middleware", "redisstate", "storage/linkdb", "gc", "registry", "retention",

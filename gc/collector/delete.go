@@ -26,7 +26,7 @@ type deleter struct {
 }
 
 // fence takes the GC fence on o. A zero Reason means it is held.
-func (dl *deleter) fence(ctx context.Context, o reclaim.Object) (Hold, reclaim.Reason, string) {
+func (dl *deleter) fence(ctx context.Context, o reclaim.Object) (reclaim.Hold, reclaim.Reason, string) {
 	h, err := dl.c.tracker.Fence(ctx, o, dl.pol.Window, dl.c.cfg.FenceLease)
 	switch {
 	case err == nil:
@@ -40,7 +40,7 @@ func (dl *deleter) fence(ctx context.Context, o reclaim.Object) (Hold, reclaim.R
 	}
 }
 
-func (dl *deleter) release(ctx context.Context, rep *Report, kind reclaim.ObjectKind, d digest.Digest, h Hold) {
+func (dl *deleter) release(ctx context.Context, rep *Report, kind reclaim.ObjectKind, d digest.Digest, h reclaim.Hold) {
 	// The fence also expires by its lease; a failed release only delays
 	// writers of this object until then.
 	if err := h.Release(context.WithoutCancel(ctx)); err != nil {
@@ -48,7 +48,7 @@ func (dl *deleter) release(ctx context.Context, rep *Report, kind reclaim.Object
 	}
 }
 
-func (dl *deleter) deleteManifest(ctx context.Context, s *gc.Snapshot, m digest.Digest, h Hold, tags map[digest.Digest][]string, tagErr error, rep *Report) gc.Decision {
+func (dl *deleter) deleteManifest(ctx context.Context, s *gc.Snapshot, m digest.Digest, h reclaim.Hold, tags map[digest.Digest][]string, tagErr error, rep *Report) gc.Decision {
 	dec := gc.Decision{Kind: reclaim.KindManifest, Digest: m, Size: s.Revisions[m].Size}
 	if tagErr != nil {
 		dec.Reason, dec.Detail = reclaim.ReasonCheckFailed, fmt.Sprintf("re-read tags: %v", tagErr)
@@ -123,7 +123,7 @@ func (dl *deleter) deleteEntry(ctx context.Context, rep *Report, m digest.Digest
 // deleteDir re-checks that the link is there and deletes its directory
 // through the wrapped driver (which removes the reverse link after), while h
 // still fences it (guardedDelete).
-func (dl *deleter) deleteDir(ctx context.Context, kind reclaim.ObjectKind, d digest.Digest, dir string, h Hold) gc.Decision {
+func (dl *deleter) deleteDir(ctx context.Context, kind reclaim.ObjectKind, d digest.Digest, dir string, h reclaim.Hold) gc.Decision {
 	dec := gc.Decision{Kind: kind, Digest: d}
 	_, err := dl.c.driver.Stat(ctx, dir+"/link")
 	switch {

@@ -90,8 +90,8 @@ func nextBatch(ms []digest.Digest, keptBy map[digest.Digest][]digest.Digest) []d
 // fenceManifests takes the fence of every manifest of the batch whose
 // parents are all gone; the others are decided and reported here.
 func (dl *deleter) fenceManifests(ctx context.Context, s *gc.Snapshot, batch []digest.Digest,
-	keptBy map[digest.Digest][]digest.Digest, deleted map[digest.Digest]bool, rep *Report) map[digest.Digest]Hold {
-	held := map[digest.Digest]Hold{}
+	keptBy map[digest.Digest][]digest.Digest, deleted map[digest.Digest]bool, rep *Report) map[digest.Digest]reclaim.Hold {
+	held := map[digest.Digest]reclaim.Hold{}
 	for _, m := range batch {
 		if parent, ok := survivingParent(keptBy[m], deleted); ok {
 			// kept with its parent, decided without taking a fence
@@ -136,7 +136,7 @@ func (dl *deleter) deleteLayers(ctx context.Context, s *gc.Snapshot, p *gc.Outco
 // deleteLayerBatch fences the layer links of batch, re-reads the revisions
 // and deletes the links no manifest pushed since the plan references.
 func (dl *deleter) deleteLayerBatch(ctx context.Context, s *gc.Snapshot, rep *Report, batch []digest.Digest, deleted, removed map[digest.Digest]bool) {
-	held := map[digest.Digest]Hold{}
+	held := map[digest.Digest]reclaim.Hold{}
 	for _, l := range batch {
 		h, r, detail := dl.fence(ctx, reclaim.Object{Blob: l, Repo: dl.pol.Repo, Kind: reclaim.LinkLayer})
 		if r != reasonInvalid {

@@ -23,24 +23,12 @@ type Tracker interface {
 	// Fence o for lease unless it was accessed within window. While the
 	// fence holds, every operation that would make o referenced fails or
 	// waits.
-	Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (Hold, error)
+	Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (reclaim.Hold, error)
 	// LockRepository allows one run per repository across all instances.
 	// The lock is renewed until unlock; held is ctx, cancelled as soon as
 	// the lock is known lost (expired, taken away, not renewable), and the
 	// run works under it.
 	LockRepository(ctx context.Context, repo string, lease time.Duration) (held context.Context, unlock func(), err error)
-}
-
-// A Hold is a fence the collector holds on one object.
-type Hold interface {
-	// Confirm renews the fence for its lease and fails (wrapping
-	// ErrFenceLost) if it expired or was taken away meanwhile: an expired
-	// fence may have let a writer through, so the delete must not happen
-	// or go on. It is called right before the delete, then every lease/3
-	// while the delete runs, possibly from another goroutine.
-	Confirm(ctx context.Context) error
-	// Release gives the fence back after the delete.
-	Release(ctx context.Context) error
 }
 
 // LinkIndex lists a blob's reverse links: the repositories that link it.
@@ -93,7 +81,7 @@ type Clock interface {
 type RunRecorder interface {
 	// BeginRun is LockRepository that also records run id as running
 	// under the lock, in one step.
-	BeginRun(ctx context.Context, repo, id string, started time.Time, lease time.Duration) (RunHandle, error)
+	BeginRun(ctx context.Context, repo, id string, started time.Time, lease time.Duration) (reclaim.RunHandle, error)
 	// LoadRun reads run id. A record that says running while its lock is
 	// not held by it is marked interrupted first (compare-and-swap: of two
 	// racing readers both return the winner's state); marker says who
@@ -109,18 +97,6 @@ type RunRecorder interface {
 	// MarkReconciled claims the reconciliation of interrupted run id for
 	// run by; false when it is not interrupted or already claimed.
 	MarkReconciled(ctx context.Context, repo, id, by string) (bool, error)
-}
-
-// RunHandle is a repository lock that carries a run record.
-type RunHandle interface {
-	// Held is as LockRepository's held.
-	Held() context.Context
-	// Progress writes p ahead of the work it announces; on error that
-	// work must not be done.
-	Progress(ctx context.Context, p reclaim.RunProgress) error
-	// End stores the run's outcome and report (before Unlock).
-	End(ctx context.Context, status reclaim.RunStatus, report []byte) error
-	Unlock()
 }
 
 // Enqueuer queues blobs for the reclaimer's review.

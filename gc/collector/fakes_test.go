@@ -20,7 +20,7 @@ type fakeTracker struct{ *gctest.Tracker }
 
 func newFakeTracker() fakeTracker { return fakeTracker{gctest.NewTracker()} }
 
-func (f fakeTracker) Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (Hold, error) {
+func (f fakeTracker) Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (reclaim.Hold, error) {
 	h, err := f.FenceHold(ctx, o, window, lease)
 	if err != nil {
 		return nil, err

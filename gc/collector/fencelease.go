@@ -61,7 +61,7 @@ func (realClock) Wait(ctx context.Context, d time.Duration) bool {
 // delete_timeout; check_failed or delete_failed when the run itself was
 // stopped): del was refused, or cut short, possibly after part of the
 // storage delete happened (docs/gc-protocol.md, "The fence lease").
-func (dl *deleter) guardedDelete(ctx context.Context, h Hold, del func(context.Context) error) (reclaim.Reason, string, error) {
+func (dl *deleter) guardedDelete(ctx context.Context, h reclaim.Hold, del func(context.Context) error) (reclaim.Reason, string, error) {
 	if ctx.Err() != nil {
 		return reclaim.ReasonCheckFailed, fmt.Sprintf("run stopped: %v", context.Cause(ctx)), nil
 	}
@@ -100,7 +100,7 @@ func (dl *deleter) guardedDelete(ctx context.Context, h Hold, del func(context.C
 // renew confirms h every lease/3 until ctx ends, and cancels ctx when the
 // fence is lost or a deadline passes. start is when the confirmation right
 // before the delete was sent.
-func (dl *deleter) renew(ctx context.Context, cancel context.CancelCauseFunc, h Hold, start time.Time) {
+func (dl *deleter) renew(ctx context.Context, cancel context.CancelCauseFunc, h reclaim.Hold, start time.Time) {
 	clk, lease := dl.c.clock, dl.c.cfg.FenceLease
 	hard := start.Add(deleteMaxLeases * lease)
 	lastOK := start
@@ -149,7 +149,7 @@ func (dl *deleter) renew(ctx context.Context, cancel context.CancelCauseFunc, h 
 
 // confirm renews h right before the delete it guards. A zero Reason means
 // the delete may go ahead.
-func confirm(ctx context.Context, h Hold) (reclaim.Reason, string) {
+func confirm(ctx context.Context, h reclaim.Hold) (reclaim.Reason, string) {
 	switch err := h.Confirm(ctx); {
 	case err == nil:
 		return reasonInvalid, ""

@@ -15,7 +15,7 @@ import (
 // tracker, as the registry wires them.
 type recordingTracker struct{ *redisTracker }
 
-func (r recordingTracker) BeginRun(ctx context.Context, repo, id string, started time.Time, lease time.Duration) (RunHandle, error) {
+func (r recordingTracker) BeginRun(ctx context.Context, repo, id string, started time.Time, lease time.Duration) (reclaim.RunHandle, error) {
 	l, err := r.Tracker.BeginRun(ctx, repo, id, started, lease)
 	if err != nil {
 		return nil, err

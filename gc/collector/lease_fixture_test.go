@@ -103,7 +103,7 @@ func (c *fakeClock) awaitWaiters(n int) bool {
 }
 
 // redisTracker is gc's Tracker on the storage tracker, as the registry
-// wires it (registry/gcapi_storage.go), plus a hook on every Confirm.
+// wires it (registry/wire.go), plus a hook on every Confirm.
 type redisTracker struct {
 	*redisstate.Tracker
 
@@ -117,19 +117,18 @@ func (r *redisTracker) setOnConfirm(f func(reclaim.Object)) {
 	r.mu.Unlock()
 }
 
-func (r *redisTracker) Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (Hold, error) {
+func (r *redisTracker) Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (reclaim.Hold, error) {
 	f, err := r.Tracker.Fence(ctx, o, window, lease)
 	if err != nil {
 		return nil, err
 	}
-	return redisHold{r: r, o: o, f: f, lease: lease}, nil
+	return redisHold{r: r, o: o, f: f}, nil
 }
 
 type redisHold struct {
-	r     *redisTracker
-	o     reclaim.Object
-	f     *redisstate.Fence
-	lease time.Duration
+	r *redisTracker
+	o reclaim.Object
+	f reclaim.Hold
 }
 
 func (h redisHold) Confirm(ctx context.Context) error {
@@ -139,10 +138,10 @@ func (h redisHold) Confirm(ctx context.Context) error {
 	if f != nil {
 		f(h.o)
 	}
-	return h.r.Confirm(ctx, h.f, h.lease)
+	return h.f.Confirm(ctx)
 }
 
-func (h redisHold) Release(ctx context.Context) error { return h.r.Release(ctx, h.f) }
+func (h redisHold) Release(ctx context.Context) error { return h.f.Release(ctx) }
 
 type leaseFixture struct {
 	t   *testing.T

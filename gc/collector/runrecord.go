@@ -20,7 +20,7 @@ import (
 // runLog writes one run's record. A nil *runLog (dry runs, the reclaimer,
 // a tracker without run records) writes nothing.
 type runLog struct {
-	h   RunHandle
+	h   reclaim.RunHandle
 	r   *run
 	err error // the first failed step write, reported once
 }

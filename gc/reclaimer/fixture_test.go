@@ -18,7 +18,7 @@ import (
 // fakeTracker is gctest's tracker, fencing with the collector's Hold.
 type fakeTracker struct{ *gctest.Tracker }
 
-func (f fakeTracker) Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (collector.Hold, error) {
+func (f fakeTracker) Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (reclaim.Hold, error) {
 	h, err := f.FenceHold(ctx, o, window, lease)
 	if err != nil {
 		return nil, err

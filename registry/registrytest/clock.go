@@ -14,10 +14,11 @@ import (
 // been accessed for d. The window, fences and the epoch are all timed by
 // Redis's clock, so to GC that is d gone by.
 //
-// It then waits out the middleware's per-process dedup (the dedup option,
-// milliseconds in tests) so the next access is recorded again, as it
-// would be d later. What it does not move is the process's own clock: a
-// request held across Age still counts its checks as fresh, and pins
+// It moves the clock the middleware's request scopes time their checks by
+// d forward too (middleware.Env.Age), so a request held across Age counts
+// its checks d older, as one held for d would. It then waits out the
+// middleware's per-process dedup (the dedup option, milliseconds in tests)
+// so the next access is recorded again, as it would be d later. Pins still
 // expire by wall time. Only for registries started by Start with the
 // reclaim middleware.
 func (r *Registry) Age(t testing.TB, d time.Duration) {
@@ -33,5 +34,6 @@ func (r *Registry) Age(t testing.TB, d time.Duration) {
 		t.Fatalf("registrytest: Age: %v", err)
 	}
 	storagetest.Age(t, r.Server.Env().Tracker.Client(), opts.Prefix, d)
+	r.Server.Env().Age(d)
 	time.Sleep(2 * opts.Dedup)
 }

@@ -35,5 +35,5 @@ func (f trackerFencer) FenceLink(ctx context.Context, link reclaim.Object) (func
 	if err != nil {
 		return nil, err
 	}
-	return func() { _ = f.t.Release(context.WithoutCancel(ctx), fe) }, nil
+	return func() { _ = fe.Release(context.WithoutCancel(ctx)) }, nil
 }

@@ -58,10 +58,16 @@ type Env struct {
 	// conf is the configuration Open bound the Env to (nil from NewEnv).
 	conf *configuration.Configuration
 	// skew is added to the clock of the request scopes' checks (now):
-	// tests move it on when they let a window pass, as they move Redis's
-	// access records into the past.
+	// tests move it on when they let a window pass (Age), as they move
+	// Redis's access records into the past.
 	skew atomic.Int64
 }
+
+// Age moves the clock the request scopes time their checks by d forward,
+// for tests that let a window pass without sleeping through it: with
+// Redis's access records moved d into the past (storagetest.Age), a
+// request in flight sees its checks d older, as it would d later.
+func (e *Env) Age(d time.Duration) { e.skew.Add(int64(d)) }
 
 // fresh is how long a request trusts a check it made without asking Redis
 // again before a write that depends on it (dataBehind): half the window,

@@ -224,7 +224,7 @@ func testIndexTouchesFirst(t *testing.T, a *testApp, b storagetest.Backend, mt t
 		for _, o := range childObjects("r", c) {
 			f, err := a.env.Tracker.Fence(ctx, o, testWindow, time.Minute)
 			if f != nil {
-				_ = a.env.Tracker.Release(ctx, f)
+				_ = f.Release(ctx)
 			}
 			if !errors.Is(err, reclaim.ErrRecentlyAccessed) {
 				t.Errorf("GC fence on %v while the index PUT is about to link: %v, want ErrRecentlyAccessed", o, err)

@@ -15,7 +15,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/reclaim"
-	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
@@ -48,7 +47,7 @@ func (a *testApp) age(t *testing.T) {
 	storagetest.Age(t, a.env.Tracker.Client(), prefix, testWindow+time.Millisecond)
 	a.forgetDedup() // the window has passed for this process's read dedup too
 	// and for the checks of requests in flight (scope.covered)
-	a.env.skew.Add(int64(testWindow + time.Millisecond))
+	a.env.Age(testWindow + time.Millisecond)
 }
 
 // watchFenced signals the first touch a fence refuses.
@@ -56,7 +55,7 @@ func watchFenced(a *testApp) *storagetest.Fenced {
 	return storagetest.WatchFenced(a.env.Tracker.Client())
 }
 
-func (a *testApp) fence(t *testing.T, o reclaim.Object) *redisstate.Fence {
+func (a *testApp) fence(t *testing.T, o reclaim.Object) reclaim.Hold {
 	t.Helper()
 	f, err := a.env.Tracker.Fence(context.Background(), o, testWindow, time.Minute)
 	if err != nil {
@@ -65,9 +64,9 @@ func (a *testApp) fence(t *testing.T, o reclaim.Object) *redisstate.Fence {
 	return f
 }
 
-func (a *testApp) release(t *testing.T, f *redisstate.Fence) {
+func (a *testApp) release(t *testing.T, f reclaim.Hold) {
 	t.Helper()
-	if err := a.env.Tracker.Release(context.Background(), f); err != nil {
+	if err := f.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -198,7 +197,7 @@ func uploadCommitWaitsOutFence(t *testing.T, a *testApp) {
 	waiting := watchFenced(a)
 	go func() {
 		<-waiting.C // the commit met the fence and polls
-		_ = a.env.Tracker.Release(ctx, f)
+		_ = f.Release(ctx)
 	}()
 	if err := a.push("r:v1", img, noRetry); err != nil {
 		t.Fatalf("push: %v", err)

@@ -247,17 +247,9 @@ func (s *scope) unrefuse() {
 	}
 }
 
-// RetryAfterUnavailable is the Retry-After header, in seconds, of every
-// 503 Service Unavailable Reclaim answers: a registry write this
-// middleware refused (Handler) (a fence, or Redis down) and a GC API request the
-// registry's state cannot serve right now (GC_ABORTED, RETENTION_ABORTED,
-// UNAVAILABLE). Both mean "the registry's state right now, not the
-// request": a fence lasts one lease at most and Redis comes back on its
-// own, so the earliest retry that can succeed is a second away, and a
-// client that honours the header (a push, a CI job calling the GC API)
-// loses no more than that. docs/api.md ("Errors") gives the other
-// statuses' Retry-After.
-const RetryAfterUnavailable = "1"
+// retryAfter is the Retry-After (seconds) sent with a refused request:
+// the one value of every 503 Reclaim answers (reclaim/retry.go).
+const retryAfter = reclaim.RetryAfterUnavailable
 
 // Handler installs the per-request scope the middleware uses and turns a
 // request the middleware refused (a fence, or Redis down on a write) into
@@ -295,7 +287,7 @@ func (w *refusalWriter) WriteHeader(code int) {
 	}
 	w.replaced = true
 	h := w.Header()
-	h.Set("Retry-After", RetryAfterUnavailable)
+	h.Set("Retry-After", retryAfter)
 	h.Set("Content-Type", "application/json")
 	h.Del("Content-Length")
 	w.ResponseWriter.WriteHeader(http.StatusServiceUnavailable)

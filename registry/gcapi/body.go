@@ -1,4 +1,4 @@
-package registry
+package gcapi
 
 import (
 	"bytes"
@@ -61,28 +61,43 @@ func strictStream(body io.Reader, object func(dec *json.Decoder) error) error {
 func strictFields(dec *json.Decoder, where string, field func(key string) (read func() error, ok bool)) error {
 	var seen []string // an object has a few keys
 	for dec.More() {
-		tok, err := dec.Token()
+		key, err := nextKey(dec, where, seen)
 		if err != nil {
-			return badBody("%s%v", where, err)
-		}
-		key, ok := tok.(string)
-		if !ok {
-			return badBody("%swant a field name, got %v", where, tok)
+			return err
 		}
 		read, ok := field(key)
 		if !ok {
 			return badBody("%sunknown field %q", where, key)
-		}
-		if slices.Contains(seen, key) {
-			return badBody("%sfield %q given twice", where, key)
 		}
 		seen = append(seen, key)
 		if err := read(); err != nil {
 			return err
 		}
 	}
+	return endObject(dec, where)
+}
+
+// nextKey reads the next key of an object (at is where the object is, a
+// string or a *where): a field name, not one of seen.
+func nextKey(dec *json.Decoder, at any, seen []string) (string, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return "", badBody("%s%v", at, err)
+	}
+	key, ok := tok.(string)
+	if !ok {
+		return "", badBody("%swant a field name, got %v", at, tok)
+	}
+	if slices.Contains(seen, key) {
+		return "", badBody("%sfield %q given twice", at, key)
+	}
+	return key, nil
+}
+
+// endObject reads the '}' that ends an object.
+func endObject(dec *json.Decoder, at any) error {
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
-		return badBody("%sunterminated object (%v)", where, err)
+		return badBody("%sunterminated object (%v)", at, err)
 	}
 	return nil
 }
@@ -252,20 +267,13 @@ func decodeFields(dec *json.Decoder, v reflect.Value, at *where) error {
 	var seenOn [8]string // most objects have a few keys
 	seen := seenOn[:0]
 	for dec.More() {
-		tok, err := dec.Token()
+		key, err := nextKey(dec, at, seen)
 		if err != nil {
-			return badBody("%s%v", at, err)
-		}
-		key, ok := tok.(string)
-		if !ok {
-			return badBody("%swant a field name, got %v", at, tok)
+			return err
 		}
 		index, ok := names[key]
 		if !ok && names != nil {
 			return badBody("%sunknown field %q", at, key)
-		}
-		if slices.Contains(seen, key) {
-			return badBody("%sfield %q given twice", at, key)
 		}
 		seen = append(seen, key)
 		field := &where{up: at, key: key}
@@ -281,10 +289,7 @@ func decodeFields(dec *json.Decoder, v reflect.Value, at *where) error {
 		}
 		v.SetMapIndex(reflect.ValueOf(key).Convert(t.Key()), e)
 	}
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
-		return badBody("%sunterminated object (%v)", at, err)
-	}
-	return nil
+	return endObject(dec, at)
 }
 
 // fieldByIndex is v.FieldByIndex, allocating embedded struct pointers on

@@ -1,4 +1,4 @@
-package registry
+package gcapi
 
 import (
 	"errors"
@@ -25,8 +25,8 @@ import (
 
 // retention serves a repository's retention endpoint what: "preview",
 // "plans", "plan" (id) or "apply" (id).
-func (h *gcAPI) retention(w http.ResponseWriter, r *http.Request, repo, what, id string) error {
-	if err := validateRepository(repo); err != nil {
+func (h *API) retention(w http.ResponseWriter, r *http.Request, repo, what, id string) error {
+	if err := ValidateRepository(repo); err != nil {
 		return err
 	}
 	want, action := http.MethodGet, "pull"
@@ -36,7 +36,7 @@ func (h *gcAPI) retention(w http.ResponseWriter, r *http.Request, repo, what, id
 	if r.Method != want {
 		return fmt.Errorf("%w: %s; use %s", errMethod, r.Method, want)
 	}
-	if err := h.access.authorize(r, repo, action); err != nil {
+	if err := h.access.Authorize(r, repo, action); err != nil {
 		return err
 	}
 	rb := h.backend.Retention
@@ -69,7 +69,7 @@ func (h *gcAPI) retention(w http.ResponseWriter, r *http.Request, repo, what, id
 	return nil
 }
 
-func (h *gcAPI) retentionPreview(w http.ResponseWriter, r *http.Request, rb *retentionBackend, repo string) error {
+func (h *API) retentionPreview(w http.ResponseWriter, r *http.Request, rb *Retention, repo string) error {
 	var o retention.PolicyOverride
 	if err := readJSON(r, maxBody, &o); err != nil {
 		return err
@@ -96,7 +96,7 @@ func (h *gcAPI) retentionPreview(w http.ResponseWriter, r *http.Request, rb *ret
 	return nil
 }
 
-func (h *gcAPI) retentionApply(w http.ResponseWriter, r *http.Request, rb *retentionBackend, repo, id string) error {
+func (h *API) retentionApply(w http.ResponseWriter, r *http.Request, rb *Retention, repo, id string) error {
 	if err := readJSON(r, maxBody, &struct{}{}); err != nil {
 		return err
 	}
@@ -119,7 +119,7 @@ func (h *gcAPI) retentionApply(w http.ResponseWriter, r *http.Request, rb *reten
 }
 
 // listPlans lists repo's plans, or every repository's when repo is "".
-func listPlans(w http.ResponseWriter, r *http.Request, rb *retentionBackend, repo string) error {
+func listPlans(w http.ResponseWriter, r *http.Request, rb *Retention, repo string) error {
 	q := r.URL.Query()
 	until, since := time.Now(), time.Now().Add(-rb.PlanKeep)
 	for _, f := range []struct {
@@ -151,8 +151,8 @@ func listPlans(w http.ResponseWriter, r *http.Request, rb *retentionBackend, rep
 }
 
 // allPlans serves GET /gc/v1/retention/plans.
-func (h *gcAPI) allPlans(w http.ResponseWriter, r *http.Request) error {
-	if err := h.access.authorizeCatalog(r); err != nil {
+func (h *API) allPlans(w http.ResponseWriter, r *http.Request) error {
+	if err := h.access.AuthorizeCatalog(r); err != nil {
 		return err
 	}
 	rb := h.backend.Retention

@@ -1,4 +1,4 @@
-package registry
+package gcapi
 
 import (
 	"fmt"
@@ -23,7 +23,7 @@ import (
 // x, and the pins of a repository named "x/pins" are listed at
 // "x/pins/pins/"; a ref with a ':' and a '/' is a malformed digest. A GET
 // of "<name>/pins/usage" is the usage of the repository "<name>/pins"
-// (gcapi_usage.go), routed first (gcapi_routes.go).
+// (usage.go), routed first (routes.go).
 
 // errManifestUnknown: the pinned tag or manifest is not in the repository.
 var errManifestUnknown = codeManifestUnknown.err("manifest unknown")
@@ -34,15 +34,15 @@ var errManifestUnknown = codeManifestUnknown.err("manifest unknown")
 var errPinRace = codeDeleting.err("a collection or a retention apply is deleting this manifest or tag right now; the pin is stored " +
 	"and kept it if the deleter had not re-checked pins yet: repeat the request to find out (404 if it was deleted)")
 
-func (h *gcAPI) pins(w http.ResponseWriter, r *http.Request, repo, ref string) error {
-	if err := validateRepository(repo); err != nil {
+func (h *API) pins(w http.ResponseWriter, r *http.Request, repo, ref string) error {
+	if err := ValidateRepository(repo); err != nil {
 		return err
 	}
 	action := "delete"
 	if r.Method == http.MethodGet {
 		action = "pull"
 	}
-	if err := h.access.authorize(r, repo, action); err != nil {
+	if err := h.access.Authorize(r, repo, action); err != nil {
 		return err
 	}
 	b := h.backend
@@ -90,7 +90,7 @@ func (h *gcAPI) pins(w http.ResponseWriter, r *http.Request, repo, ref string) e
 // after the pin and its re-read sees it; a fence now means the collector
 // may have re-read already, and the caller is told so (409) instead of
 // being promised a protection that may come too late.
-func (h *gcAPI) putPin(w http.ResponseWriter, r *http.Request, repo string, ref retention.Ref) error {
+func (h *API) putPin(w http.ResponseWriter, r *http.Request, repo string, ref retention.Ref) error {
 	var req retention.PinRequest
 	if err := readJSON(r, maxBody, &req); err != nil {
 		return err
@@ -117,21 +117,23 @@ func (h *gcAPI) putPin(w http.ResponseWriter, r *http.Request, repo string, ref 
 	if err != nil {
 		return err
 	}
-	if ref.Tag != "" {
-		// retention's compare-and-delete fences the tag before it reads
-		// the pins (tracker/tagfence.go): write first, ask second
-		fenced, err := b.TagFenced(ctx, repo, ref.Tag)
-		if err != nil {
-			return fmt.Errorf("%w: the pin is stored, but whether retention is deleting the tag could not be read: %v", retention.ErrUnavailable, err)
+	// retention's compare-and-delete fences the tag before it reads the
+	// pins (redisstate/tagfence.go), a collector the manifest: write
+	// first, ask second
+	for _, c := range []struct {
+		on     bool
+		what   string
+		fenced func() (bool, error)
+	}{
+		{ref.Tag != "", "retention is deleting the tag", func() (bool, error) { return b.TagFenced(ctx, repo, ref.Tag) }},
+		{ref.Digest != "", "a collection is deleting the manifest", func() (bool, error) { return b.Fenced(ctx, repo, ref.Digest) }},
+	} {
+		if !c.on {
+			continue
 		}
-		if fenced {
-			return errPinRace
-		}
-	}
-	if ref.Digest != "" {
-		fenced, err := b.Fenced(ctx, repo, ref.Digest)
+		fenced, err := c.fenced()
 		if err != nil {
-			return fmt.Errorf("%w: the pin is stored, but whether a collection is deleting the manifest could not be read: %v", retention.ErrUnavailable, err)
+			return fmt.Errorf("%w: the pin is stored, but whether %s could not be read: %v", retention.ErrUnavailable, c.what, err)
 		}
 		if fenced {
 			return errPinRace

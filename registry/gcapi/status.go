@@ -1,15 +1,15 @@
-package registry
+package gcapi
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 
-	"github.com/reclaim-registry/reclaim/gc/reclaimer"
 	"github.com/reclaim-registry/reclaim/internal/config"
-	"github.com/reclaim-registry/reclaim/storage/middleware"
+	"github.com/reclaim-registry/reclaim/registry/accesscontrol"
 )
 
-// GET /gc/v1/status reports the GC API (gcapi.go) and the background
+// GET /gc/v1/status reports the GC API (api.go) and the background
 // reclaimer together:
 //
 //	{ "enabled": true, "window_seconds": ..., "redis": "ok", ...   <- the GC API's fields
@@ -25,16 +25,18 @@ import (
 // "gc_api": why) the reclaimer's part is still served, so an operator can
 // watch a reclaimer on instances that do not take collect requests.
 type statusHandler struct {
-	access    *accessControl
-	api       *gcAPI
-	env       *middleware.Env      // nil without the reclaim middleware
-	reclaimer *reclaimer.Reclaimer // nil when disabled
+	access *accesscontrol.Control
+	api    *API
+	// health (Config.RedisHealth) and reclaimer are Config's (nil: without the
+	// middleware; the reclaimer disabled).
+	health    func() any
+	reclaimer func(ctx context.Context) any
 }
 
 // serve answers GET /gc/v1/status, a route of the GC API
-// (gcapi_routes.go) served while the API is disabled too.
+// (routes.go) served while the API is disabled too.
 func (h *statusHandler) serve(w http.ResponseWriter, r *http.Request) error {
-	if err := h.access.authorize(r, "", ""); err != nil {
+	if err := h.access.Authorize(r, "", ""); err != nil {
 		return err
 	}
 	out := h.api.status(r.Context())
@@ -49,15 +51,15 @@ func (h *statusHandler) serve(w http.ResponseWriter, r *http.Request) error {
 // while it evicts), persistence, each master's run_id, the epoch, and the
 // last time the epoch was moved forward and why.
 func (h *statusHandler) redisHealth() any {
-	if h.env == nil {
+	if h.health == nil {
 		return map[string]any{"error": fmt.Sprintf("the %q storage middleware is not configured", config.MiddlewareName)}
 	}
-	return h.env.Tracker.RedisHealth()
+	return h.health()
 }
 
 func (h *statusHandler) reclaimerStatus(r *http.Request) any {
 	if h.reclaimer == nil {
 		return map[string]any{"enabled": false, "state": "disabled (reclaimer.enabled is false: no deletions)"}
 	}
-	return h.reclaimer.Status(r.Context())
+	return h.reclaimer(r.Context())
 }

@@ -1,4 +1,4 @@
-package registry
+package gcapi
 
 import (
 	"encoding/json"
@@ -14,7 +14,6 @@ import (
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/inuse"
-	"github.com/reclaim-registry/reclaim/storage/middleware"
 )
 
 // apiError is one entry of an error body, shaped like Distribution's:
@@ -65,14 +64,14 @@ var (
 	codeSourceUnknown    = errorCode{Value: "SOURCE_UNKNOWN", Status: http.StatusNotFound}
 	codeManifestUnknown  = errorCode{Value: "MANIFEST_UNKNOWN", Status: http.StatusNotFound}
 	codeUsageUnknown     = errorCode{Value: "USAGE_UNKNOWN", Status: http.StatusNotFound}
-	codeRetentionAborted = errorCode{Value: "RETENTION_ABORTED", Status: http.StatusServiceUnavailable, RetryAfter: middleware.RetryAfterUnavailable}
+	codeRetentionAborted = errorCode{Value: "RETENTION_ABORTED", Status: http.StatusServiceUnavailable, RetryAfter: reclaim.RetryAfterUnavailable}
 	codePlanExpired      = errorCode{Value: "PLAN_EXPIRED", Status: http.StatusConflict, RetryAfter: retryAfterConflict}
 	codePolicyChanged    = errorCode{Value: "POLICY_CHANGED", Status: http.StatusConflict, RetryAfter: retryAfterConflict}
 	codePlanSkipped      = errorCode{Value: "PLAN_SKIPPED", Status: http.StatusConflict, RetryAfter: retryAfterConflict}
 	codeSizeInvalid      = errorCode{Value: "SIZE_INVALID", Status: http.StatusRequestEntityTooLarge}
 	codeTooMany          = errorCode{Value: "TOO_MANY_REQUESTS", Status: http.StatusTooManyRequests, RetryAfter: retryAfterBusy}
-	codeAborted          = errorCode{Value: "GC_ABORTED", Status: http.StatusServiceUnavailable, RetryAfter: middleware.RetryAfterUnavailable}
-	codeUnavailable      = errorCode{Value: "UNAVAILABLE", Status: http.StatusServiceUnavailable, RetryAfter: middleware.RetryAfterUnavailable}
+	codeAborted          = errorCode{Value: "GC_ABORTED", Status: http.StatusServiceUnavailable, RetryAfter: reclaim.RetryAfterUnavailable}
+	codeUnavailable      = errorCode{Value: "UNAVAILABLE", Status: http.StatusServiceUnavailable, RetryAfter: reclaim.RetryAfterUnavailable}
 	codeUnknown          = errorCode{Value: "UNKNOWN", Status: http.StatusInternalServerError, Message: "internal error"}
 )
 
@@ -98,6 +97,10 @@ var (
 	errUnauthenticated = codeUnauthorized.err("authentication required")
 	errPolicyOverride  = codePolicyOverride.err("the request would loosen the registry's configured policy")
 )
+
+// ErrDigestAlgorithm refuses a link under a digest algorithm other than
+// sha256 (the registry's sha256-only check answers it with WriteError).
+var ErrDigestAlgorithm = codeDigestInvalid.err("only sha256 digests are supported: online garbage collection cannot protect the blob behind a link under another digest algorithm")
 
 // sentinels gives the errors of the packages below (which know nothing of
 // HTTP) their codes. message, when set, replaces the error's text.
@@ -129,7 +132,7 @@ var sentinels = []struct {
 	{err: retention.ErrSourceNotFound, code: codeSourceUnknown},
 	{err: retention.ErrUnavailable, code: codeUnavailable},
 	// 403, not 401: the credentials may be fine; the page that sent them
-	// is not the registry's (gcapi_crosssite.go).
+	// is not the registry's (crosssite.go).
 	{err: crosssite.ErrRefused, code: codeCrossSite},
 	{err: auth.ErrInvalidCredential, code: codeUnauthorized},
 	{err: auth.ErrAuthenticationFailure, code: codeUnauthorized},
@@ -191,10 +194,10 @@ func answerOf(err error) (errorCode, apiError) {
 	return c, apiError{Code: c.Value, Message: message, Detail: detail}
 }
 
-// writeError writes err as a Distribution-style JSON error body, with the
+// WriteError writes err as a Distribution-style JSON error body, with the
 // Retry-After of its code. An auth challenge sets its own headers
 // (WWW-Authenticate) first.
-func writeError(w http.ResponseWriter, r *http.Request, err error) {
+func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	var ch auth.Challenge
 	if errors.As(err, &ch) {
 		ch.SetHeaders(r, w)

@@ -1,4 +1,4 @@
-package registry
+package gcapi
 
 import (
 	"encoding/json"

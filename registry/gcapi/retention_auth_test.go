@@ -1,4 +1,4 @@
-package registry
+package gcapi
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/registry/accesscontrol"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/redisstore"
 )
@@ -33,12 +34,12 @@ func TestPinsAndInUseScopes(t *testing.T) {
 	m := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer c.Close()
-	b := &gcBackend{Collector: col, Pins: redisstore.NewPins(c, "t:", nil), InUse: redisstore.NewInUse(c, "t:"),
+	b := &Config{Collector: col, Pins: redisstore.NewPins(c, "t:", nil), InUse: redisstore.NewInUse(c, "t:"),
 		Exists:     func(context.Context, string) (bool, error) { return true, nil },
 		HasVersion: func(context.Context, string, retention.Ref) (bool, error) { return true, nil },
 		Fenced:     func(context.Context, string, digest.Digest) (bool, error) { return false, nil },
 		TagFenced:  func(context.Context, string, string) (bool, error) { return false, nil }}
-	srv := httptest.NewServer(newGCAPI(newAccessControl(conf), config.Options{GC: config.GC{Enabled: true}}, b, http.NotFoundHandler()))
+	srv := httptest.NewServer(newGCAPI(accesscontrol.New(conf), config.Options{GC: config.GC{Enabled: true}}, b, http.NotFoundHandler()))
 	defer srv.Close()
 
 	do := func(method, path, body, grant string) *http.Response {
@@ -98,10 +99,10 @@ func TestRetentionScopes(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer c.Close()
 	inuse, pins := redisstore.NewInUse(c, "t:"), redisstore.NewPins(c, "t:", nil)
-	rb := &retentionBackend{Policy: retention.Policy{Cap: 1, MinAge: 1}, Plans: redisstore.NewPlans(c, "t:", 1e15), PlanMaxAge: 1e12, PlanKeep: 1e15,
+	rb := &Retention{Policy: retention.Policy{Cap: 1, MinAge: 1}, Plans: redisstore.NewPlans(c, "t:", 1e15), PlanMaxAge: 1e12, PlanKeep: 1e15,
 		Planner: &retention.Planner{Index: inuse, Pins: pins, MaxAge: 1e12, Now: time.Now}}
-	b := &gcBackend{Collector: col, Retention: rb, Exists: func(context.Context, string) (bool, error) { return true, nil }}
-	srv := httptest.NewServer(newGCAPI(newAccessControl(conf), config.Options{GC: config.GC{Enabled: true}}, b, http.NotFoundHandler()))
+	b := &Config{Collector: col, Retention: rb, Exists: func(context.Context, string) (bool, error) { return true, nil }}
+	srv := httptest.NewServer(newGCAPI(accesscontrol.New(conf), config.Options{GC: config.GC{Enabled: true}}, b, http.NotFoundHandler()))
 	defer srv.Close()
 	id := retention.NewPlanID()
 	for _, tc := range []struct {

@@ -1,4 +1,4 @@
-package registry
+package gcapi
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
+	"github.com/reclaim-registry/reclaim/registry/accesscontrol"
 )
 
 // scopeController grants exactly the scopes listed in the request's
@@ -71,7 +72,7 @@ func scopeAPI(t *testing.T, usage *redisstate.UsageStore) (do func(method, path,
 		t.Fatal(err)
 	}
 	cfg := collector.Config{Driver: d, Tracker: notRecording{}, Links: noLinks{}}
-	b := &gcBackend{}
+	b := &Config{}
 	if usage != nil {
 		cfg.Usage, b.Usage = usage, usage
 	}
@@ -81,7 +82,7 @@ func scopeAPI(t *testing.T, usage *redisstate.UsageStore) (do func(method, path,
 	}
 	b.Collector = col
 	opts := config.Options{GC: config.GC{Enabled: true}}
-	srv := httptest.NewServer(newGCAPI(newAccessControl(conf), opts, b, http.NotFoundHandler()))
+	srv := httptest.NewServer(newGCAPI(accesscontrol.New(conf), opts, b, http.NotFoundHandler()))
 	t.Cleanup(srv.Close)
 	return func(method, path, grant string) *http.Response {
 		req, _ := http.NewRequest(method, srv.URL+path, nil)
@@ -136,7 +137,7 @@ func (notRecording) RecordingSince(context.Context) (t0 time.Time, err error) {
 func (notRecording) LastAccess(context.Context, reclaim.Object) (time.Time, bool, error) {
 	return time.Time{}, false, nil
 }
-func (notRecording) Fence(context.Context, reclaim.Object, time.Duration, time.Duration) (collector.Hold, error) {
+func (notRecording) Fence(context.Context, reclaim.Object, time.Duration, time.Duration) (reclaim.Hold, error) {
 	return nil, reclaim.ErrFenced
 }
 func (notRecording) LockRepository(ctx context.Context, _ string, _ time.Duration) (context.Context, func(), error) {

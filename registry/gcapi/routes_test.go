@@ -1,4 +1,4 @@
-package registry
+package gcapi
 
 import (
 	"net/http"
@@ -13,7 +13,7 @@ import (
 // Every endpoint docs/openapi.yaml documents is a route, with the same
 // methods, and every route is documented.
 func TestRoutesMatchOpenAPI(t *testing.T) {
-	raw, err := os.ReadFile("../docs/openapi.yaml")
+	raw, err := os.ReadFile("../../docs/openapi.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package registry
+package gcapi
 
 import (
 	"bytes"
@@ -345,7 +345,7 @@ func dryRunMentions(t *testing.T, query string, body []byte) []string {
 // under /v2/<name>/ and storage can hold it, and docs/openapi.yaml says the
 // same.
 func TestValidateRepository(t *testing.T) {
-	doc, err := os.ReadFile("../docs/openapi.yaml")
+	doc, err := os.ReadFile("../../docs/openapi.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +382,7 @@ func TestValidateRepository(t *testing.T) {
 		{strings.Repeat("a", 256), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := validateRepository(tc.name)
+			err := ValidateRepository(tc.name)
 			if (err == nil) != tc.valid {
 				t.Fatalf("valid=%v, want %v (%v)", err == nil, tc.valid, err)
 			}

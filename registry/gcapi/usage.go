@@ -1,4 +1,4 @@
-package registry
+package gcapi
 
 import (
 	"fmt"
@@ -40,8 +40,8 @@ func usageQuery(raw string, known ...string) (map[string]string, error) {
 	return strictQuery(raw, func(k string) bool { return slices.Contains(known, k) })
 }
 
-func (h *gcAPI) repoUsage(w http.ResponseWriter, r *http.Request, repo string) error {
-	if err := validateRepository(repo); err != nil {
+func (h *API) repoUsage(w http.ResponseWriter, r *http.Request, repo string) error {
+	if err := ValidateRepository(repo); err != nil {
 		return err
 	}
 	q, err := usageQuery(r.URL.RawQuery, "refresh")
@@ -58,7 +58,7 @@ func (h *gcAPI) repoUsage(w http.ResponseWriter, r *http.Request, repo string) e
 	if refresh {
 		action = "delete"
 	}
-	if err := h.access.authorize(r, repo, action); err != nil {
+	if err := h.access.Authorize(r, repo, action); err != nil {
 		return err
 	}
 	b, ctx := h.backend, r.Context()
@@ -99,8 +99,8 @@ func (h *gcAPI) repoUsage(w http.ResponseWriter, r *http.Request, repo string) e
 	return nil
 }
 
-func (h *gcAPI) topUsage(w http.ResponseWriter, r *http.Request) error {
-	if err := h.access.authorizeCatalog(r); err != nil {
+func (h *API) topUsage(w http.ResponseWriter, r *http.Request) error {
+	if err := h.access.AuthorizeCatalog(r); err != nil {
 		return err
 	}
 	q, err := usageQuery(r.URL.RawQuery, "top", "by")

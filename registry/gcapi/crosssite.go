@@ -1,4 +1,4 @@
-package registry
+package gcapi
 
 import (
 	"net/http"
@@ -7,7 +7,7 @@ import (
 	"github.com/reclaim-registry/reclaim/internal/crosssite"
 )
 
-// crossSiteGuard refuses, with 403 CROSS_SITE_REQUEST, every request under
+// CrossSiteGuard refuses, with 403 CROSS_SITE_REQUEST, every request under
 // /gc/v1/ that may change state (any method but GET, HEAD and OPTIONS) and
 // that a browser sent for another site's page. The browser attaches the
 // registry's cached credentials to it, so without this guard an empty HTML
@@ -23,6 +23,8 @@ import (
 //
 // Curl, the registry CLI and Distribution's clients send no Origin and no
 // Sec-Fetch-*; with a JSON body, or none, they pass unchanged.
+func CrossSiteGuard(next http.Handler) http.Handler { return crossSiteGuard{next: next} }
+
 type crossSiteGuard struct{ next http.Handler }
 
 func (g crossSiteGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -32,7 +34,7 @@ func (g crossSiteGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			err = crosssite.Form(r)
 		}
 		if err != nil {
-			writeError(w, r, err)
+			WriteError(w, r, err)
 			return
 		}
 	}

@@ -1,4 +1,4 @@
-package registry
+package gcapi
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ import (
 //   - The query is parsed from RawQuery with url.ParseQuery, and any error
 //     (a bad %-escape, a ';') is a 400. r.URL.Query() would silently drop
 //     the pair, and "dry_run=tru%e" would become "no dry_run".
-//   - The body is read as every JSON body of the API is (gcapi_body.go):
+//   - The body is read as every JSON body of the API is (body.go):
 //     keys must match exactly (encoding/json alone matches "DRY_RUN" to
 //     dry_run), each at most once (it alone lets the last of two win), and
 //     nothing may follow the object.
@@ -202,7 +202,7 @@ func knownOption(name string, field func(requestOption) string) bool {
 }
 
 // bodyValues returns the fields of a JSON object body as text, checked
-// against their JSON types, read strictly (gcapi_body.go). An empty (or
+// against their JSON types, read strictly (body.go). An empty (or
 // all-space) body has none.
 func bodyValues(body []byte) (map[string]string, error) {
 	out := map[string]string{}

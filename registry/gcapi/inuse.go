@@ -1,4 +1,4 @@
-package registry
+package gcapi
 
 import (
 	"fmt"
@@ -20,7 +20,7 @@ import (
 // Distribution's catalog uses (registry:catalog:*): it says what runs
 // where. Writes (PUT, DELETE) ask for registry:inuse:write, which the
 // catalog scope does not grant: what the index declares is what retention
-// never deletes (accesscontrol.go).
+// never deletes (registry/accesscontrol).
 
 // maxInUseBody bounds a source's upload: some 150,000 images.
 const maxInUseBody = 32 << 20
@@ -36,7 +36,7 @@ func view(src inuse.Source, now time.Time) sourceView {
 }
 
 // inuse serves the sources (name "") or one source.
-func (h *gcAPI) inuse(w http.ResponseWriter, r *http.Request, name string) error {
+func (h *API) inuse(w http.ResponseWriter, r *http.Request, name string) error {
 	if err := h.authorizeInUse(r); err != nil {
 		return err
 	}
@@ -87,7 +87,7 @@ func (h *gcAPI) inuse(w http.ResponseWriter, r *http.Request, name string) error
 		if req.Images == nil {
 			return fmt.Errorf("%w: the body must list \"images\" (an empty list declares that the source runs nothing)", retention.ErrInvalid)
 		}
-		if err := retention.ValidateImages(req.Images, validateRepository); err != nil {
+		if err := retention.ValidateImages(req.Images, ValidateRepository); err != nil {
 			return err
 		}
 		src, err := s.Put(ctx, name, inuse.SortImages(req.Images), now)
@@ -108,9 +108,19 @@ func (h *gcAPI) inuse(w http.ResponseWriter, r *http.Request, name string) error
 
 // authorizeInUse asks for the catalog scope to read the index and for
 // registry:inuse:write to change it.
-func (h *gcAPI) authorizeInUse(r *http.Request) error {
+func (h *API) authorizeInUse(r *http.Request) error {
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
-		return h.access.authorizeCatalog(r)
+		return h.access.AuthorizeCatalog(r)
 	}
-	return h.access.authorizeRegistry(r, inUseResource, inUseWriteAction)
+	return h.access.AuthorizeRegistry(r, inUseResource, inUseWriteAction)
 }
+
+// The in-use index decides which versions retention must never delete, so
+// writing it is a scope of its own, in Distribution's resource-scope style
+// (type "registry", as the catalog's): a token that may only browse the
+// catalog cannot rewrite or forget a source. htpasswd grants it to every
+// valid user, as it grants everything.
+const (
+	inUseResource    = "inuse"
+	inUseWriteAction = "write"
+)

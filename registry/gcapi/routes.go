@@ -1,4 +1,4 @@
-package registry
+package gcapi
 
 import (
 	"fmt"
@@ -25,11 +25,11 @@ type route struct {
 	pass []string
 	// others says what happens to a request of any other method.
 	others others
-	// scope is the access a caller needs (accesscontrol.go checks it).
+	// scope is the access a caller needs (registry/accesscontrol checks it).
 	scope string
 	// always: served while the GC API is disabled.
 	always bool
-	serve  func(h *gcAPI, w http.ResponseWriter, r *http.Request, m []string) error
+	serve  func(h *API, w http.ResponseWriter, r *http.Request, m []string) error
 }
 
 // others is what a route does with a method it does not serve.
@@ -59,25 +59,25 @@ var (
 // repositories/ is POST only.
 var routes = []route{
 	{path: "/gc/v1/status", methods: get, pattern: regexp.MustCompile(`^status$`), scope: "authenticated", always: true,
-		serve: func(h *gcAPI, w http.ResponseWriter, r *http.Request, _ []string) error {
+		serve: func(h *API, w http.ResponseWriter, r *http.Request, _ []string) error {
 			return h.statusPage.serve(w, r)
 		}},
 	{path: "/gc/v1/runs/{id}", methods: get, pattern: regexp.MustCompile(`(?s)^runs/(.*)$`), scope: "pull on the run's repository",
-		serve: func(h *gcAPI, w http.ResponseWriter, r *http.Request, m []string) error { return h.getRun(w, r, m[1]) }},
+		serve: func(h *API, w http.ResponseWriter, r *http.Request, m []string) error { return h.getRun(w, r, m[1]) }},
 	{path: "/gc/v1/plans/{id}", methods: get, pattern: regexp.MustCompile(`(?s)^plans/(.*)$`), scope: "pull on the plan's repository",
-		serve: func(h *gcAPI, w http.ResponseWriter, r *http.Request, m []string) error { return h.getPlan(w, r, m[1]) }},
+		serve: func(h *API, w http.ResponseWriter, r *http.Request, m []string) error { return h.getPlan(w, r, m[1]) }},
 	{path: "/gc/v1/inuse/sources", methods: get, pattern: regexp.MustCompile(`^inuse/sources/?$`), others: handler, scope: "catalog",
-		serve: func(h *gcAPI, w http.ResponseWriter, r *http.Request, _ []string) error { return h.inuse(w, r, "") }},
+		serve: func(h *API, w http.ResponseWriter, r *http.Request, _ []string) error { return h.inuse(w, r, "") }},
 	{path: "/gc/v1/inuse/sources/{source}", methods: getPutDel, pattern: regexp.MustCompile(`(?s)^inuse/sources/(.+)$`), others: handler,
 		scope: "catalog (GET), registry:inuse:write (PUT, DELETE)",
-		serve: func(h *gcAPI, w http.ResponseWriter, r *http.Request, m []string) error { return h.inuse(w, r, m[1]) }},
+		serve: func(h *API, w http.ResponseWriter, r *http.Request, m []string) error { return h.inuse(w, r, m[1]) }},
 	{path: "/gc/v1/retention/plans", methods: get, pattern: regexp.MustCompile(`^retention/plans$`), scope: "catalog",
-		serve: func(h *gcAPI, w http.ResponseWriter, r *http.Request, _ []string) error { return h.allPlans(w, r) }},
+		serve: func(h *API, w http.ResponseWriter, r *http.Request, _ []string) error { return h.allPlans(w, r) }},
 	{path: "/gc/v1/usage", methods: get, pattern: regexp.MustCompile(`^usage$`), scope: "catalog",
-		serve: func(h *gcAPI, w http.ResponseWriter, r *http.Request, _ []string) error { return h.topUsage(w, r) }},
+		serve: func(h *API, w http.ResponseWriter, r *http.Request, _ []string) error { return h.topUsage(w, r) }},
 	{path: "/gc/v1/repositories/{name}/usage", methods: get, pattern: regexp.MustCompile(`(?s)` + repoPrefix + `(.*)/usage$`), pass: putDelete,
 		scope: "pull; delete with refresh=true",
-		serve: func(h *gcAPI, w http.ResponseWriter, r *http.Request, m []string) error {
+		serve: func(h *API, w http.ResponseWriter, r *http.Request, m []string) error {
 			return h.repoUsage(w, r, m[1])
 		}},
 	retentionRoute("/gc/v1/repositories/{name}/retention/preview", post, `/retention/preview$`, "preview", "delete"),
@@ -95,13 +95,13 @@ var routes = []route{
 	// Everything else under repositories/ is POST only.
 	{methods: post, pattern: regexp.MustCompile(repoPrefix), pass: post},
 	{path: "/gc/v1/repositories/{name}/collect", methods: post, pattern: regexp.MustCompile(`(?s)` + repoPrefix + `(.*)/collect$`), scope: "delete",
-		serve: func(h *gcAPI, w http.ResponseWriter, r *http.Request, m []string) error {
+		serve: func(h *API, w http.ResponseWriter, r *http.Request, m []string) error {
 			return h.collect(w, r, m[1], "")
 		}},
 	{path: "/gc/v1/repositories/{name}/plan", methods: post, pattern: regexp.MustCompile(`(?s)` + repoPrefix + `(.*)/plan$`), scope: "delete",
-		serve: func(h *gcAPI, w http.ResponseWriter, r *http.Request, m []string) error { return h.plan(w, r, m[1]) }},
+		serve: func(h *API, w http.ResponseWriter, r *http.Request, m []string) error { return h.plan(w, r, m[1]) }},
 	{path: "/gc/v1/repositories/{name}/plans/{id}/apply", methods: post, pattern: regexp.MustCompile(repoPrefix + `(.+)/plans/([^/]+)/apply$`), scope: "delete",
-		serve: func(h *gcAPI, w http.ResponseWriter, r *http.Request, m []string) error {
+		serve: func(h *API, w http.ResponseWriter, r *http.Request, m []string) error {
 			return h.collect(w, r, m[1], m[2])
 		}},
 }
@@ -111,7 +111,7 @@ var routes = []route{
 // before the method.
 func retentionRoute(path string, methods []string, suffix, what, action string) route {
 	return route{path: path, methods: methods, pattern: regexp.MustCompile(repoPrefix + `(.+)` + suffix), others: handler, scope: action,
-		serve: func(h *gcAPI, w http.ResponseWriter, r *http.Request, m []string) error {
+		serve: func(h *API, w http.ResponseWriter, r *http.Request, m []string) error {
 			id := ""
 			if len(m) > 2 {
 				id = m[2]
@@ -125,7 +125,7 @@ func retentionRoute(path string, methods []string, suffix, what, action string) 
 func pinsRoute(path string, methods []string, pattern string) route {
 	return route{path: path, methods: methods, pattern: regexp.MustCompile(repoPrefix + pattern), pass: post, others: handler,
 		scope: "pull (GET), delete (PUT, DELETE)",
-		serve: func(h *gcAPI, w http.ResponseWriter, r *http.Request, m []string) error {
+		serve: func(h *API, w http.ResponseWriter, r *http.Request, m []string) error {
 			return h.pins(w, r, m[1], m[2])
 		}}
 }

@@ -1,4 +1,4 @@
-package registry
+package gcapi
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/registry/accesscontrol"
 	"github.com/reclaim-registry/reclaim/retention/inuse"
 	"github.com/reclaim-registry/reclaim/retention/redisstore"
 )
@@ -134,7 +135,7 @@ func largeUpload(size int64) io.Reader {
 // TOO_MANY_REQUESTS, Retry-After. A small upload is not counted.
 func TestInUseBodyBound(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
-	api := newGCAPI(&accessControl{}, config.Options{GC: config.GC{Enabled: true}}, &gcBackend{InUse: redisstore.NewInUse(c, "")}, http.NotFoundHandler())
+	api := newGCAPI(&accesscontrol.Control{}, config.Options{GC: config.GC{Enabled: true}}, &Config{InUse: redisstore.NewInUse(c, "")}, http.NotFoundHandler())
 	held, release, waiting := make(chan struct{}, 8), make(chan struct{}), make(chan struct{}, 8)
 	api.bodies.held = func() { held <- struct{}{}; <-release }
 	api.bodies.waiting = func() { waiting <- struct{}{} }

@@ -1,4 +1,4 @@
-package registry
+package collector
 
 import (
 	"context"
@@ -14,9 +14,9 @@ import (
 	"github.com/reclaim-registry/reclaim/redisstate"
 )
 
-// TestTrackerAdapterSentinels drives the adapter over a real
-// redisstate.Tracker (miniredis) and checks that every outcome gc branches on
-// arrives as gc's sentinel.
+// TestTrackerAdapterSentinels drives a real redisstate.Tracker (miniredis)
+// as the collector's Tracker, as the registry wires it, and checks that
+// every outcome a run branches on arrives as reclaim's sentinel.
 func TestTrackerAdapterSentinels(t *testing.T) {
 	m := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
@@ -25,7 +25,7 @@ func TestTrackerAdapterSentinels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := gcTracker{st}
+	var tr Tracker = st
 	ctx := context.Background()
 	const w = time.Minute
 

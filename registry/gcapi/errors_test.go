@@ -1,4 +1,4 @@
-package registry
+package gcapi
 
 import (
 	"errors"
@@ -15,14 +15,13 @@ import (
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/inuse"
-	"github.com/reclaim-registry/reclaim/storage/middleware"
 )
 
 func TestStatusOfMapsEveryError(t *testing.T) {
 	for err, want := range map[error]int{
 		collector.ErrInvalidName:        400,
 		errBadRequest:                   400,
-		errDigestAlgorithm:              400,
+		ErrDigestAlgorithm:              400,
 		collector.ErrRepositoryNotFound: 404,
 		collector.ErrPlanNotInMemory:    404,
 		reclaim.ErrRepositoryBusy:       409,
@@ -63,7 +62,7 @@ func TestErrorBodies(t *testing.T) {
 		{err: wrap(collector.ErrInvalidName), status: 400, code: "NAME_INVALID"},
 		{err: wrap(errBadRequest), status: 400, code: "PARAM_INVALID"},
 		{err: wrap(errPolicyOverride), status: 400, code: "POLICY_OVERRIDE_DENIED"},
-		{err: wrap(errDigestAlgorithm), status: 400, code: "DIGEST_INVALID"},
+		{err: wrap(ErrDigestAlgorithm), status: 400, code: "DIGEST_INVALID"},
 		{err: wrap(collector.ErrRepositoryNotFound), status: 404, code: "NAME_UNKNOWN"},
 		{err: wrap(collector.ErrPlanRepository), status: 404, code: "PLAN_UNKNOWN", message: collector.ErrPlanNotInMemory.Error()},
 		{err: wrap(collector.ErrPlanNotInMemory), status: 404, code: "PLAN_UNKNOWN"},
@@ -86,7 +85,7 @@ func TestErrorBodies(t *testing.T) {
 		{err: wrap(collector.ErrTooManyDryRuns), status: 429, code: "TOO_MANY_REQUESTS", retry: retryAfterBusy},
 		{err: wrap(errTooLarge), status: 413, code: "SIZE_INVALID"},
 		{err: wrap(errMethod), status: 405, code: "UNSUPPORTED"},
-		{err: errGCDisabled, status: 405, code: "UNSUPPORTED"},
+		{err: ErrDisabled, status: 405, code: "UNSUPPORTED"},
 		{err: wrap(crosssite.ErrRefused), status: 403, code: "CROSS_SITE_REQUEST"},
 		{err: wrap(errUnauthenticated), status: 401, code: "UNAUTHORIZED", message: "authentication required"},
 		{err: wrap(auth.ErrInvalidCredential), status: 401, code: "UNAUTHORIZED", message: "authentication required"},
@@ -104,7 +103,7 @@ func TestErrorBodies(t *testing.T) {
 				t.Errorf("%v: %d %+v, want %d %s %q %v", tc.err, status, body, tc.status, tc.code, want, tc.detail)
 			}
 			rec := httptest.NewRecorder()
-			writeError(rec, httptest.NewRequest(http.MethodGet, "/gc/v1/x", nil), tc.err)
+			WriteError(rec, httptest.NewRequest(http.MethodGet, "/gc/v1/x", nil), tc.err)
 			if rec.Code != tc.status || rec.Header().Get("Retry-After") != tc.retry {
 				t.Errorf("%v: written %d Retry-After %q, want %d %q", tc.err, rec.Code, rec.Header().Get("Retry-After"), tc.status, tc.retry)
 			}
@@ -113,10 +112,10 @@ func TestErrorBodies(t *testing.T) {
 }
 
 // Every 503 says the one Retry-After the storage middleware's refusals
-// say too (middleware.RetryAfterUnavailable), and every code has one status.
+// say too (reclaim.RetryAfterUnavailable), and every code has one status.
 func TestRetryAfterOfUnavailable(t *testing.T) {
 	for _, c := range []errorCode{codeAborted, codeRetentionAborted, codeUnavailable} {
-		if c.Status != http.StatusServiceUnavailable || c.RetryAfter != middleware.RetryAfterUnavailable {
+		if c.Status != http.StatusServiceUnavailable || c.RetryAfter != reclaim.RetryAfterUnavailable {
 			t.Errorf("%s: %d Retry-After %q", c.Value, c.Status, c.RetryAfter)
 		}
 	}

@@ -1,4 +1,4 @@
-package registry
+package gcapi
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/redisstate"
+	"github.com/reclaim-registry/reclaim/registry/accesscontrol"
 )
 
 // TestUsageScopes: a stored estimate needs pull on the repository, a
@@ -51,10 +52,10 @@ func FuzzUsageRoute(f *testing.F) {
 		f.Add(seed)
 	}
 	store := redisstate.NewUsageStore(redis.NewClient(&redis.Options{Addr: miniredis.RunT(f).Addr()}), "")
-	api := newGCAPI(&accessControl{}, config.Options{GC: config.GC{Enabled: true}}, &gcBackend{Usage: store,
+	api := newGCAPI(&accesscontrol.Control{}, config.Options{GC: config.GC{Enabled: true}}, &Config{Usage: store,
 		Exists: func(context.Context, string) (bool, error) { return false, nil }}, http.NotFoundHandler())
 	f.Fuzz(func(t *testing.T, name string) {
-		if validateRepository(name) != nil {
+		if ValidateRepository(name) != nil {
 			return
 		}
 		w := httptest.NewRecorder()
