@@ -54,6 +54,7 @@ func newRebuildCmd() *cobra.Command {
 		checkpointFile string
 		progressEvery  time.Duration
 		asJSON         bool
+		fsyncEach      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "rebuild <config>",
@@ -75,7 +76,7 @@ links and referrers entries, stale entries, broken and corrupt links), with the
 exit code the real run would give.`,
 		Args: cobra.MaximumNArgs(1),
 		Run: func(cmd *cobra.Command, args []string) {
-			linkdbExit(runRebuild(cmd, args, opts, checkpointFile, progressEvery, asJSON))
+			linkdbExit(runRebuild(cmd, args, opts, checkpointFile, progressEvery, asJSON, fsyncEach))
 		},
 	}
 	f := cmd.Flags()
@@ -87,10 +88,11 @@ exit code the real run would give.`,
 	f.BoolVar(&opts.Restart, "restart", false, "discard the checkpoint and start over")
 	f.DurationVar(&progressEvery, "progress-every", 30*time.Second, "interval of progress log lines when stderr is not a terminal")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f.BoolVar(&fsyncEach, "fsync-each", false, "filesystem driver: write each reverse link through the driver, fsynced one by one, instead of making them durable in one syncfs before each checkpoint and before the marker")
 	return cmd
 }
 
-func runRebuild(cmd *cobra.Command, args []string, opts linkdb.RebuildOptions, checkpointFile string, progressEvery time.Duration, asJSON bool) int {
+func runRebuild(cmd *cobra.Command, args []string, opts linkdb.RebuildOptions, checkpointFile string, progressEvery time.Duration, asJSON, fsyncEach bool) int {
 	stderr := cmd.ErrOrStderr()
 	if opts.MinAge == 0 {
 		opts.MinAge = -1 // linkdb's zero value means "default"; the flag's means "none"
@@ -129,6 +131,9 @@ func runRebuild(cmd *cobra.Command, args []string, opts linkdb.RebuildOptions, c
 		opts.Checkpoint = linkdb.StorageCheckpoint(d)
 	}
 	opts.Progress = &linkdb.Progress{Out: stderr, TTY: linkdb.IsTerminal(stderr), LogEvery: progressEvery}
+	if !fsyncEach {
+		opts.FilesystemRoot = filesystemRoot(conf)
+	}
 
 	res, err := linkdb.Rebuild(ctx, d, opts)
 	if res != nil {
@@ -279,6 +284,18 @@ func runVerify(cmd *cobra.Command, args []string, opts linkdb.VerifyOptions, asJ
 // openStorage reads the config the way upstream's garbage-collect does and
 // creates its storage driver raw: no storage middleware, so linkdb's reads
 // are not recorded as accesses and its writes are not classified again.
+// filesystemRoot is the filesystem driver's root directory in conf, or ""
+// when conf names another driver.
+func filesystemRoot(conf *configuration.Configuration) string {
+	if conf.Storage.Type() != "filesystem" {
+		return ""
+	}
+	if root, ok := conf.Storage.Parameters()["rootdirectory"]; ok {
+		return fmt.Sprint(root)
+	}
+	return "/var/lib/registry" // the driver's default
+}
+
 func openStorage(ctx context.Context, args []string) (*configuration.Configuration, storagedriver.StorageDriver, error) {
 	conf, err := readConfig(configPath(args))
 	if err != nil {

@@ -194,6 +194,12 @@ func (r *rebuild) saveCheckpoint(ctx context.Context) {
 	r.mu.Unlock()
 	sort.Strings(c.Repositories)
 	sort.Strings(c.Shards)
+	// A resumed rebuild skips the repositories c lists, so their reverse
+	// links must be durable before c is: every one was put before the
+	// snapshot above, so before this barrier. Without it, no save.
+	if err := r.w.barrier(ctx); err != nil {
+		return
+	}
 	// best effort: a failed save costs redoing work, never correctness
 	_ = cp.Save(ctx, c)
 }

@@ -36,6 +36,12 @@
 // reported, not reclaimable. A corrupt forward link keeps the blob its path
 // names linked.
 //
+// A reverse link the rebuild adds is durable before the marker and before
+// any checkpoint that lists its repository, not one by one: on the
+// filesystem driver (RebuildOptions.FilesystemRoot) it is written without
+// an fsync and made durable by one syncfs (linkWriter's barrier); on other
+// drivers each write is durable already.
+//
 // Memory does not grow with the number of blobs: walks stream through the
 // driver's Walk, findings are counted exactly but kept only up to a bound,
 // and the checkpoint records finished repositories and shards, not links.

@@ -22,11 +22,12 @@ import (
 // below itself, so its writes are not classified again.
 type ReverseLinks struct {
 	driver storagedriver.StorageDriver
+	writer linkWriter // Put's: the driver, durable per write, but in a rebuild
 }
 
 // NewReverseLinks returns the reverse-link store on d.
 func NewReverseLinks(d storagedriver.StorageDriver) *ReverseLinks {
-	return &ReverseLinks{driver: d}
+	return &ReverseLinks{driver: d, writer: driverWriter{d}}
 }
 
 // ErrMalformedLink means something sits at a reverse link path that is not a
@@ -236,14 +237,16 @@ func describe(b []byte) string {
 	return fmt.Sprintf("%d bytes that are not a digest (not shown)", len(b))
 }
 
-// Put records that l.Repo links blob. It is idempotent, and it replaces
-// whatever file is at the link path (PutContent writes atomically on every
-// driver), so it also repairs a reverse link with bad content.
+// Put records that l.Repo links blob, durably when it returns (but in a
+// rebuild, which makes its links durable in batches, see linkWriter). It is
+// idempotent, and it replaces whatever file is at the link path
+// (PutContent writes atomically on every driver), so it also repairs a
+// reverse link with bad content.
 func (r *ReverseLinks) Put(ctx context.Context, blob digest.Digest, l reclaim.RepoLink) error {
 	if err := checkLink(blob, l); err != nil {
 		return err
 	}
-	if err := r.driver.PutContent(ctx, layout.ReverseLinkPath(blob, l.Repo, l.Kind), []byte(blob)); err != nil {
+	if err := r.writer.put(ctx, layout.ReverseLinkPath(blob, l.Repo, l.Kind), []byte(blob)); err != nil {
 		return fmt.Errorf("write reverse link %s <- %s %s: %w", blob, l.Repo, l.Kind, err)
 	}
 	return nil
