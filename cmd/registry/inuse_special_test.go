@@ -70,7 +70,7 @@ func TestInUseScanFIFO(t *testing.T) {
 			}()
 			select {
 			case got := <-done:
-				if want := fmt.Sprintf("exit %d: Error: retention: invalid request: %s%s", exitRejected, dir, tc.want); !strings.HasPrefix(got, want) {
+				if want := fmt.Sprintf("exit %d: Error: in-use scan: %s%s", exitRejected, dir, tc.want); !strings.HasPrefix(got, want) {
 					t.Fatalf("%s\nwant %s", got, want)
 				}
 			case <-ctx.Done():

@@ -5,12 +5,12 @@ import (
 	"fmt"
 )
 
-// Errors of a scan. The text is the one the CLI has always printed: the
-// in-use index is part of retention, and its operators read that word.
+// Errors of a scan. The text names the scan, and each error then names the
+// file: "in-use scan: deploy/app.yaml:12: ...".
 var (
 	// ErrInvalid: a scanned file, tree or image reference is malformed,
 	// or the scan refused to follow it.
-	ErrInvalid = errors.New("retention: invalid request")
+	ErrInvalid = errors.New("in-use scan")
 	// ErrTooLarge: a scanned file or stream passed its limit (an ErrInvalid).
 	ErrTooLarge = fmt.Errorf("%w: too large", ErrInvalid)
 )

@@ -27,11 +27,11 @@ import (
 func Scan(path string, l Limits) ([]Found, error) {
 	root, err := filepath.EvalSymlinks(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, path, pathErr(err))
 	}
 	fi, err := os.Stat(root)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, path, pathErr(err))
 	}
 	s := &scanner{Limits: l, visited: map[string]bool{}}
 	if !fi.IsDir() {
@@ -212,4 +212,15 @@ func (s *scanner) scanFile(p string) ([]Found, error) {
 	}
 	defer f.Close()
 	return ScanReader(p, f, s.Limits)
+}
+
+// pathErr is what went wrong with a path, without the system call and the
+// path component it was at ("lstat /a: no such file or directory" for
+// /a/b.yaml): the message names the argument itself.
+func pathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }

@@ -146,3 +146,13 @@ func TestParseImageAndOverride(t *testing.T) {
 		}
 	}
 }
+
+// A path that is not there is named as given, without the prefix of a
+// request error or the system call that failed on a parent directory.
+func TestScanMissingPathNamesIt(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "gone", "app.yaml")
+	_, err := Scan(p, Limits{MaxFileSize: 1 << 20})
+	if want := "in-use scan: " + p + ": no such file or directory"; err == nil || err.Error() != want {
+		t.Fatalf("Scan(%s) = %v, want %q", p, err, want)
+	}
+}
