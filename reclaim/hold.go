@@ -16,7 +16,7 @@ type Hold interface {
 }
 
 // RunHandle is a repository lock that carries a run record (redisstate's
-// RunLock is one).
+// run lock is one).
 type RunHandle interface {
 	// Held is cancelled as soon as the lock is known lost (expired, taken
 	// away, not renewable); the run works under it.

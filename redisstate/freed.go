@@ -14,8 +14,8 @@ import (
 // reclaimer add to the day's hash, the console reads the last days. One
 // hash per day, each command on one key (Redis Cluster), kept 8 days.
 
-// FreedDaysKept is how many days of freed counts Redis keeps.
-const FreedDaysKept = 8
+// freedDaysKept is how many days of freed counts Redis keeps.
+const freedDaysKept = 8
 
 // FreedDay is what GC deleted on one UTC day.
 type FreedDay struct {
@@ -36,7 +36,7 @@ func (t *Tracker) CountFreed(ctx context.Context, at time.Time, bytes int64, obj
 		p.HIncrBy(ctx, key, "bytes", bytes)
 		p.HIncrBy(ctx, key, "objects", int64(objects))
 		p.HIncrBy(ctx, key, "runs", 1)
-		p.Expire(ctx, key, FreedDaysKept*24*time.Hour)
+		p.Expire(ctx, key, freedDaysKept*24*time.Hour)
 		return nil
 	})
 	if err != nil {
@@ -47,7 +47,7 @@ func (t *Tracker) CountFreed(ctx context.Context, at time.Time, bytes int64, obj
 
 // Freed reads the last days days up to now, today first.
 func (t *Tracker) Freed(ctx context.Context, now time.Time, days int) ([]FreedDay, error) {
-	days = min(max(days, 0), FreedDaysKept)
+	days = min(max(days, 0), freedDaysKept)
 	today := now.UTC().Truncate(24 * time.Hour)
 	cmds := make([]*redis.MapStringStringCmd, days)
 	_, err := t.c.Pipelined(ctx, func(p redis.Pipeliner) error {

@@ -29,8 +29,8 @@ import (
 // "interrupted" with a compare-and-swap on v (docs/gc-protocol.md,
 // "Interrupted runs").
 
-// RunTTL is how long a run record lives after its last write.
-const RunTTL = 24 * time.Hour
+// runTTL is how long a run record lives after its last write.
+const runTTL = 24 * time.Hour
 
 // runsKept is how many run ids a repository's index keeps.
 const runsKept = 100
@@ -122,9 +122,9 @@ redis.call('HINCRBY', KEYS[1], 'v', 1)
 return 1
 `)
 
-// RunLock is a repository lock that carries a run record: the
+// runLock is a repository lock that carries a run record: the
 // reclaim.RunHandle BeginRun returns.
-type RunLock struct {
+type runLock struct {
 	t          *Tracker
 	repo, id   string
 	tok        string
@@ -134,7 +134,7 @@ type RunLock struct {
 
 // BeginRun takes repo's lock as LockRepository does and, in the same script,
 // records run id as running under it. ErrRepositoryBusy when another run
-// holds the lock. The lock is a *RunLock, seen as the reclaim.RunHandle
+// holds the lock. The lock is a *runLock, seen as the reclaim.RunHandle
 // gc/collector's RunRecorder takes.
 func (t *Tracker) BeginRun(ctx context.Context, repo, id string, started time.Time, lease time.Duration) (reclaim.RunHandle, error) {
 	if !layout.ValidRepo(repo) || id == "" || lease < 3*time.Millisecond {
@@ -145,7 +145,7 @@ func (t *Tracker) BeginRun(ctx context.Context, repo, id string, started time.Ti
 		return nil, err
 	}
 	keys := []string{t.lockKey(repo), t.runKey(repo, id), t.runIndexKey(repo)}
-	n, err := beginRunScript.Run(ctx, t.c, keys, tok, lease.Milliseconds(), id, started.UnixMilli(), RunTTL.Milliseconds(), runsKept).Int64()
+	n, err := beginRunScript.Run(ctx, t.c, keys, tok, lease.Milliseconds(), id, started.UnixMilli(), runTTL.Milliseconds(), runsKept).Int64()
 	if err != nil {
 		return nil, fmt.Errorf("%w: lock %s: %v", reclaim.ErrTrackerUnavailable, repo, err)
 	}
@@ -160,10 +160,10 @@ func (t *Tracker) BeginRun(ctx context.Context, repo, id string, started time.Ti
 	// recent runs) from any instance.
 	var byID *redis.StatusCmd
 	_, _ = t.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		byID = p.Set(ctx, t.runIDKey(id), repo, RunTTL)
+		byID = p.Set(ctx, t.runIDKey(id), repo, runTTL)
 		p.ZAdd(ctx, t.recentRunsKey(), redis.Z{Score: float64(started.UnixMilli()), Member: id})
 		p.ZRemRangeByRank(ctx, t.recentRunsKey(), 0, -(recentRunsKept + 1))
-		p.PExpire(ctx, t.recentRunsKey(), RunTTL)
+		p.PExpire(ctx, t.recentRunsKey(), runTTL)
 		return nil
 	})
 	if err := byID.Err(); err != nil {
@@ -174,25 +174,25 @@ func (t *Tracker) BeginRun(ctx context.Context, repo, id string, started time.Ti
 		return nil, fmt.Errorf("%w: record run %s: %v", reclaim.ErrTrackerUnavailable, id, err)
 	}
 	held, unlock := t.holdLock(ctx, repo, keys[0], tok, lease)
-	return &RunLock{t: t, repo: repo, id: id, tok: tok, held: held, unlockFunc: unlock}, nil
+	return &runLock{t: t, repo: repo, id: id, tok: tok, held: held, unlockFunc: unlock}, nil
 }
 
 // Held is cancelled as soon as the lock is known lost (LockRepository).
-func (l *RunLock) Held() context.Context { return l.held }
+func (l *runLock) Held() context.Context { return l.held }
 
 // Unlock releases the lock. End the run first: a running record whose lock
 // is free reads as interrupted.
-func (l *RunLock) Unlock() { l.unlockFunc() }
+func (l *runLock) Unlock() { l.unlockFunc() }
 
 // Progress writes p ahead of the work it announces. An error means it was
 // not recorded: the caller must not do that work.
-func (l *RunLock) Progress(ctx context.Context, p reclaim.RunProgress) error {
+func (l *runLock) Progress(ctx context.Context, p reclaim.RunProgress) error {
 	deleting := ""
 	if p.Deleting {
 		deleting = "1"
 	}
 	keys := []string{l.t.runKey(l.repo, l.id), l.t.unlinkedKey(l.repo, l.id)}
-	n, err := progressScript.Run(ctx, l.t.c, keys, l.tok, string(p.Step), string(p.Kind), p.Object, deleting, p.Unlinks, RunTTL.Milliseconds()).Int64()
+	n, err := progressScript.Run(ctx, l.t.c, keys, l.tok, string(p.Step), string(p.Kind), p.Object, deleting, p.Unlinks, runTTL.Milliseconds()).Int64()
 	switch {
 	case err != nil:
 		return fmt.Errorf("%w: record run progress: %v", reclaim.ErrTrackerUnavailable, err)
@@ -203,9 +203,9 @@ func (l *RunLock) Progress(ctx context.Context, p reclaim.RunProgress) error {
 }
 
 // End stores the run's outcome and report.
-func (l *RunLock) End(ctx context.Context, status reclaim.RunStatus, report []byte) error {
+func (l *runLock) End(ctx context.Context, status reclaim.RunStatus, report []byte) error {
 	// go-redis marshals only plain strings: the record holds the status's string
-	n, err := endRunScript.Run(ctx, l.t.c, []string{l.t.runKey(l.repo, l.id)}, l.tok, string(status), report, RunTTL.Milliseconds()).Int64()
+	n, err := endRunScript.Run(ctx, l.t.c, []string{l.t.runKey(l.repo, l.id)}, l.tok, string(status), report, runTTL.Milliseconds()).Int64()
 	switch {
 	case err != nil:
 		return fmt.Errorf("%w: record run outcome: %v", reclaim.ErrTrackerUnavailable, err)
