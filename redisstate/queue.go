@@ -84,12 +84,15 @@ end
 return out
 `)
 
-// KEYS[1]: zset; ARGV: member, lease score. Removes the member only if the
-// score is still the claim's.
+// KEYS[1]: zset; ARGV: (member, lease score) pairs. Removes each member
+// only if its score is still the claim's; returns how many it removed.
 var ackScript = redis.NewScript(`
-local cur = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if cur and tonumber(cur) == tonumber(ARGV[2]) then return redis.call('ZREM', KEYS[1], ARGV[1]) end
-return 0
+local n = 0
+for i = 1, #ARGV, 2 do
+  local cur = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if cur and tonumber(cur) == tonumber(ARGV[i+1]) then n = n + redis.call('ZREM', KEYS[1], ARGV[i]) end
+end
+return n
 `)
 
 // KEYS[1]: zset; ARGV: member, lease score, due ms. Re-scores the member to
@@ -157,10 +160,18 @@ func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]reclai
 	return out, nil
 }
 
-// Done removes a claimed item, unless it was enqueued again meanwhile.
-func (q *Queue) Done(ctx context.Context, c reclaim.ReviewItem) error {
-	if err := ackScript.Run(ctx, q.c, []string{q.key}, c.Blob.String(), c.Lease).Err(); err != nil {
-		return fmt.Errorf("%w: ack %s: %v", reclaim.ErrTrackerUnavailable, c.Blob, err)
+// Done removes claimed items, each unless it was enqueued again
+// meanwhile, in one round trip.
+func (q *Queue) Done(ctx context.Context, items ...reclaim.ReviewItem) error {
+	if len(items) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 2*len(items))
+	for _, c := range items {
+		args = append(args, c.Blob.String(), c.Lease)
+	}
+	if err := ackScript.Run(ctx, q.c, []string{q.key}, args...).Err(); err != nil {
+		return fmt.Errorf("%w: ack %d review items (first %s): %v", reclaim.ErrTrackerUnavailable, len(items), items[0].Blob, err)
 	}
 	return nil
 }

@@ -57,12 +57,14 @@ func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]reclai
 	return out, nil
 }
 
-func (q *Queue) Done(ctx context.Context, it reclaim.ReviewItem) error {
+func (q *Queue) Done(ctx context.Context, items ...reclaim.ReviewItem) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.leases[it.Blob] == it.Lease {
-		delete(q.due, it.Blob)
-		delete(q.leases, it.Blob)
+	for _, it := range items {
+		if q.leases[it.Blob] == it.Lease {
+			delete(q.due, it.Blob)
+			delete(q.leases, it.Blob)
+		}
 	}
 	return nil
 }
