@@ -15,12 +15,11 @@ import (
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/gc/internal/gctest"
 	"github.com/reclaim-registry/reclaim/internal/config"
-	"github.com/reclaim-registry/reclaim/reclaim"
-	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 	"github.com/reclaim-registry/reclaim/storage/middleware"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
+	"github.com/reclaim-registry/reclaim/storage/storagetest/s3test"
 )
 
 // BenchmarkReclaimerDeletes measures the reclaimer's delete rate (issue
@@ -45,7 +44,7 @@ func BenchmarkReclaimerDeletes(b *testing.B) {
 		{"fs", func(b *testing.B) storagedriver.StorageDriver {
 			return filesystem.New(filesystem.DriverParameters{RootDirectory: b.TempDir(), MaxThreads: 100})
 		}},
-		{"s3", func(b *testing.B) storagedriver.StorageDriver { return storagetest.StartS3(b).Driver(b, "/bench") }},
+		{"s3", func(b *testing.B) storagedriver.StorageDriver { return s3test.StartS3(b).Driver(b, "/bench") }},
 	}
 	for _, be := range backends {
 		for _, workers := range []int{1, 4, 16} {
@@ -72,8 +71,7 @@ func benchDeletes(b *testing.B, below storagedriver.StorageDriver, workers int) 
 	if err := client.Set(ctx, prefix+"since", strconv.FormatInt(time.Now().Add(-2*time.Hour).UnixMilli(), 10), 0).Err(); err != nil {
 		b.Fatal(err)
 	}
-	tr := redisTracker{env.Tracker}
-	c, err := collector.New(collector.Config{Driver: env.Driver, Tracker: tr, Links: env.Links, Clock: tr, Freed: env.Tracker,
+	c, err := collector.New(collector.Config{Driver: env.Driver, Tracker: env.Tracker, Links: env.Links, Clock: env.Tracker, Freed: env.Tracker,
 		LinkDBComplete: func(ctx context.Context) (bool, error) {
 			_, ok, err := linkdb.LinkDBComplete(ctx, env.Raw)
 			return ok, err
@@ -131,24 +129,3 @@ func benchDeletes(b *testing.B, below storagedriver.StorageDriver, workers int) 
 		}
 	}
 }
-
-// redisTracker is the Redis tracker as collector.Tracker and Clock (the
-// registry's gcTracker, which this package cannot import).
-type redisTracker struct{ *redisstate.Tracker }
-
-func (a redisTracker) Fence(ctx context.Context, o reclaim.Object, window, lease time.Duration) (collector.Hold, error) {
-	f, err := a.Tracker.Fence(ctx, o, window, lease)
-	if err != nil {
-		return nil, err
-	}
-	return redisHold{t: a.Tracker, f: f, lease: lease}, nil
-}
-
-type redisHold struct {
-	t     *redisstate.Tracker
-	f     *redisstate.Fence
-	lease time.Duration
-}
-
-func (h redisHold) Confirm(ctx context.Context) error { return h.t.Confirm(ctx, h.f, h.lease) }
-func (h redisHold) Release(ctx context.Context) error { return h.t.Release(ctx, h.f) }
