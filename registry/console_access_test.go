@@ -18,7 +18,7 @@ import (
 )
 
 // consoleScopes serves the console on a registry whose access controller
-// grants exactly the X-Scopes of each request (scopeController), with a
+// grants exactly the X-Scopes of each request (registry/internal/scopetest), with a
 // finished run record of team/app (teamRun) and one of other/app
 // (otherRun) in its Redis. get sends a request with grant ("" for none).
 func consoleScopes(t *testing.T) (get func(method, path, grant string, form url.Values) (*http.Response, string)) {

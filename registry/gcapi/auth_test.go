@@ -2,16 +2,13 @@ package gcapi
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/distribution/distribution/v3/configuration"
-	"github.com/distribution/distribution/v3/registry/auth"
 	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 	"github.com/opencontainers/go-digest"
 
@@ -20,47 +17,10 @@ import (
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/registry/accesscontrol"
+	_ "github.com/reclaim-registry/reclaim/registry/internal/scopetest" // "gcscopetest": grants a request's X-Scopes
 )
 
-// scopeController grants exactly the scopes listed in the request's
-// X-Scopes header ("repository:<name>:<action>,..."), like a token whose
-// claims carry those scopes, and records what the handler asked for.
-type scopeController struct {
-	mu    sync.Mutex
-	asked []string
-}
-
-type challenge struct{ msg string }
-
-func (c challenge) Error() string { return c.msg }
-func (c challenge) SetHeaders(r *http.Request, w http.ResponseWriter) {
-	w.Header().Set("WWW-Authenticate", `Bearer realm="test",scope="`+c.msg+`"`)
-}
-
-var scopes = &scopeController{}
-
-func (s *scopeController) Authorized(r *http.Request, access ...auth.Access) (*auth.Grant, error) {
-	granted := r.Header.Get("X-Scopes")
-	if granted == "" {
-		return nil, challenge{"no token"}
-	}
-	for _, a := range access {
-		want := fmt.Sprintf("%s:%s:%s", a.Type, a.Name, a.Action)
-		s.mu.Lock()
-		s.asked = append(s.asked, want)
-		s.mu.Unlock()
-		if !strings.Contains(","+granted+",", ","+want+",") {
-			return nil, challenge{want}
-		}
-	}
-	return &auth.Grant{}, nil
-}
-
-func init() {
-	_ = auth.Register("gcscopetest", func(map[string]any) (auth.AccessController, error) { return scopes, nil })
-}
-
-// scopeAPI serves the GC API with scopeController's auth, on a collector
+// scopeAPI serves the GC API with scopetest's auth, on a collector
 // over an in-memory storage that holds team/app (and keeps its usage
 // estimates in usage, when given). do sends a request with grant.
 func scopeAPI(t *testing.T, usage *redisstate.UsageStore) (do func(method, path, grant string) *http.Response) {
