@@ -40,9 +40,6 @@ func (r SkipReason) MarshalText() ([]byte, error) { return skipReasons.MarshalTe
 // UnmarshalText decodes a name, strictly.
 func (r *SkipReason) UnmarshalText(b []byte) error { return skipReasons.UnmarshalText(b, r) }
 
-// ErrAborted matches every AbortError.
-var ErrAborted = errors.New("retention: run aborted")
-
 // AbortError stops a run before it deletes anything more.
 // It is also what an apply report says when apply stopped (its JSON).
 type AbortError struct {
@@ -53,8 +50,6 @@ type AbortError struct {
 func (e *AbortError) Error() string {
 	return fmt.Sprintf("retention: run aborted (%s): %s", e.Reason, e.Detail)
 }
-
-func (e *AbortError) Is(target error) bool { return target == ErrAborted }
 
 func abort(reason reclaim.AbortReason, format string, args ...any) error {
 	return &AbortError{Reason: reason, Detail: fmt.Sprintf(format, args...)}
