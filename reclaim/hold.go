@@ -14,17 +14,3 @@ type Hold interface {
 	// Release gives the fence back after the delete.
 	Release(ctx context.Context) error
 }
-
-// RunHandle is a repository lock that carries a run record (redisstate's
-// run lock is one).
-type RunHandle interface {
-	// Held is cancelled as soon as the lock is known lost (expired, taken
-	// away, not renewable); the run works under it.
-	Held() context.Context
-	// Progress writes p ahead of the work it announces; on error that
-	// work must not be done.
-	Progress(ctx context.Context, p RunProgress) error
-	// End stores the run's outcome and report (before Unlock).
-	End(ctx context.Context, status RunStatus, report []byte) error
-	Unlock()
-}

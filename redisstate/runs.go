@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/redis/go-redis/v9"
 )
@@ -123,7 +124,7 @@ return 1
 `)
 
 // runLock is a repository lock that carries a run record: the
-// reclaim.RunHandle BeginRun returns.
+// gcrun.Handle BeginRun returns.
 type runLock struct {
 	t          *Tracker
 	repo, id   string
@@ -134,9 +135,9 @@ type runLock struct {
 
 // BeginRun takes repo's lock as LockRepository does and, in the same script,
 // records run id as running under it. ErrRepositoryBusy when another run
-// holds the lock. The lock is a *runLock, seen as the reclaim.RunHandle
+// holds the lock. The lock is a *runLock, seen as the gcrun.Handle
 // gc/collector's RunRecorder takes.
-func (t *Tracker) BeginRun(ctx context.Context, repo, id string, started time.Time, lease time.Duration) (reclaim.RunHandle, error) {
+func (t *Tracker) BeginRun(ctx context.Context, repo, id string, started time.Time, lease time.Duration) (gcrun.Handle, error) {
 	if !layout.ValidRepo(repo) || id == "" || lease < 3*time.Millisecond {
 		return nil, fmt.Errorf("redisstate: BeginRun(%q, %q, %v): bad arguments", repo, id, lease)
 	}
@@ -186,7 +187,7 @@ func (l *runLock) Unlock() { l.unlockFunc() }
 
 // Progress writes p ahead of the work it announces. An error means it was
 // not recorded: the caller must not do that work.
-func (l *runLock) Progress(ctx context.Context, p reclaim.RunProgress) error {
+func (l *runLock) Progress(ctx context.Context, p gcrun.Progress) error {
 	deleting := ""
 	if p.Deleting {
 		deleting = "1"
@@ -203,7 +204,7 @@ func (l *runLock) Progress(ctx context.Context, p reclaim.RunProgress) error {
 }
 
 // End stores the run's outcome and report.
-func (l *runLock) End(ctx context.Context, status reclaim.RunStatus, report []byte) error {
+func (l *runLock) End(ctx context.Context, status gcrun.Status, report []byte) error {
 	// go-redis marshals only plain strings: the record holds the status's string
 	n, err := endRunScript.Run(ctx, l.t.c, []string{l.t.runKey(l.repo, l.id)}, l.tok, string(status), report, runTTL.Milliseconds()).Int64()
 	switch {
@@ -217,25 +218,25 @@ func (l *runLock) End(ctx context.Context, status reclaim.RunStatus, report []by
 
 // LoadRun reads run id, marking it interrupted first when its process died.
 // ok is false for an unknown (or expired) id.
-func (t *Tracker) LoadRun(ctx context.Context, id, marker string) (reclaim.RunState, bool, error) {
+func (t *Tracker) LoadRun(ctx context.Context, id, marker string) (gcrun.State, bool, error) {
 	repo, err := t.c.Get(ctx, t.runIDKey(id)).Result()
 	if errors.Is(err, redis.Nil) {
-		return reclaim.RunState{}, false, nil
+		return gcrun.State{}, false, nil
 	}
 	if err != nil {
-		return reclaim.RunState{}, false, fmt.Errorf("%w: read run %s: %v", reclaim.ErrTrackerUnavailable, id, err)
+		return gcrun.State{}, false, fmt.Errorf("%w: read run %s: %v", reclaim.ErrTrackerUnavailable, id, err)
 	}
 	return t.loadRun(ctx, repo, id, marker, true)
 }
 
 // RepositoryRuns reads repo's recent runs, newest first, without their
 // reports, marking the ones whose process died interrupted.
-func (t *Tracker) RepositoryRuns(ctx context.Context, repo, marker string) ([]reclaim.RunState, error) {
+func (t *Tracker) RepositoryRuns(ctx context.Context, repo, marker string) ([]gcrun.State, error) {
 	ids, err := t.c.ZRevRange(ctx, t.runIndexKey(repo), 0, -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("%w: list runs of %s: %v", reclaim.ErrTrackerUnavailable, repo, err)
 	}
-	var out []reclaim.RunState
+	var out []gcrun.State
 	for _, id := range ids {
 		st, ok, err := t.loadRun(ctx, repo, id, marker, false)
 		if err != nil {
@@ -253,7 +254,7 @@ func (t *Tracker) RepositoryRuns(ctx context.Context, repo, marker string) ([]re
 // interrupted as LoadRun does. Expired ones are left out. Three pipelined
 // round trips (ids, repositories, records), plus LoadRun's for each record
 // that still says running.
-func (t *Tracker) RecentRuns(ctx context.Context, n int, marker string) ([]reclaim.RunState, error) {
+func (t *Tracker) RecentRuns(ctx context.Context, n int, marker string) ([]gcrun.State, error) {
 	if n <= 0 {
 		return nil, nil
 	}
@@ -287,7 +288,7 @@ func (t *Tracker) RecentRuns(ctx context.Context, n int, marker string) ([]recla
 	}); err != nil {
 		return nil, fmt.Errorf("%w: read recent runs: %v", reclaim.ErrTrackerUnavailable, err)
 	}
-	out := make([]reclaim.RunState, 0, len(ids))
+	out := make([]gcrun.State, 0, len(ids))
 	for i, id := range ids {
 		if records[i] == nil {
 			continue // expired
@@ -298,12 +299,12 @@ func (t *Tracker) RecentRuns(ctx context.Context, n int, marker string) ([]recla
 				h[fields[j]] = s
 			}
 		}
-		var st reclaim.RunState
+		var st gcrun.State
 		ok := h["id"] != ""
 		switch {
 		case !ok:
 			continue
-		case reclaim.RunStatus(h["status"]) == reclaim.StatusRunning:
+		case gcrun.Status(h["status"]) == gcrun.StatusRunning:
 			st, ok, err = t.loadRun(ctx, repos[i].Val(), id, marker, true) // alive, or dead: mark it
 		default:
 			st, err = t.runState(ctx, repos[i].Val(), h)
@@ -332,16 +333,16 @@ func (t *Tracker) MarkReconciled(ctx context.Context, repo, id, by string) (bool
 // by its token, marks it interrupted: compare-and-swap on the record's
 // version, so of two readers racing, one marks and the other finds the
 // version moved, reads again and returns the winner's state.
-func (t *Tracker) loadRun(ctx context.Context, repo, id, marker string, withReport bool) (reclaim.RunState, bool, error) {
+func (t *Tracker) loadRun(ctx context.Context, repo, id, marker string, withReport bool) (gcrun.State, bool, error) {
 	for attempt := 0; ; attempt++ {
 		h, err := t.readRecord(ctx, repo, id, withReport)
 		if err != nil {
-			return reclaim.RunState{}, false, err
+			return gcrun.State{}, false, err
 		}
 		if h["id"] == "" {
-			return reclaim.RunState{}, false, nil
+			return gcrun.State{}, false, nil
 		}
-		if reclaim.RunStatus(h["status"]) != reclaim.StatusRunning || attempt >= 10 {
+		if gcrun.Status(h["status"]) != gcrun.StatusRunning || attempt >= 10 {
 			st, err := t.runState(ctx, repo, h)
 			return st, err == nil, err
 		}
@@ -351,12 +352,12 @@ func (t *Tracker) loadRun(ctx context.Context, repo, id, marker string, withRepo
 		}
 		now, err := t.Now(ctx)
 		if err != nil {
-			return reclaim.RunState{}, false, err
+			return gcrun.State{}, false, err
 		}
 		n, err := markScript.Run(ctx, t.c, []string{t.lockKey(repo), t.runKey(repo, id)},
 			h["v"], marker, verdict, now.UnixMilli()).Int64()
 		if err != nil {
-			return reclaim.RunState{}, false, fmt.Errorf("%w: mark run %s: %v", reclaim.ErrTrackerUnavailable, id, err)
+			return gcrun.State{}, false, fmt.Errorf("%w: mark run %s: %v", reclaim.ErrTrackerUnavailable, id, err)
 		}
 		if n == -1 { // alive: its lock is held
 			st, err := t.runState(ctx, repo, h)
@@ -420,8 +421,8 @@ func (t *Tracker) deletionsVerdict(ctx context.Context, h map[string]string) str
 }
 
 // runState turns a record into a RunState.
-func (t *Tracker) runState(ctx context.Context, repo string, h map[string]string) (reclaim.RunState, error) {
-	st := reclaim.RunState{ID: h["id"], Repo: repo, Status: reclaim.RunStatus(h["status"]), Step: reclaim.RunStep(h["step"]),
+func (t *Tracker) runState(ctx context.Context, repo string, h map[string]string) (gcrun.State, error) {
+	st := gcrun.State{ID: h["id"], Repo: repo, Status: gcrun.Status(h["status"]), Step: gcrun.Step(h["step"]),
 		LastKind: reclaim.ObjectKind(h["kind"]), LastObject: h["object"], MarkedBy: h["marked_by"], ReconciledBy: h["reconciled_by"]}
 	if r, ok := h["report"]; ok {
 		st.Report = []byte(r)
@@ -429,9 +430,9 @@ func (t *Tracker) runState(ctx context.Context, repo string, h map[string]string
 	st.StartedAt = unixMilli(h["started"])
 	st.InterruptedAt = unixMilli(h["interrupted_at"])
 	v, ok := h["verdict"]
-	if st.Status != reclaim.StatusInterrupted || !ok {
+	if st.Status != gcrun.StatusInterrupted || !ok {
 		v = h["deletions"]
-		if v == "0" && st.Status != reclaim.StatusRunning {
+		if v == "0" && st.Status != gcrun.StatusRunning {
 			v = "" // only a verdict speaks for a run that did not end
 		}
 	}
@@ -440,7 +441,7 @@ func (t *Tracker) runState(ctx context.Context, repo string, h map[string]string
 		b := v == "1"
 		st.DeletionsStarted = &b
 	}
-	if st.Status == reclaim.StatusInterrupted {
+	if st.Status == gcrun.StatusInterrupted {
 		u, err := t.c.SMembers(ctx, t.unlinkedKey(repo, st.ID)).Result()
 		if err != nil {
 			return st, fmt.Errorf("%w: read run %s: %v", reclaim.ErrTrackerUnavailable, st.ID, err)

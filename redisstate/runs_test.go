@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
@@ -15,7 +16,7 @@ const runLease = time.Minute
 
 // die leaves l's record as a killed process does: running, and its lock no
 // longer held by it (here released; in production it expires unrenewed).
-func die(t *testing.T, tr *Tracker, repo string, l reclaim.RunHandle) {
+func die(t *testing.T, tr *Tracker, repo string, l gcrun.Handle) {
 	t.Helper()
 	l.Unlock()
 	if n := tr.c.Exists(context.Background(), tr.lockKey(repo)).Val(); n != 0 {
@@ -23,7 +24,7 @@ func die(t *testing.T, tr *Tracker, repo string, l reclaim.RunHandle) {
 	}
 }
 
-func load(t *testing.T, tr *Tracker, id, marker string) reclaim.RunState {
+func load(t *testing.T, tr *Tracker, id, marker string) gcrun.State {
 	t.Helper()
 	st, ok, err := tr.LoadRun(context.Background(), id, marker)
 	if err != nil || !ok {
@@ -61,10 +62,10 @@ func TestRunRecordStates(t *testing.T) {
 		if _, ok, _ := tr.LoadRun(ctx, "run2", "x"); ok {
 			t.Fatal("a run refused its lock left a record")
 		}
-		if st := load(t, tr, "run1", "reader"); st.Status != reclaim.StatusRunning || st.Step != "snapshot" || st.MarkedBy != "" {
+		if st := load(t, tr, "run1", "reader"); st.Status != gcrun.StatusRunning || st.Step != "snapshot" || st.MarkedBy != "" {
 			t.Fatalf("live run: %+v", st)
 		}
-		if err := l.Progress(ctx, reclaim.RunProgress{Step: "manifests", Kind: "manifest", Object: dA.String(), Deleting: true, Unlinks: dA.String()}); err != nil {
+		if err := l.Progress(ctx, gcrun.Progress{Step: "manifests", Kind: "manifest", Object: dA.String(), Deleting: true, Unlinks: dA.String()}); err != nil {
 			t.Fatal(err)
 		}
 		if err := l.End(ctx, "done", []byte(`{"status":"done"}`)); err != nil {
@@ -80,16 +81,16 @@ func TestRunRecordStates(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := l.Progress(ctx, reclaim.RunProgress{Step: "layer_links", Kind: "layer_link", Object: dB.String(), Deleting: true, Unlinks: dB.String()}); err != nil {
+		if err := l.Progress(ctx, gcrun.Progress{Step: "layer_links", Kind: "layer_link", Object: dB.String(), Deleting: true, Unlinks: dB.String()}); err != nil {
 			t.Fatal(err)
 		}
 		die(t, tr, repo, l)
 		st := load(t, tr, "run3", "reader A")
-		if st.Status != reclaim.StatusInterrupted || st.Step != "layer_links" || st.LastKind != "layer_link" || st.LastObject != dB.String() ||
+		if st.Status != gcrun.StatusInterrupted || st.Step != "layer_links" || st.LastKind != "layer_link" || st.LastObject != dB.String() ||
 			deletions(st.DeletionsStarted) != "true" || st.MarkedBy != "reader A" || st.InterruptedAt.IsZero() || len(st.Unlinked) != 1 {
 			t.Fatalf("dead run: %+v (deletions %s)", st, deletions(st.DeletionsStarted))
 		}
-		if err := l.Progress(ctx, reclaim.RunProgress{Step: "blobs"}); !errors.Is(err, reclaim.ErrLockLost) {
+		if err := l.Progress(ctx, gcrun.Progress{Step: "blobs"}); !errors.Is(err, reclaim.ErrLockLost) {
 			t.Fatalf("write ahead on an interrupted record: %v, want ErrLockLost", err)
 		}
 		if again := load(t, tr, "run3", "reader B"); again.MarkedBy != "reader A" {
@@ -139,7 +140,7 @@ func TestRunDeletionsUnknown(t *testing.T) {
 			t.Fatal(err)
 		}
 		die(t, tr, repo, l)
-		if st := load(t, tr, "quiet", "r"); st.Status != reclaim.StatusInterrupted || deletions(st.DeletionsStarted) != "false" || st.Step != "snapshot" {
+		if st := load(t, tr, "quiet", "r"); st.Status != gcrun.StatusInterrupted || deletions(st.DeletionsStarted) != "false" || st.Step != "snapshot" {
 			t.Fatalf("quiet run: %+v (deletions %s)", st, deletions(st.DeletionsStarted))
 		}
 
@@ -149,7 +150,7 @@ func TestRunDeletionsUnknown(t *testing.T) {
 		}
 		die(t, tr, repo, l)
 		// The epoch is younger than the run: records may have been lost.
-		if st := load(t, tr, "gap", "r"); st.Status != reclaim.StatusInterrupted || st.DeletionsStarted != nil {
+		if st := load(t, tr, "gap", "r"); st.Status != gcrun.StatusInterrupted || st.DeletionsStarted != nil {
 			t.Fatalf("run across an epoch move: %+v (deletions %s), want null", st, deletions(st.DeletionsStarted))
 		}
 	})
@@ -167,14 +168,14 @@ func TestRunLockTakenOverIsInterrupted(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Unlock()
-		if st := load(t, tr, "old", "r"); st.Status != reclaim.StatusRunning {
+		if st := load(t, tr, "old", "r"); st.Status != gcrun.StatusRunning {
 			t.Fatalf("live run read %s", st.Status)
 		}
 		// The lease ran out and another instance's run took the lock.
 		if err := tr.c.Set(ctx, tr.lockKey(repo), "someone else", runLease).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if st := load(t, tr, "old", "r"); st.Status != reclaim.StatusInterrupted {
+		if st := load(t, tr, "old", "r"); st.Status != gcrun.StatusInterrupted {
 			t.Fatalf("run whose lock another holds read %s", st.Status)
 		}
 	})
@@ -201,7 +202,7 @@ func TestRunMarkRace(t *testing.T) {
 			<-gates[marker]
 		}
 		type result struct {
-			st  reclaim.RunState
+			st  gcrun.State
 			err error
 		}
 		results := map[string]chan result{"A": make(chan result, 1), "B": make(chan result, 1)}
@@ -226,7 +227,7 @@ func TestRunMarkRace(t *testing.T) {
 		if len(read) != 0 {
 			t.Fatalf("the loser tried to mark again after re-reading: %q", <-read)
 		}
-		if a.st.Status != reclaim.StatusInterrupted || a.st.MarkedBy != "A" {
+		if a.st.Status != gcrun.StatusInterrupted || a.st.MarkedBy != "A" {
 			t.Fatalf("winner: %+v", a.st)
 		}
 		if b2.st.Status != a.st.Status || b2.st.MarkedBy != "A" || !b2.st.InterruptedAt.Equal(a.st.InterruptedAt) ||
@@ -243,7 +244,7 @@ func TestRecentRuns(t *testing.T) {
 		tr := newTestTracker(t, b)
 		ctx := context.Background()
 		t0 := time.Now().Add(-time.Minute)
-		var locks []reclaim.RunHandle
+		var locks []gcrun.Handle
 		for i, repo := range []string{"a/one", "b/two", "a/one"} {
 			if i == 2 {
 				if err := locks[0].End(ctx, "done", []byte(`{}`)); err != nil {

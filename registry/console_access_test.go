@@ -14,7 +14,7 @@ import (
 	"github.com/distribution/distribution/v3/configuration"
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
-	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 )
 
 // consoleScopes serves the console on a registry whose access controller
@@ -31,7 +31,7 @@ func consoleScopes(t *testing.T) (get func(method, path, grant string, form url.
 	}
 	t.Cleanup(func() { s.Close() })
 	for repo, id := range map[string]string{"team/app": teamRun, "other/app": otherRun} {
-		rep := &collector.Report{RunID: id, Repository: repo, Status: reclaim.StatusDone, DryRun: true, StartedAt: time.Now(), FinishedAt: time.Now()}
+		rep := &collector.Report{RunID: id, Repository: repo, Status: gcrun.StatusDone, DryRun: true, StartedAt: time.Now(), FinishedAt: time.Now()}
 		body, err := json.Marshal(rep)
 		if err != nil {
 			t.Fatal(err)
@@ -40,7 +40,7 @@ func consoleScopes(t *testing.T) (get func(method, path, grant string, form url.
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = l.End(t.Context(), reclaim.StatusDone, body)
+		err = l.End(t.Context(), gcrun.StatusDone, body)
 		l.Unlock()
 		if err != nil {
 			t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
-	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
@@ -34,7 +34,7 @@ func BenchmarkConsoleOverviewRecentRuns(b *testing.B) {
 	ctx := b.Context()
 	for i := range 50 {
 		repo, id := fmt.Sprintf("bench/r%02d", i), fmt.Sprintf("benchrun%02d", i)
-		rep := &collector.Report{RunID: id, Repository: repo, Status: reclaim.StatusDone, StartedAt: time.Now(), FinishedAt: time.Now(), BytesFreed: 1 << 20}
+		rep := &collector.Report{RunID: id, Repository: repo, Status: gcrun.StatusDone, StartedAt: time.Now(), FinishedAt: time.Now(), BytesFreed: 1 << 20}
 		for j := range 100 {
 			rep.BlobsDeleted = append(rep.BlobsDeleted, digest.FromString(fmt.Sprint(i, j)))
 		}
@@ -46,7 +46,7 @@ func BenchmarkConsoleOverviewRecentRuns(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		err = l.End(ctx, reclaim.StatusDone, body)
+		err = l.End(ctx, gcrun.StatusDone, body)
 		l.Unlock()
 		if err != nil {
 			b.Fatal(err)

@@ -16,7 +16,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
-	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
@@ -93,7 +93,7 @@ func assertBlocked(t *testing.T, g *gcRegistry, repo, reason string) *collector.
 		t.Fatalf("dry run: %d %s, want 200 with blockers", code, body)
 	}
 	dry := decodeReport(t, body)
-	if !dry.DryRun || dry.Status != reclaim.StatusDone || !hasBlocker(dry, reason, collector.BlocksRun) {
+	if !dry.DryRun || dry.Status != gcrun.StatusDone || !hasBlocker(dry, reason, collector.BlocksRun) {
 		t.Fatalf("dry run: %s, want blocker %s", body, reason)
 	}
 	if after := g.tree(t); after != before {

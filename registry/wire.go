@@ -206,8 +206,8 @@ func newRetention(env *middleware.Env, opts config.Options, pins *redisstore.Pin
 }
 
 // The tracker is each of the collector's interfaces as it is: both speak
-// package reclaim, and its fences and run locks are reclaim's Hold and
-// RunHandle.
+// package reclaim, and its fences and run locks are reclaim.Hold and
+// gcrun.Handle.
 var (
 	_ collector.Tracker      = (*redisstate.Tracker)(nil)
 	_ collector.Clock        = (*redisstate.Tracker)(nil)

@@ -22,6 +22,8 @@ const module = "github.com/reclaim-registry/reclaim"
 var allowed = map[string][]string{
 	// the words every package speaks
 	"reclaim": {"internal/enum"},
+	// the words of one GC run: status, step, progress, state, handle
+	"reclaim/gcrun": {"reclaim"},
 
 	// small helpers, importing nothing of the project
 	"internal/config":    {}, // one typed configuration: depends on nothing it configures
@@ -41,7 +43,7 @@ var allowed = map[string][]string{
 	"storage/storagetest/s3test":            {},
 
 	// every piece of Redis state
-	"redisstate": {"internal/enum", "internal/metrics", "internal/rlog", "reclaim", "storage/layout"},
+	"redisstate": {"internal/enum", "internal/metrics", "internal/rlog", "reclaim", "reclaim/gcrun", "storage/layout"},
 
 	// the storage-driver middleware, its Env and request scope
 	"storage/middleware": {"internal/config", "internal/metrics", "internal/rlog", "reclaim", "redisstate",
@@ -50,7 +52,7 @@ var allowed = map[string][]string{
 	// garbage collection: the pure decision, a run's I/O around it, and
 	// the background reclaimer on the collector's deletion step
 	"gc":           {"reclaim"},
-	"gc/collector": {"gc", "reclaim", "storage/layout"},
+	"gc/collector": {"gc", "reclaim", "reclaim/gcrun", "storage/layout"},
 	"gc/reclaimer": {"gc", "gc/collector", "reclaim", "storage/layout"},
 	// the fixtures the collector's and the reclaimer's tests share
 	"gc/internal/gctest": {"internal/config", "reclaim", "storage/layout", "storage/linkdb", "storage/middleware", "storage/storagetest"},
@@ -66,11 +68,10 @@ var allowed = map[string][]string{
 		"registry/accesscontrol", "registry/console", "registry/gcapi", "retention", "retention/redisstore",
 		"storage/layout", "storage/linkdb", "storage/middleware", "storage/referrers"},
 	// the GC API: handlers, route table, error table; no storage, no driver stack
-	"registry/gcapi": {"gc/collector", "internal/config", "internal/crosssite", "internal/metrics", "reclaim", "redisstate",
-		"registry/accesscontrol", "retention", "retention/inuse", "retention/redisstore"},
+	"registry/gcapi":              {"gc/collector", "internal/config", "internal/crosssite", "internal/metrics", "reclaim", "reclaim/gcrun", "redisstate", "registry/accesscontrol", "retention", "retention/inuse", "retention/redisstore"},
 	"registry/accesscontrol":      {},
 	"registry/internal/scopetest": {}, // tests' access controller (test imports only)
-	"registry/console":            {"gc", "gc/collector", "gc/reclaimer", "internal/crosssite", "reclaim"},
+	"registry/console":            {"gc", "gc/collector", "gc/reclaimer", "internal/crosssite", "reclaim", "reclaim/gcrun"},
 	"registry/registrytest":       {"internal/config", "registry", "storage/storagetest"},
 	"cmd/registry": {"gc", "gc/collector", "gc/reclaimer", "internal/config", "reclaim", "redisstate", "registry", "retention", "retention/inuse",
 		"storage/layout", "storage/linkdb", "storage/middleware"},

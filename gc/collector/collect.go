@@ -8,6 +8,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 )
 
 // RunOptions adjust one run.
@@ -165,16 +166,16 @@ func (r *run) lock(ctx context.Context) error {
 		return err
 	}
 	r.unlock, r.held, r.log = h.Unlock, h.Held(), &runLog{h: h, r: r}
-	r.rep.Step = reclaim.StepSnapshot
+	r.rep.Step = gcrun.StepSnapshot
 	return nil
 }
 
 func (r *run) abort(err error) error {
 	var ae *AbortError
 	if errors.As(err, &ae) {
-		r.rep.Status, r.rep.Abort = reclaim.StatusAborted, ae.Reason.String()
+		r.rep.Status, r.rep.Abort = gcrun.StatusAborted, ae.Reason.String()
 	} else {
-		r.rep.Status = reclaim.StatusFailed
+		r.rep.Status = gcrun.StatusFailed
 	}
 	r.rep.Errors = append(r.rep.Errors, gc.Decision{Kind: reclaim.KindRun, Reason: reclaim.ReasonCheckFailed, Detail: err.Error()})
 	r.rep.FinishedAt = r.c.cfg.Now()
@@ -214,7 +215,7 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 		return r.rep, r.abort(lockLost(ctx, err))
 	}
 	t1 := r.c.cfg.Now()
-	r.log.step(ctx, reclaim.StepPlan)
+	r.log.step(ctx, gcrun.StepPlan)
 	f := r.c.gather(ctx, s, r.pol)
 	r.repaired(f)
 	p := gc.Decide(s, f.Facts, r.pol.Policy)
@@ -262,7 +263,7 @@ func (r *run) done(t0, t1, t2 time.Time) {
 			}
 		}
 	}
-	rep.Status = reclaim.StatusDone
+	rep.Status = gcrun.StatusDone
 	rep.FinishedAt = t3
 	rep.Timings = Timings{SnapshotMS: t1.Sub(t0).Milliseconds(), PlanMS: t2.Sub(t1).Milliseconds(),
 		SweepMS: t3.Sub(t2).Milliseconds(), TotalMS: t3.Sub(r.start).Milliseconds()}

@@ -11,7 +11,7 @@ import (
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/distribution/reference"
-	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 )
 
 // Defaults, chosen to be safe on a registry nobody has tuned.
@@ -207,7 +207,7 @@ func (c *Collector) gcLocked(now time.Time) {
 		}
 	}
 	for id, r := range c.runs {
-		if now.After(r.expires) || len(c.runs) > maxStoredRuns && r.report.Status != reclaim.StatusRunning {
+		if now.After(r.expires) || len(c.runs) > maxStoredRuns && r.report.Status != gcrun.StatusRunning {
 			delete(c.runs, id)
 		}
 	}

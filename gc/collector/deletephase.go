@@ -8,6 +8,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -27,11 +28,11 @@ func (dl *deleter) deletePhase(ctx context.Context, s *gc.Snapshot, p *gc.Outcom
 		}
 	}
 	removed := map[digest.Digest]bool{} // blobs whose link this run removed
-	dl.log.step(ctx, reclaim.StepManifests)
+	dl.log.step(ctx, gcrun.StepManifests)
 	deleted := dl.deleteManifests(ctx, s, p, rep, removed)
-	dl.log.step(ctx, reclaim.StepLayerLinks)
+	dl.log.step(ctx, gcrun.StepLayerLinks)
 	dl.deleteLayers(ctx, s, p, rep, deleted, removed)
-	dl.log.step(ctx, reclaim.StepBlobs)
+	dl.log.step(ctx, gcrun.StepBlobs)
 	for _, b := range slices.Sorted(maps.Keys(removed)) {
 		rep.add(dl.deleteBlob(ctx, b, rep))
 	}

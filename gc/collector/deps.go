@@ -6,6 +6,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 )
 
 // Tracker is the part of the access tracker (Redis) a run needs. Errors wrap
@@ -81,19 +82,19 @@ type Clock interface {
 type RunRecorder interface {
 	// BeginRun is LockRepository that also records run id as running
 	// under the lock, in one step.
-	BeginRun(ctx context.Context, repo, id string, started time.Time, lease time.Duration) (reclaim.RunHandle, error)
+	BeginRun(ctx context.Context, repo, id string, started time.Time, lease time.Duration) (gcrun.Handle, error)
 	// LoadRun reads run id. A record that says running while its lock is
 	// not held by it is marked interrupted first (compare-and-swap: of two
 	// racing readers both return the winner's state); marker says who
 	// marked it. ok is false for an unknown id.
-	LoadRun(ctx context.Context, id, marker string) (st reclaim.RunState, ok bool, err error)
+	LoadRun(ctx context.Context, id, marker string) (st gcrun.State, ok bool, err error)
 	// RepositoryRuns reads repo's recent runs, newest first, marking dead
 	// ones as LoadRun does.
-	RepositoryRuns(ctx context.Context, repo, marker string) ([]reclaim.RunState, error)
+	RepositoryRuns(ctx context.Context, repo, marker string) ([]gcrun.State, error)
 	// RecentRuns reads the registry's most recent runs, of every
 	// repository and instance, newest first, marking dead ones as LoadRun
 	// does.
-	RecentRuns(ctx context.Context, n int, marker string) ([]reclaim.RunState, error)
+	RecentRuns(ctx context.Context, n int, marker string) ([]gcrun.State, error)
 	// MarkReconciled claims the reconciliation of interrupted run id for
 	// run by; false when it is not interrupted or already claimed.
 	MarkReconciled(ctx context.Context, repo, id, by string) (bool, error)

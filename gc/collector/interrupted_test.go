@@ -9,13 +9,14 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc/internal/gctest"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 )
 
 // recordingTracker adds the tracker's run records to the lease fixture's
 // tracker, as the registry wires them.
 type recordingTracker struct{ *redisTracker }
 
-func (r recordingTracker) BeginRun(ctx context.Context, repo, id string, started time.Time, lease time.Duration) (reclaim.RunHandle, error) {
+func (r recordingTracker) BeginRun(ctx context.Context, repo, id string, started time.Time, lease time.Duration) (gcrun.Handle, error) {
 	l, err := r.Tracker.BeginRun(ctx, repo, id, started, lease)
 	if err != nil {
 		return nil, err
@@ -31,12 +32,12 @@ func (r recordingTracker) BeginRun(ctx context.Context, repo, id string, started
 func TestInterruptedRunIsReconciled(t *testing.T) {
 	for _, tc := range []struct {
 		target   deleteTarget
-		step     reclaim.RunStep
+		step     gcrun.Step
 		findings []string // per rechecked object, in order
 		orphan   bool
 	}{
-		{layerTarget, reclaim.StepLayerLinks, []string{"link present", "still linked by crash"}, false},
-		{blobTarget, reclaim.StepBlobs, []string{"orphaned"}, true},
+		{layerTarget, gcrun.StepLayerLinks, []string{"link present", "still linked by crash"}, false},
+		{blobTarget, gcrun.StepBlobs, []string{"orphaned"}, true},
 	} {
 		t.Run(tc.target.name, func(t *testing.T) {
 			f := newLeaseFixture(t, func(c *Config) { r := recordingTracker{c.Tracker.(*redisTracker)}; c.Tracker, c.Runs = r, r })
@@ -54,7 +55,7 @@ func TestInterruptedRunIsReconciled(t *testing.T) {
 
 			other := f.second(t)
 			id := f.runningID(t)
-			if rep, ok, err := other.LookupRun(context.Background(), id); err != nil || !ok || rep.Status != reclaim.StatusRunning || rep.Step != tc.step {
+			if rep, ok, err := other.LookupRun(context.Background(), id); err != nil || !ok || rep.Status != gcrun.StatusRunning || rep.Step != tc.step {
 				t.Fatalf("live run read from another instance: %+v %v %v", rep, ok, err)
 			}
 			// The process dies: its lock expires unrenewed.
@@ -62,7 +63,7 @@ func TestInterruptedRunIsReconciled(t *testing.T) {
 				t.Fatal(err)
 			}
 			rep, ok, err := other.LookupRun(context.Background(), id)
-			if err != nil || !ok || rep.Status != reclaim.StatusInterrupted || rep.Interruption == nil {
+			if err != nil || !ok || rep.Status != gcrun.StatusInterrupted || rep.Interruption == nil {
 				t.Fatalf("dead run: %+v %v %v", rep, ok, err)
 			}
 			in := rep.Interruption
@@ -126,7 +127,7 @@ func (f *leaseFixture) runningID(t *testing.T) string {
 	defer f.c.mu.Unlock()
 	var ids []string
 	for id, r := range f.c.runs {
-		if r.report.Status == reclaim.StatusRunning {
+		if r.report.Status == gcrun.StatusRunning {
 			ids = append(ids, id)
 		}
 	}
@@ -139,7 +140,7 @@ func (f *leaseFixture) runningID(t *testing.T) string {
 // An interrupted run that cannot say whether it had started deleting says
 // null, not false; one that deleted nothing has a null last object.
 func TestInterruptionUnknownIsNull(t *testing.T) {
-	rep, err := reportOf(reclaim.RunState{ID: "x", Repo: "r", Status: reclaim.StatusInterrupted, Step: reclaim.StepSnapshot})
+	rep, err := reportOf(gcrun.State{ID: "x", Repo: "r", Status: gcrun.StatusInterrupted, Step: gcrun.StepSnapshot})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,7 @@ func TestInterruptionUnknownIsNull(t *testing.T) {
 		}
 	}
 	no := false
-	rep, _ = reportOf(reclaim.RunState{ID: "x", Repo: "r", Status: reclaim.StatusInterrupted, DeletionsStarted: &no})
+	rep, _ = reportOf(gcrun.State{ID: "x", Repo: "r", Status: gcrun.StatusInterrupted, DeletionsStarted: &no})
 	if b, _ := json.Marshal(rep); !strings.Contains(string(b), `"deletions_started":false`) {
 		t.Errorf("known no: %s", b)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc/internal/gctest"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -74,11 +75,11 @@ func (f *fixture) checkPreviews(repo string, want reclaim.AbortReason) {
 	before := f.Tree()
 	rep, err := f.c.Collect(context.Background(), repo, RunOptions{})
 	var ae *AbortError
-	if !errors.As(err, &ae) || ae.Reason != want || rep.Status != reclaim.StatusAborted || len(rep.ManifestsDeleted) != 0 {
+	if !errors.As(err, &ae) || ae.Reason != want || rep.Status != gcrun.StatusAborted || len(rep.ManifestsDeleted) != 0 {
 		t.Fatalf("real run: err %v, report %+v; want abort %s", err, rep, want)
 	}
 	dry, err := f.c.Collect(context.Background(), repo, RunOptions{DryRun: true})
-	if err != nil || dry.Status != reclaim.StatusDone {
+	if err != nil || dry.Status != gcrun.StatusDone {
 		t.Fatalf("dry run: %v %+v", err, dry)
 	}
 	if len(dry.Blockers) != 1 || dry.Blockers[0].Reason != want || dry.Blockers[0].Blocks != BlocksRun || dry.Blockers[0].Detail == "" {

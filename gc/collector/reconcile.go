@@ -9,6 +9,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -29,7 +30,7 @@ func (r *run) reconcile(ctx context.Context) {
 		return
 	}
 	for _, st := range runs {
-		if st.Status != reclaim.StatusInterrupted || st.ReconciledBy != "" || st.ID == r.rep.RunID {
+		if st.Status != gcrun.StatusInterrupted || st.ReconciledBy != "" || st.ID == r.rep.RunID {
 			continue
 		}
 		rec, err := r.recheck(ctx, st)
@@ -48,7 +49,7 @@ func (r *run) reconcile(ctx context.Context) {
 // recheck looks again at what interrupted run st may have half done: the
 // last object it wrote ahead of a delete, and every blob whose link it
 // removed or was about to remove.
-func (r *run) recheck(ctx context.Context, st reclaim.RunState) (Reconciliation, error) {
+func (r *run) recheck(ctx context.Context, st gcrun.State) (Reconciliation, error) {
 	rec := Reconciliation{RunID: st.ID, Step: st.Step, LastObject: lastObject(st),
 		DeletionsStarted: st.DeletionsStarted, Rechecked: []Recheck{}, OrphansQueued: []digest.Digest{}}
 	blobs := map[digest.Digest]bool{}

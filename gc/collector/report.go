@@ -6,6 +6,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 )
 
 // ObjectRef names one object.
@@ -17,7 +18,7 @@ type ObjectRef struct {
 // Interruption is where an interrupted run died.
 type Interruption struct {
 	// Step it was in.
-	Step reclaim.RunStep `json:"step"`
+	Step gcrun.Step `json:"step"`
 	// LastObject is the last object it wrote ahead of a delete (null: it
 	// deleted nothing, or its record does not say). The delete of that
 	// object may have been sent, done, or cut short.
@@ -36,10 +37,10 @@ type Interruption struct {
 // Reconciliation is what a run did, before its own work, about an
 // interrupted run of the same repository.
 type Reconciliation struct {
-	RunID            string          `json:"run_id"`
-	Step             reclaim.RunStep `json:"step"`
-	LastObject       *ObjectRef      `json:"last_object"`
-	DeletionsStarted *bool           `json:"deletions_started"`
+	RunID            string     `json:"run_id"`
+	Step             gcrun.Step `json:"step"`
+	LastObject       *ObjectRef `json:"last_object"`
+	DeletionsStarted *bool      `json:"deletions_started"`
 	// Rechecked are the objects the interrupted run may have half done,
 	// each with what was found.
 	Rechecked []Recheck `json:"rechecked"`
@@ -65,15 +66,15 @@ type Timings struct {
 // Report is the result of one run. In a dry run the *_deleted lists and
 // bytes_freed say what a real run would delete now.
 type Report struct {
-	RunID      string            `json:"run_id"`
-	Repository string            `json:"repository"`
-	DryRun     bool              `json:"dry_run"`
-	PlanID     string            `json:"plan_id,omitempty"`
-	Status     reclaim.RunStatus `json:"status"`
-	Abort      string            `json:"abort_reason,omitempty"`
-	StartedAt  time.Time         `json:"started_at"`
-	FinishedAt time.Time         `json:"finished_at,omitzero"`
-	WindowSecs int64             `json:"window_seconds"`
+	RunID      string       `json:"run_id"`
+	Repository string       `json:"repository"`
+	DryRun     bool         `json:"dry_run"`
+	PlanID     string       `json:"plan_id,omitempty"`
+	Status     gcrun.Status `json:"status"`
+	Abort      string       `json:"abort_reason,omitempty"`
+	StartedAt  time.Time    `json:"started_at"`
+	FinishedAt time.Time    `json:"finished_at,omitzero"`
+	WindowSecs int64        `json:"window_seconds"`
 	// Blockers are the preconditions of a real run that did not hold. A
 	// dry run lists them and plans anyway: its deleted lists are what a
 	// real run would delete once the run-wide blockers clear.
@@ -98,7 +99,7 @@ type Report struct {
 	Timings Timings `json:"timings"`
 
 	// Step is the step a running run is in (empty once it ended).
-	Step reclaim.RunStep `json:"step,omitempty"`
+	Step gcrun.Step `json:"step,omitempty"`
 	// Interruption is set on an interrupted run.
 	Interruption *Interruption `json:"interruption,omitempty"`
 	// Reconciled lists the interrupted runs of the repository this run
@@ -137,7 +138,7 @@ func newReport(runID, repo string, dryRun bool, window time.Duration, now time.T
 		RunID:            runID,
 		Repository:       repo,
 		DryRun:           dryRun,
-		Status:           reclaim.StatusRunning,
+		Status:           gcrun.StatusRunning,
 		StartedAt:        now,
 		WindowSecs:       int64(window / time.Second),
 		ManifestsDeleted: []digest.Digest{},

@@ -10,10 +10,11 @@ import (
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/gc/internal/gctest"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 )
 
 // goldenReport fills every field of a report the way a run does.
-func goldenReport(status reclaim.RunStatus) *Report {
+func goldenReport(status gcrun.Status) *Report {
 	rep := newReport("r1", "team/app", false, time.Hour, gctest.T0)
 	la := gctest.T0.Add(-2 * time.Hour)
 	rep.add(gc.Decision{Kind: reclaim.KindManifest, Digest: digest.FromString("m"), Reason: reclaim.ReasonTagged, Size: 7, Detail: "tag v1"})
@@ -35,7 +36,7 @@ const reportGolden = `{"run_id":"r1","repository":"team/app","dry_run":false,"pl
 
 // The report's JSON is an API: these bytes must not change.
 func TestReportJSONIsStable(t *testing.T) {
-	for _, status := range []reclaim.RunStatus{reclaim.StatusRunning, reclaim.StatusDone, reclaim.StatusAborted, reclaim.StatusFailed} {
+	for _, status := range []gcrun.Status{gcrun.StatusRunning, gcrun.StatusDone, gcrun.StatusAborted, gcrun.StatusFailed} {
 		b, err := json.Marshal(goldenReport(status))
 		if err != nil {
 			t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/gc/internal/gctest"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -140,7 +141,7 @@ func TestStartRunsInBackground(t *testing.T) {
 	var unlocked atomic.Bool
 	f.tr.OnUnlock = func(string) { unlocked.Store(true) }
 	id, err := f.c.Start(context.Background(), "bg", RunOptions{}, func(rep *Report, err error) {
-		if err != nil || rep.Status != reclaim.StatusDone || !unlocked.Load() {
+		if err != nil || rep.Status != gcrun.StatusDone || !unlocked.Load() {
 			t.Errorf("done called with %v, %v (unlocked %v)", rep, err, unlocked.Load())
 		}
 		finished <- rep.RunID

@@ -8,6 +8,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 )
 
 // Run records (docs/gc-protocol.md, "Interrupted runs"). With a tracker that
@@ -20,20 +21,20 @@ import (
 // runLog writes one run's record. A nil *runLog (dry runs, the reclaimer,
 // a tracker without run records) writes nothing.
 type runLog struct {
-	h   reclaim.RunHandle
+	h   gcrun.Handle
 	r   *run
 	err error // the first failed step write, reported once
 }
 
 // step writes s ahead of the step. Best effort: the deletes of the step
 // write it again, and must succeed.
-func (l *runLog) step(ctx context.Context, s reclaim.RunStep) {
+func (l *runLog) step(ctx context.Context, s gcrun.Step) {
 	if l == nil {
 		return
 	}
 	l.r.rep.Step = s
 	l.r.c.store(l.r.rep)
-	if err := l.h.Progress(ctx, reclaim.RunProgress{Step: s}); err != nil && l.err == nil {
+	if err := l.h.Progress(ctx, gcrun.Progress{Step: s}); err != nil && l.err == nil {
 		l.err = err
 	}
 }
@@ -44,14 +45,14 @@ func (l *runLog) ahead(ctx context.Context, k reclaim.ObjectKind, d digest.Diges
 	if l == nil {
 		return nil
 	}
-	p := reclaim.RunProgress{Kind: k, Object: d.String(), Deleting: true}
+	p := gcrun.Progress{Kind: k, Object: d.String(), Deleting: true}
 	switch k {
 	case reclaim.KindManifest:
-		p.Step, p.Unlinks = reclaim.StepManifests, d.String()
+		p.Step, p.Unlinks = gcrun.StepManifests, d.String()
 	case reclaim.KindLayerLink:
-		p.Step, p.Unlinks = reclaim.StepLayerLinks, d.String()
+		p.Step, p.Unlinks = gcrun.StepLayerLinks, d.String()
 	default:
-		p.Step = reclaim.StepBlobs
+		p.Step = gcrun.StepBlobs
 	}
 	if err := l.h.Progress(ctx, p); err != nil {
 		return fmt.Errorf("record the delete ahead: %w", err)
@@ -97,8 +98,8 @@ func (c *Collector) LookupRun(ctx context.Context, id string) (*Report, bool, er
 
 // reportOf is the report a run record holds: its final report once it
 // ended, else what the record says of it.
-func reportOf(st reclaim.RunState) (*Report, error) {
-	if len(st.Report) > 0 && st.Status != reclaim.StatusInterrupted {
+func reportOf(st gcrun.State) (*Report, error) {
+	if len(st.Report) > 0 && st.Status != gcrun.StatusInterrupted {
 		var rep Report
 		if err := json.Unmarshal(st.Report, &rep); err != nil {
 			return nil, fmt.Errorf("run %s: stored report: %w", st.ID, err)
@@ -109,16 +110,16 @@ func reportOf(st reclaim.RunState) (*Report, error) {
 	rep.WindowSecs = 0
 	rep.Status = st.Status
 	switch rep.Status {
-	case reclaim.StatusRunning:
+	case gcrun.StatusRunning:
 		rep.Step = st.Step
-	case reclaim.StatusInterrupted:
+	case gcrun.StatusInterrupted:
 		rep.Interruption = &Interruption{Step: st.Step, LastObject: lastObject(st),
 			DeletionsStarted: st.DeletionsStarted, DetectedAt: st.InterruptedAt, DetectedBy: st.MarkedBy, ReconciledBy: st.ReconciledBy}
 	}
 	return rep, nil
 }
 
-func lastObject(st reclaim.RunState) *ObjectRef {
+func lastObject(st gcrun.State) *ObjectRef {
 	if st.LastObject == "" {
 		return nil
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
-	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
@@ -148,7 +148,7 @@ func (f *fixture) killedRun(t *testing.T, repo string) digest.Digest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = l.Progress(ctx, reclaim.RunProgress{Step: "blobs", Kind: "blob", Object: blob.String(), Deleting: true})
+	err = l.Progress(ctx, gcrun.Progress{Step: "blobs", Kind: "blob", Object: blob.String(), Deleting: true})
 	l.Unlock()
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/gc/reclaimer"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 )
 
 // Overview is the state the overview page shows, read by the registry from
@@ -115,7 +116,7 @@ func tally(reasons []string) []string {
 // runRow is one run in a list.
 type runRow struct {
 	ID, Repository, Abort    string
-	Status                   reclaim.RunStatus
+	Status                   gcrun.Status
 	DryRun                   bool
 	Started                  time.Time
 	DurationMS               int64
@@ -167,8 +168,8 @@ func rowOf(r *collector.Report) runRow {
 // have stopped, one that failed, or one whose process died (interrupted):
 // each needs a look.
 func (r runRow) refused() bool {
-	return r.Status == reclaim.StatusAborted || r.Status == reclaim.StatusFailed ||
-		r.Status == reclaim.StatusInterrupted || r.DryRun && r.BlocksRun
+	return r.Status == gcrun.StatusAborted || r.Status == gcrun.StatusFailed ||
+		r.Status == gcrun.StatusInterrupted || r.DryRun && r.BlocksRun
 }
 
 // totals sums what real runs finished since a time deleted.
@@ -181,7 +182,7 @@ type totals struct {
 func sumSince(runs []*collector.Report, since time.Time) totals {
 	var t totals
 	for _, r := range runs {
-		if r.DryRun || r.Status == reclaim.StatusAborted || r.FinishedAt.Before(since) || r.FinishedAt.IsZero() {
+		if r.DryRun || r.Status == gcrun.StatusAborted || r.FinishedAt.Before(since) || r.FinishedAt.IsZero() {
 			continue
 		}
 		t.Runs++

@@ -15,6 +15,7 @@ import (
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/crosssite"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 )
 
 // page is one page's template set: the layout and the page's content.
@@ -97,7 +98,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	for _, rep := range runs {
 		row := rowOf(rep)
 		row.ID = pull(row)
-		if rep.Status == reclaim.StatusRunning {
+		if rep.Status == gcrun.StatusRunning {
 			d.Running++
 		}
 		if len(d.Recent) < 10 {
@@ -145,7 +146,7 @@ const statusRefused = "refused"
 // status, then statusRefused.
 func statusFilters() []string {
 	var out []string
-	for _, s := range reclaim.RunStatuses() {
+	for _, s := range gcrun.Statuses() {
 		out = append(out, string(s))
 	}
 	return append(out, statusRefused)

@@ -16,6 +16,7 @@ import (
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 )
 
 // pagesFixture is a console on made-up data (no registry, no Redis): a
@@ -34,12 +35,12 @@ func newPagesFixture(t *testing.T) *pagesFixture {
 	now := time.Now().UTC()
 	until := now.Add(90 * time.Second)
 	f := &pagesFixture{}
-	f.dry = &collector.Report{RunID: "01dryrunblocked", Repository: "team/base", DryRun: true, Status: reclaim.StatusDone,
+	f.dry = &collector.Report{RunID: "01dryrunblocked", Repository: "team/base", DryRun: true, Status: gcrun.StatusDone,
 		StartedAt: now.Add(-time.Minute), FinishedAt: now.Add(-time.Minute + 20*time.Millisecond),
 		ManifestsDeleted: []digest.Digest{dg("m-old")}, BytesFreed: 1536,
 		Blockers: []collector.Blocker{{Reason: reclaim.AbortRedisRecordingTooShort, Blocks: collector.BlocksRun,
 			Detail: "Redis has recorded for 10s of a 2m window", Until: &until}}}
-	f.big = &collector.Report{RunID: "01bigrealrun", Repository: "team/app", Status: reclaim.StatusDone,
+	f.big = &collector.Report{RunID: "01bigrealrun", Repository: "team/app", Status: gcrun.StatusDone,
 		StartedAt: now.Add(-2 * time.Minute), FinishedAt: now.Add(-time.Minute), BytesFreed: 5 << 20}
 	// kept first in the report, deletions after: the page lists deletions first
 	for i := range 3000 {
@@ -53,7 +54,7 @@ func newPagesFixture(t *testing.T) *pagesFixture {
 		e := gc.Decision{Kind: reclaim.KindBlob, Digest: dg(fmt.Sprint("err", i)), Reason: reclaim.ReasonDeleteFailed, Detail: "storage said no"}
 		f.big.Kept, f.big.Errors = append(f.big.Kept, e), append(f.big.Errors, e)
 	}
-	f.abort = &collector.Report{RunID: "01abortedrun", Repository: "team/base", Status: reclaim.StatusAborted,
+	f.abort = &collector.Report{RunID: "01abortedrun", Repository: "team/base", Status: gcrun.StatusAborted,
 		Abort: string(reclaim.AbortRedisRecordingTooShort), StartedAt: now.Add(-3 * time.Minute), FinishedAt: now.Add(-3 * time.Minute)}
 	runs := []*collector.Report{f.dry, f.big, f.abort}
 	h := New(Config{

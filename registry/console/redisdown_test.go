@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
-	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 	"github.com/reclaim-registry/reclaim/registry/console"
 )
 
@@ -19,7 +19,7 @@ import (
 // the reason, not "not found".
 func TestConsoleSharedRunsUnreadable(t *testing.T) {
 	down := errors.New("dial tcp 127.0.0.1:6379: connection refused")
-	mine := &collector.Report{RunID: "mine", Repository: "team/app", Status: reclaim.StatusDone}
+	mine := &collector.Report{RunID: "mine", Repository: "team/app", Status: gcrun.StatusDone}
 	h := console.New(console.Config{
 		Authorize: func(*http.Request, string, console.Access) error { return nil },
 		Deny: func(w http.ResponseWriter, _ *http.Request, err error) {

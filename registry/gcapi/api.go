@@ -26,7 +26,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/config"
-	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/registry/accesscontrol"
 	"github.com/reclaim-registry/reclaim/retention"
@@ -286,7 +286,7 @@ func (h *API) collect(w http.ResponseWriter, r *http.Request, repo, planID strin
 			observeAbort(err)
 			return hidePlan(err, o.PlanID)
 		}
-		writeJSON(w, http.StatusAccepted, map[string]any{"run_id": id, "repository": repo, "status": reclaim.StatusRunning,
+		writeJSON(w, http.StatusAccepted, map[string]any{"run_id": id, "repository": repo, "status": gcrun.StatusRunning,
 			"status_url": gcPrefix + "runs/" + id})
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/metrics"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 )
 
 // GC metrics, in Prometheus' default registry (served by Distribution's
@@ -38,7 +39,7 @@ func observe(rep *collector.Report, err error) {
 	for _, rp := range rep.ReverseLinksRepaired {
 		metricRepaired.WithLabelValues(rp.Outcome).Inc()
 	}
-	if rep.DryRun || rep.Status != reclaim.StatusDone {
+	if rep.DryRun || rep.Status != gcrun.StatusDone {
 		return
 	}
 	metricDeleted.WithLabelValues(string(reclaim.KindManifest)).Add(float64(len(rep.ManifestsDeleted)))

@@ -19,7 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
-	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
@@ -56,7 +56,7 @@ func TestKilledCollectIsInterrupted(t *testing.T) {
 	gcJSON(t, r, http.MethodPost, "/gc/v1/repositories/crash/app/collect?dry_run=false&async=true", http.StatusAccepted, &started)
 	waitFile(t, marker)
 	live := runReport(t, r, started.RunID)
-	if live.Status != reclaim.StatusRunning || live.Step != reclaim.StepBlobs {
+	if live.Status != gcrun.StatusRunning || live.Step != gcrun.StepBlobs {
 		t.Fatalf("halted run: status %s step %s, want running in blobs", live.Status, live.Step)
 	}
 
@@ -102,7 +102,7 @@ func TestKilledCollectIsInterrupted(t *testing.T) {
 		}
 	}
 	after := runReport(t, r, started.RunID)
-	if after.Status != reclaim.StatusInterrupted || after.Interruption.ReconciledBy != next.RunID {
+	if after.Status != gcrun.StatusInterrupted || after.Interruption.ReconciledBy != next.RunID {
 		t.Fatalf("killed run after the reconciliation: %+v", after.Interruption)
 	}
 	registrytest.AssertPullable(t, r, "crash/app:keep")
