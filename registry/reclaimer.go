@@ -12,7 +12,6 @@ import (
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/internal/metrics"
 	"github.com/reclaim-registry/reclaim/redisstate"
-	"github.com/reclaim-registry/reclaim/storage/linkdb"
 	"github.com/reclaim-registry/reclaim/storage/middleware"
 )
 
@@ -45,9 +44,7 @@ func (s *Server) NewReclaimer(enabled bool) (*reclaimer.Reclaimer, error) {
 		// what the collector is wired to (wire.go)
 		Collector: s.gc.Collector, Queue: env.Queue(), Driver: testDriver(env.Driver),
 		Context: middleware.WithoutAccessRecords, Freed: env.Tracker, Usage: s.gc.Usage,
-		Repair: env.Links, MarkLinkDBIncomplete: func(ctx context.Context) error {
-			return linkdb.MarkLinkDBIncomplete(ctx, env.Raw)
-		},
+		Repair: env.Links, MarkLinkDBIncomplete: markLinkDBIncomplete(env),
 		Enabled: enabled, Interval: rc.Interval, Batch: rc.Batch, Workers: rc.Workers, Lease: rc.Lease,
 		UsageRefresh: refresh, UsageMaxAge: rc.UsageMaxAge,
 		ScrubRepos: scrub, ScrubCursor: redisstate.NewScrubCursor(env.Tracker.Client(), s.opts.Prefix),

@@ -161,19 +161,17 @@ func newGC(env *middleware.Env, opts config.Options) (*gcapi.Config, error) {
 		},
 		// A missing reverse link a run finds is written back through the
 		// same store the middleware writes with (gc/collector/repair.go).
-		Repair: env.Links,
-		MarkLinkDBIncomplete: func(ctx context.Context) error {
-			return linkdb.MarkLinkDBIncomplete(ctx, env.Raw)
-		},
-		Pinner:       pins,
-		Usage:        usage,
-		Review:       env.Queue(),
-		Context:      middleware.WithoutAccessRecords,
-		Window:       opts.Window,
-		Cap:          opts.GC.Cap,
-		KeepUntagged: opts.GC.KeepUntagged,
-		DryRuns:      opts.GC.DryRuns,
-		DryRunWait:   dryRunWait(opts.GC.DryRunWait),
+		Repair:               env.Links,
+		MarkLinkDBIncomplete: markLinkDBIncomplete(env),
+		Pinner:               pins,
+		Usage:                usage,
+		Review:               env.Queue(),
+		Context:              middleware.WithoutAccessRecords,
+		Window:               opts.Window,
+		Cap:                  opts.GC.Cap,
+		KeepUntagged:         opts.GC.KeepUntagged,
+		DryRuns:              opts.GC.DryRuns,
+		DryRunWait:           dryRunWait(opts.GC.DryRunWait),
 	})
 	if err != nil {
 		return nil, err
@@ -182,6 +180,13 @@ func newGC(env *middleware.Env, opts config.Options) (*gcapi.Config, error) {
 	return &gcapi.Config{Options: opts, Collector: col, Exists: repositoryExists(env.Raw), Status: storageStatus(env),
 		Pins: pins, InUse: inuse, Usage: usage, Retention: newRetention(env, opts, pins, inuse),
 		HasVersion: hasVersion(env.Raw), Fenced: manifestFenced(env.Tracker), TagFenced: env.Tracker.TagFenced}, nil
+}
+
+// markLinkDBIncomplete removes the completeness marker: the collector and
+// the reclaimer call it when a reverse link they found missing could not
+// be written back.
+func markLinkDBIncomplete(env *middleware.Env) func(ctx context.Context) error {
+	return func(ctx context.Context) error { return linkdb.MarkLinkDBIncomplete(ctx, env.Raw) }
 }
 
 // policyOf is the configured default retention policy.
