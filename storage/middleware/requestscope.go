@@ -261,10 +261,11 @@ const retryAfter = reclaim.RetryAfterUnavailable
 func (e *Env) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s := &scope{env: e}
-		rw := &refusalWriter{ResponseWriter: w, s: s}
+		rw := &refusalWriter{ResponseWriter: w, s: s, holdAccepted: r.Method == http.MethodDelete}
 		ctx := context.WithValue(r.Context(), keyScope, s)
 		defer s.done(ctx)
 		next.ServeHTTP(rw, watchManifestPut(r.WithContext(ctx))) // index children: indexguard.go
+		rw.sendHeldAccepted()
 	})
 }
 
@@ -273,11 +274,22 @@ type refusalWriter struct {
 	s           *scope
 	wroteHeader bool
 	replaced    bool // the body is ours: Distribution's is dropped
+	// holdAccepted: a DELETE's 202 is sent only once the handler returned.
+	// Distribution's manifest DELETE by digest writes 202 and then, when
+	// untagging one of its tags failed (a storage error), serves that error
+	// too: the client would read 202 while a tag still names the deleted
+	// manifest. Held back, the error wins and the client sees the failure.
+	holdAccepted bool
+	heldAccepted bool
 }
 
 func (w *refusalWriter) WriteHeader(code int) {
 	if w.wroteHeader {
 		return // a second call would only log "superfluous WriteHeader"
+	}
+	if w.holdAccepted && code == http.StatusAccepted && !w.heldAccepted {
+		w.heldAccepted = true
+		return
 	}
 	w.wroteHeader = true
 	why := w.s.refused.Load()
@@ -294,7 +306,18 @@ func (w *refusalWriter) WriteHeader(code int) {
 	_ = json.NewEncoder(w.ResponseWriter).Encode(errcode.Errors{errcode.ErrorCodeUnavailable.WithDetail(string(*why))})
 }
 
+// sendHeldAccepted sends a held 202 nothing replaced.
+func (w *refusalWriter) sendHeldAccepted() {
+	if w.heldAccepted && !w.wroteHeader {
+		w.wroteHeader = true
+		w.ResponseWriter.WriteHeader(http.StatusAccepted)
+	}
+}
+
 func (w *refusalWriter) Write(b []byte) (int, error) {
+	if w.heldAccepted {
+		w.sendHeldAccepted() // a 202 with a body: nothing came to replace it
+	}
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
@@ -309,6 +332,7 @@ func (w *refusalWriter) Write(b []byte) (int, error) {
 func (w *refusalWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *refusalWriter) Flush() {
+	w.sendHeldAccepted()
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
