@@ -75,15 +75,18 @@ func TestReclaimerFreesDeletedManifestAndReportsStatus(t *testing.T) {
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("delete manifest: %d", resp.StatusCode)
 	}
+	// A window passes (the Redis clock: the recording epoch, the access
+	// records and the queue's due times), so the next tick may delete.
+	r.Age(t, window+200*time.Millisecond)
 	manifestData := filepath.Join(r.Root, layout.BlobDataPath(digest.Digest(md.String())))
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute) // only a guard against a hang
 	for {
 		if _, err := os.Stat(manifestData); os.IsNotExist(err) {
 			break
 		}
 		if time.Now().After(deadline) {
 			_, _, st = getStatus(t, r, true)
-			t.Fatalf("manifest blob not reclaimed within 10s; reclaimer: %+v", st)
+			t.Fatalf("manifest blob not reclaimed within a minute of its window; reclaimer: %+v", st)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
