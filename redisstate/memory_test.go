@@ -25,6 +25,8 @@ import (
 const (
 	docBytesPerAccessRecord = 200
 	docBytesPerQueuedBlob   = 175
+	docBytesPerTombstone    = 285
+	docBytesPerUsage        = 880
 )
 
 // TestMeasureRedisMemory writes access records through Tracker.TouchBlob
@@ -74,9 +76,25 @@ func TestMeasureRedisMemory(t *testing.T) {
 	t.Logf("%d blobs queued for review: used_memory %d -> %d: %.0f bytes per queued blob, %.0f MB per million",
 		queued, afterRecords, afterQueue, perQueued, perQueued)
 
+	tombstones := queued
+	markGoneMany(ctx, t, tr, tombstones)
+	afterGone := usedMemory(ctx, t, c)
+	perTombstone := float64(afterGone-afterQueue) / float64(tombstones)
+	t.Logf("%d deletion tombstones: used_memory %d -> %d: %.0f bytes per tombstone, %.0f MB per million",
+		tombstones, afterQueue, afterGone, perTombstone, perTombstone)
+
+	repos := records / 100
+	putUsageMany(ctx, t, NewUsageStore(c, ""), repos)
+	afterUsage := usedMemory(ctx, t, c)
+	perUsage := float64(afterUsage-afterGone) / float64(repos)
+	t.Logf("%d repositories' usage estimates: used_memory %d -> %d: %.0f bytes per repository, %.0f MB per million",
+		repos, afterGone, afterUsage, perUsage, perUsage)
+
 	for name, m := range map[string][2]float64{
-		"access record": {perRecord, docBytesPerAccessRecord},
-		"queued blob":   {perQueued, docBytesPerQueuedBlob},
+		"access record":  {perRecord, docBytesPerAccessRecord},
+		"queued blob":    {perQueued, docBytesPerQueuedBlob},
+		"tombstone":      {perTombstone, docBytesPerTombstone},
+		"usage estimate": {perUsage, docBytesPerUsage},
 	} {
 		if m[0] > 2*m[1] || m[0] < m[1]/2 {
 			t.Errorf("%s: measured %.0f bytes, docs/operations.md says %.0f: update the docs (and the constant)", name, m[0], m[1])
@@ -106,6 +124,34 @@ func touchMany(ctx context.Context, t *testing.T, tr *Tracker, n int) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+}
+
+// markGoneMany writes n deletion tombstones, one per deleted layer link of
+// a distinct blob, as a collect's delete phase does.
+func markGoneMany(ctx context.Context, t *testing.T, tr *Tracker, n int) {
+	t.Helper()
+	for i := range n {
+		o := reclaim.Object{Blob: blobDigest("gone", i), Repo: fmt.Sprintf("team-%d/service-%d", i%97, i%13), Kind: reclaim.LinkLayer}
+		if err := tr.MarkGone(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// putUsageMany stores a usage estimate for each of n repositories, as the
+// reclaimer's refresh of every repository leaves them.
+func putUsageMany(ctx context.Context, t *testing.T, s *UsageStore, n int) {
+	t.Helper()
+	for i := range n {
+		u := reclaim.Usage{
+			Repository: fmt.Sprintf("group-%d/project-%d/image", i%500, i), ReclaimableBytes: int64(i) << 20, ReclaimableBlobs: 12,
+			ExclusiveBytes: int64(i) << 22, ExclusiveBlobs: 40, Blobs: 120, SharedBlobs: 30, Manifests: 25, ManifestsDeletable: 5,
+			ComputedAt: time.Now(), LinkDBComplete: true, Blockers: []reclaim.AbortReason{},
+		}
+		if err := s.PutUsage(ctx, u, false); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

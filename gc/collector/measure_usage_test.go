@@ -14,7 +14,7 @@ import (
 
 // TestMeasureUsageRefresh counts one usage refresh of the target
 // repository (a dry run, its usage checks and the write of the record)
-// next to a plain dry run, on the registry of R repositories of
+// next to a plain dry run and, last, a real collect, on the registry of R repositories of
 // TestMeasureCollectDoesNotGrowWithRegistry, with the real tracker and
 // usage store on Redis (RECLAIM_TEST_REDIS_ADDR, else miniredis): storage
 // calls below the middleware and Redis round trips. Neither may grow
@@ -22,8 +22,8 @@ import (
 //
 //	RECLAIM_TEST_REDIS_ADDR=127.0.0.1:6379 go test ./gc/collector -run TestMeasureUsageRefresh -v
 func TestMeasureUsageRefresh(t *testing.T) {
-	var first [2]gctest.Measured
-	var firstRedis [2]int64
+	var first [3]gctest.Measured
+	var firstRedis [3]int64
 	for i, R := range []int{10, 100} {
 		r := newMeasureRig(t, R, 20)
 		addr, prefix := storagetest.RealOrMini(t)
@@ -49,7 +49,7 @@ func TestMeasureUsageRefresh(t *testing.T) {
 		}
 		plain, withUsage := collector(nil), collector(redisstate.NewUsageStore(client, prefix))
 		var u reclaim.Usage
-		var redisTrips [2]int64
+		var redisTrips [3]int64
 		counter.Reset()
 		mDry := gctest.Measure(r.Counting, r.W, func() {
 			if _, err := plain.Collect(r.Ctx, "target/app", RunOptions{DryRun: true}); err != nil {
@@ -64,18 +64,27 @@ func TestMeasureUsageRefresh(t *testing.T) {
 			}
 		})
 		redisTrips[1] = gctest.Steady(counter)
+		counter.Reset()
+		var rep *Report
+		mCollect := gctest.Measure(r.Counting, r.W, func() {
+			if rep, err = plain.Collect(r.Ctx, "target/app", RunOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		})
+		redisTrips[2] = gctest.Steady(counter)
 		if u.ReclaimableBytes == 0 || u.ExclusiveBytes < u.ReclaimableBytes || u.SharedBlobs != 2 || u.UncertainBlobs != 0 {
 			t.Fatalf("R=%d: usage %+v; want the untagged half reclaimable and the two bases shared", R, u)
 		}
 		t.Logf("R=%4d dry run: %4d storage calls, %3d Redis round trips  (%s)", R, mDry.Calls, redisTrips[0], mDry.ByKind)
 		t.Logf("       refresh: %4d storage calls, %3d Redis round trips  (%s)", mUsage.Calls, redisTrips[1], mUsage.ByKind)
+		t.Logf("       collect: %4d storage calls, %3d Redis round trips  (%d manifests, layer links and blobs deleted; %s)", mCollect.Calls, redisTrips[2], len(rep.ManifestsDeleted)+len(rep.LayersUnlinked)+len(rep.BlobsDeleted), mCollect.ByKind)
 		t.Logf("       usage: reclaimable %d B (%d blobs), exclusive %d B (%d blobs), %d shared of %d", u.ReclaimableBytes,
 			u.ReclaimableBlobs, u.ExclusiveBytes, u.ExclusiveBlobs, u.SharedBlobs, u.Blobs)
 		if i == 0 {
-			first, firstRedis = [2]gctest.Measured{mDry, mUsage}, redisTrips
+			first, firstRedis = [3]gctest.Measured{mDry, mUsage, mCollect}, redisTrips
 			continue
 		}
-		for j, m := range []gctest.Measured{mDry, mUsage} {
+		for j, m := range []gctest.Measured{mDry, mUsage, mCollect} {
 			if m.Calls != first[j].Calls || redisTrips[j] != firstRedis[j] {
 				t.Errorf("R=%d: cost grew with the registry: %d calls, %d round trips; at R=10 %d, %d", R, m.Calls, redisTrips[j], first[j].Calls, firstRedis[j])
 			}
