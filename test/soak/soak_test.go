@@ -157,7 +157,7 @@ func (w *workload) judgeSoak(t *testing.T) {
 	if w.ops.sum("push image ok") == 0 || w.gcStats.get("collect 200") == 0 {
 		t.Errorf("the workload did not exercise pushes and collections")
 	}
-	for _, kind := range []string{"put+delete", "head after collect: push trusting HEAD", "collect vs relink: collect"} {
+	for _, kind := range requiredRaces {
 		if w.races.sum(kind) == 0 {
 			t.Errorf("no %q race ran", kind)
 		}

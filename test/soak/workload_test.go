@@ -422,9 +422,55 @@ func (w *workload) run(ctx context.Context, d time.Duration, clients int) {
 	}
 	wg.Go(func() { w.auditor(ctx, 10*time.Second) })
 	if w.racing {
-		wg.Go(func() { w.raceLoop(ctx, 201, w.raceManifestPutDelete(ctx)) })
-		wg.Go(func() { w.raceLoop(ctx, 202, w.raceHeadAfterCollect(ctx)) })
-		wg.Go(func() { w.raceLoop(ctx, 203, w.raceCollectVsRelink(ctx)) })
+		racers := map[string]func(context.Context) func(context.Context, *rand.Rand){
+			requiredRaces[0]: w.raceManifestPutDelete, requiredRaces[1]: w.raceHeadAfterCollect, requiredRaces[2]: w.raceCollectVsRelink,
+		}
+		for i, kind := range requiredRaces {
+			wg.Go(func() {
+				rctx, stop := w.untilRaced(ctx, kind, raceGrace)
+				defer stop()
+				w.raceLoop(rctx, uint64(201+i), racers[kind](rctx))
+			})
+		}
 	}
 	wg.Wait()
+}
+
+// requiredRaces are the racers' outcomes a soak must have reached at least
+// once (judgeSoak), by the prefix of the outcome it counts: a soak that never
+// ran a race to its end proves nothing about it.
+var requiredRaces = []string{"put+delete (", "head after collect: push trusting HEAD", "collect vs relink: collect"}
+
+// raceGrace is how long a racer may go on after the workload when its race
+// has not yet reached its end: on a loaded machine every setup can miss the
+// window while the clients run.
+const raceGrace = 2 * time.Minute
+
+// untilRaced is ctx, except that once ctx is done it lasts until a race of
+// kind has been counted or grace has passed.
+func (w *workload) untilRaced(ctx context.Context, kind string, grace time.Duration) (context.Context, context.CancelFunc) {
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-rctx.Done():
+			return
+		}
+		deadline := time.NewTimer(grace)
+		defer deadline.Stop()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for w.races.sum(kind) == 0 {
+			select {
+			case <-deadline.C:
+				cancel()
+				return
+			case <-rctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+		cancel()
+	}()
+	return rctx, cancel
 }
