@@ -47,13 +47,10 @@ type Queue struct {
 // NewQueue returns the review queue under prefix (default "reclaim:").
 // timeout bounds the middleware's enqueue calls (default 1 s).
 func NewQueue(c redis.UniversalClient, prefix string, timeout time.Duration) *Queue {
-	if prefix == "" {
-		prefix = "reclaim:"
-	}
 	if timeout <= 0 {
 		timeout = time.Second
 	}
-	return &Queue{c: c, key: prefix + "review", timeout: timeout}
+	return &Queue{c: c, key: orDefaultPrefix(prefix) + "review", timeout: timeout}
 }
 
 // KEYS[1]: zset; ARGV: delay ms, members... Score = Redis now + delay.

@@ -2,7 +2,6 @@ package redisstate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
@@ -15,27 +14,18 @@ import (
 //
 //	reclaim:scrub:cursor   the last repository name a scrub looked at ("" or absent: the start)
 //
-// It is the usage refresh's cursor (reclaim:usage:cursor) for another
-// walk: one key, one GET and one SET per tick.
-type ScrubCursor struct {
-	c   redis.UniversalClient
-	key string
-}
+// It is a walkCursor (cursor.go), like the usage refresh's
+// (reclaim:usage:cursor): one key, one GET and one SET per tick.
+type ScrubCursor struct{ cur walkCursor }
 
 // NewScrubCursor returns the scrub cursor under prefix (default "reclaim:").
 func NewScrubCursor(c redis.UniversalClient, prefix string) *ScrubCursor {
-	if prefix == "" {
-		prefix = "reclaim:"
-	}
-	return &ScrubCursor{c: c, key: prefix + "scrub:cursor"}
+	return &ScrubCursor{walkCursor{c, orDefaultPrefix(prefix) + "scrub:cursor"}}
 }
 
 // ScrubCursor is where the walk stands ("" at its start).
 func (s *ScrubCursor) ScrubCursor(ctx context.Context) (string, error) {
-	c, err := s.c.Get(ctx, s.key).Result()
-	if errors.Is(err, redis.Nil) {
-		return "", nil
-	}
+	c, err := s.cur.get(ctx)
 	if err != nil {
 		return "", fmt.Errorf("%w: scrub cursor: %v", reclaim.ErrTrackerUnavailable, err)
 	}
@@ -44,7 +34,7 @@ func (s *ScrubCursor) ScrubCursor(ctx context.Context) (string, error) {
 
 // SetScrubCursor moves the walk.
 func (s *ScrubCursor) SetScrubCursor(ctx context.Context, cursor string) error {
-	if err := s.c.Set(ctx, s.key, cursor, 0).Err(); err != nil {
+	if err := s.cur.set(ctx, cursor); err != nil {
 		return fmt.Errorf("%w: set scrub cursor: %v", reclaim.ErrTrackerUnavailable, err)
 	}
 	return nil

@@ -36,10 +36,7 @@ type UsageStore struct {
 
 // NewUsageStore returns the usage store under prefix (default "reclaim:").
 func NewUsageStore(c redis.UniversalClient, prefix string) *UsageStore {
-	if prefix == "" {
-		prefix = "reclaim:"
-	}
-	return &UsageStore{c: c, prefix: prefix}
+	return &UsageStore{c: c, prefix: orDefaultPrefix(prefix)}
 }
 
 // The rankings.
@@ -222,10 +219,7 @@ func (s *UsageStore) MissingUsage(ctx context.Context, repos []string) ([]string
 
 // UsageCursor is where the walk of the catalog stands ("" at its start).
 func (s *UsageStore) UsageCursor(ctx context.Context) (string, error) {
-	c, err := s.c.Get(ctx, s.key("cursor")).Result()
-	if errors.Is(err, redis.Nil) {
-		return "", nil
-	}
+	c, err := s.cursor().get(ctx)
 	if err != nil {
 		return "", unavailable("cursor", err)
 	}
@@ -234,8 +228,10 @@ func (s *UsageStore) UsageCursor(ctx context.Context) (string, error) {
 
 // SetUsageCursor moves the walk of the catalog.
 func (s *UsageStore) SetUsageCursor(ctx context.Context, cursor string) error {
-	if err := s.c.Set(ctx, s.key("cursor"), cursor, 0).Err(); err != nil {
+	if err := s.cursor().set(ctx, cursor); err != nil {
 		return unavailable("set cursor", err)
 	}
 	return nil
 }
+
+func (s *UsageStore) cursor() walkCursor { return walkCursor{s.c, s.key("cursor")} }
