@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/distribution/distribution/v3/configuration"
-	"github.com/redis/go-redis/v9"
 )
 
 // decode reads the options map of the reclaim entry, fills the defaults
@@ -24,7 +23,6 @@ func decode(m map[string]any) (Options, error) {
 	o.GC.DryRunWait = defaultDryRunWait            // likewise
 	var writeGrace time.Duration
 	err := decodeBlock(m, fields{
-		"redis":         func(v any) error { return decodeRedis(v, &o.Redis) },
 		"prefix":        str(&o.Prefix),
 		"window":        window(&o.Window),
 		"accessttl":     duration(&o.AccessTTL),
@@ -36,56 +34,66 @@ func decode(m map[string]any) (Options, error) {
 		// accepted for old configs and ignored: a link writer and a
 		// concurrent delete do not rely on a time bound (unlink)
 		"writegrace": duration(&writeGrace),
-		"gc": block(fields{
-			"enabled":  boolean(&o.GC.Enabled),
-			"cap":      capValue(&o.GC.Cap),
-			"untagged": untagged(&o.GC.KeepUntagged),
-			// a request may loosen untagged: keep only when this says so
-			"allowuntaggedoverride": boolean(&o.GC.AllowUntaggedOverride),
-			"dryruns":               positiveInt(&o.GC.DryRuns),
-			"dryrunwait":            nonNegativeDuration(&o.GC.DryRunWait),
-		}),
-		"retention": block(fields{
-			"keepnewest":    nonNegativeInt(&o.Retention.KeepNewest),
-			"rollbackslack": nonNegativeInt(&o.Retention.RollbackSlack),
-			"minage":        positiveDuration(&o.Retention.MinAge),
-			"include":       strs(&o.Retention.Include),
-			"exclude":       strs(&o.Retention.Exclude),
-			"sources":       strs(&o.Retention.Sources),
-			"cap":           positiveInt(&o.Retention.Cap),
-			"inusemaxage":   positiveDuration(&o.Retention.InUseMaxAge),
-			"planmaxage":    positiveDuration(&o.Retention.PlanMaxAge),
-			"plankeep":      positiveDuration(&o.Retention.PlanKeep),
-			"recheck":       positiveDuration(&o.Retention.Recheck),
-		}),
-		"http": block(fields{
-			"readheadertimeout": positiveDuration(&o.HTTP.ReadHeaderTimeout),
-			"bodyidletimeout":   positiveDuration(&o.HTTP.BodyIdleTimeout),
-			"idletimeout":       positiveDuration(&o.HTTP.IdleTimeout),
-		}),
-		"reclaimer": block(fields{
-			"enabled":      boolean(&o.Reclaimer.Enabled),
-			"interval":     positiveDuration(&o.Reclaimer.Interval),
-			"lease":        positiveDuration(&o.Reclaimer.Lease),
-			"batch":        positiveInt(&o.Reclaimer.Batch),
-			"workers":      positiveInt(&o.Reclaimer.Workers),
-			"usagerefresh": nonNegativeInt(&o.Reclaimer.UsageRefresh),
-			"usagemaxage":  positiveDuration(&o.Reclaimer.UsageMaxAge),
-			"scrubrepos":   nonNegativeInt(&o.Reclaimer.ScrubRepos),
-		}),
-	})
+
+		"redis.addrs":            appendAddrs(&o.Redis.Addrs, asStrings),
+		"redis.addr":             appendAddrs(&o.Redis.Addrs, asOneString),
+		"redis.username":         str(&o.Redis.Username),
+		"redis.password":         str(&o.Redis.Password),
+		"redis.mastername":       str(&o.Redis.MasterName),
+		"redis.clientname":       str(&o.Redis.ClientName),
+		"redis.sentinelusername": str(&o.Redis.SentinelUsername),
+		"redis.sentinelpassword": str(&o.Redis.SentinelPassword),
+		"redis.tls":              func(v any) (err error) { o.Redis.TLSConfig, err = decodeTLS(v); return err },
+		"redis.db":               redisDB(&o.Redis.DB),
+
+		"gc.enabled":  boolean(&o.GC.Enabled),
+		"gc.cap":      capValue(&o.GC.Cap),
+		"gc.untagged": untagged(&o.GC.KeepUntagged),
+		// a request may loosen untagged: keep only when this says so
+		"gc.allowuntaggedoverride": boolean(&o.GC.AllowUntaggedOverride),
+		"gc.dryruns":               positiveInt(&o.GC.DryRuns),
+		"gc.dryrunwait":            nonNegativeDuration(&o.GC.DryRunWait),
+
+		"retention.keepnewest":    nonNegativeInt(&o.Retention.KeepNewest),
+		"retention.rollbackslack": nonNegativeInt(&o.Retention.RollbackSlack),
+		"retention.minage":        positiveDuration(&o.Retention.MinAge),
+		"retention.include":       strs(&o.Retention.Include),
+		"retention.exclude":       strs(&o.Retention.Exclude),
+		"retention.sources":       strs(&o.Retention.Sources),
+		"retention.cap":           positiveInt(&o.Retention.Cap),
+		"retention.inusemaxage":   positiveDuration(&o.Retention.InUseMaxAge),
+		"retention.planmaxage":    positiveDuration(&o.Retention.PlanMaxAge),
+		"retention.plankeep":      positiveDuration(&o.Retention.PlanKeep),
+		"retention.recheck":       positiveDuration(&o.Retention.Recheck),
+
+		"http.readheadertimeout": positiveDuration(&o.HTTP.ReadHeaderTimeout),
+		"http.bodyidletimeout":   positiveDuration(&o.HTTP.BodyIdleTimeout),
+		"http.idletimeout":       positiveDuration(&o.HTTP.IdleTimeout),
+
+		"reclaimer.enabled":      boolean(&o.Reclaimer.Enabled),
+		"reclaimer.interval":     positiveDuration(&o.Reclaimer.Interval),
+		"reclaimer.lease":        positiveDuration(&o.Reclaimer.Lease),
+		"reclaimer.batch":        positiveInt(&o.Reclaimer.Batch),
+		"reclaimer.workers":      positiveInt(&o.Reclaimer.Workers),
+		"reclaimer.usagerefresh": nonNegativeInt(&o.Reclaimer.UsageRefresh),
+		"reclaimer.usagemaxage":  positiveDuration(&o.Reclaimer.UsageMaxAge),
+		"reclaimer.scrubrepos":   nonNegativeInt(&o.Reclaimer.ScrubRepos),
+	}, "")
 	if err != nil {
 		return Options{}, err
 	}
 	return o.WithDefaults()
 }
 
-// fields is one option block: the setter of each key, in lower case.
+// fields is a table of options: the setter of each key, in lower case, a
+// key inside a block under its dotted name ("gc.cap"), as the docs name it.
 type fields map[string]func(v any) error
 
-// decodeBlock hands each key of the map v to its setter. A nil block (a
+// decodeBlock hands each key of the map v to its setter in f, the keys
+// looked up under path ("" at the top, "gc." inside gc). A key some
+// option's name continues ("gc" of "gc.cap") opens a block. A nil block (a
 // key with nothing under it in YAML) is empty.
-func decodeBlock(v any, f fields) error {
+func decodeBlock(v any, f fields, path string) error {
 	if v == nil {
 		return nil
 	}
@@ -96,8 +104,8 @@ func decodeBlock(v any, f fields) error {
 	seen := map[string]string{}
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		lower := strings.ToLower(k)
-		set, ok := f[lower]
-		if !ok {
+		set, ok := f.setter(path + lower)
+		if !ok || strings.Contains(lower, ".") {
 			return optionError(k, errors.New("unknown option"))
 		}
 		if prev, dup := seen[lower]; dup {
@@ -111,8 +119,18 @@ func decodeBlock(v any, f fields) error {
 	return nil
 }
 
-func block(f fields) func(any) error {
-	return func(v any) error { return decodeBlock(v, f) }
+// setter is the setter of the option name, or the decoder of the block it
+// opens.
+func (f fields) setter(name string) (func(any) error, bool) {
+	if set, ok := f[name]; ok {
+		return set, true
+	}
+	for k := range f {
+		if strings.HasPrefix(k, name+".") {
+			return func(v any) error { return decodeBlock(v, f, name+".") }, true
+		}
+	}
+	return nil, false
 }
 
 // optionMap accepts the map shapes YAML decoders and Distribution's
@@ -207,61 +225,6 @@ func window(dst *time.Duration) func(any) error {
 	}
 }
 
-func positiveDuration(dst *time.Duration) func(any) error {
-	return func(v any) error {
-		d, err := asDuration(v)
-		if err != nil || d <= 0 {
-			return fmt.Errorf("must be a positive duration like 1m, got %v", v)
-		}
-		*dst = d
-		return nil
-	}
-}
-
-func nonNegativeDuration(dst *time.Duration) func(any) error {
-	return func(v any) error {
-		d, err := asDuration(v)
-		if err != nil || d < 0 {
-			return fmt.Errorf("must be a duration like 5s, 0s or more, got %v", v)
-		}
-		*dst = d
-		return nil
-	}
-}
-
-func boolean(dst *bool) func(any) error {
-	return func(v any) error {
-		b, ok := v.(bool)
-		if !ok {
-			return fmt.Errorf("must be true or false, got %v", v)
-		}
-		*dst = b
-		return nil
-	}
-}
-
-func positiveInt(dst *int) func(any) error {
-	return func(v any) error {
-		n, ok := v.(int)
-		if !ok || n <= 0 {
-			return fmt.Errorf("must be a positive integer, got %v", v)
-		}
-		*dst = n
-		return nil
-	}
-}
-
-func nonNegativeInt(dst *int) func(any) error {
-	return func(v any) error {
-		n, ok := v.(int)
-		if !ok || n < 0 {
-			return fmt.Errorf("must be a non-negative integer, got %v", v)
-		}
-		*dst = n
-		return nil
-	}
-}
-
 func strs(dst *[]string) func(any) error {
 	return func(v any) (err error) {
 		*dst, err = asStrings(v)
@@ -269,17 +232,56 @@ func strs(dst *[]string) func(any) error {
 	}
 }
 
-// capValue: 0 keeps the default.
-func capValue(dst *int) func(any) error {
+// checked is the setter of an option whose value parse reads and ok
+// accepts (nil: any); anything else must be want.
+func checked[T any](dst *T, parse func(any) (T, bool), ok func(T) bool, want string) func(any) error {
 	return func(v any) error {
-		n, ok := v.(int)
-		if !ok || n < 0 {
-			return fmt.Errorf("must be a non-negative integer (0 = default), got %v", v)
+		x, parsed := parse(v)
+		if !parsed || (ok != nil && !ok(x)) {
+			return fmt.Errorf("must be %s, got %v", want, v)
 		}
-		*dst = n
+		*dst = x
 		return nil
 	}
 }
+
+func positiveDuration(dst *time.Duration) func(any) error {
+	return checked(dst, isDuration, positive, "a positive duration like 1m")
+}
+
+func nonNegativeDuration(dst *time.Duration) func(any) error {
+	return checked(dst, isDuration, nonNegative, "a duration like 5s, 0s or more")
+}
+
+func positiveInt(dst *int) func(any) error {
+	return checked(dst, typed[int], positive, "a positive integer")
+}
+
+func nonNegativeInt(dst *int) func(any) error {
+	return checked(dst, typed[int], nonNegative, "a non-negative integer")
+}
+
+// capValue: 0 keeps the default.
+func capValue(dst *int) func(any) error {
+	return checked(dst, typed[int], nonNegative, "a non-negative integer (0 = default)")
+}
+
+func boolean(dst *bool) func(any) error {
+	return checked(dst, typed[bool], nil, "true or false")
+}
+
+func typed[T any](v any) (T, bool) {
+	x, ok := v.(T)
+	return x, ok
+}
+
+func isDuration(v any) (time.Duration, bool) {
+	d, err := asDuration(v)
+	return d, err == nil
+}
+
+func positive[T int | time.Duration](x T) bool    { return x > 0 }
+func nonNegative[T int | time.Duration](x T) bool { return x >= 0 }
 
 func untagged(keep *bool) func(any) error {
 	return func(v any) error {
@@ -295,34 +297,30 @@ func untagged(keep *bool) func(any) error {
 	}
 }
 
-func decodeRedis(v any, r *redis.UniversalOptions) error {
-	return decodeBlock(v, fields{
-		"addrs": func(v any) error {
-			a, err := asStrings(v)
-			r.Addrs = append(r.Addrs, a...)
-			return err
-		},
-		"addr": func(v any) error {
-			s, err := asString(v)
-			r.Addrs = append(r.Addrs, s)
-			return err
-		},
-		"username":         str(&r.Username),
-		"password":         str(&r.Password),
-		"mastername":       str(&r.MasterName),
-		"clientname":       str(&r.ClientName),
-		"sentinelusername": str(&r.SentinelUsername),
-		"sentinelpassword": str(&r.SentinelPassword),
-		"tls":              func(v any) (err error) { r.TLSConfig, err = decodeTLS(v); return err },
-		"db": func(v any) error {
-			n, ok := v.(int)
-			if !ok {
-				return fmt.Errorf("must be an integer, got %T", v)
-			}
-			r.DB = n
-			return nil
-		},
-	})
+// appendAddrs: addr and addrs both add to the list of servers.
+func appendAddrs(dst *[]string, parse func(any) ([]string, error)) func(any) error {
+	return func(v any) error {
+		a, err := parse(v)
+		*dst = append(*dst, a...)
+		return err
+	}
+}
+
+// asOneString is asString for appendAddrs.
+func asOneString(v any) ([]string, error) {
+	s, err := asString(v)
+	return []string{s}, err
+}
+
+func redisDB(dst *int) func(any) error {
+	return func(v any) error {
+		n, ok := v.(int)
+		if !ok {
+			return fmt.Errorf("must be an integer, got %T", v)
+		}
+		*dst = n
+		return nil
+	}
 }
 
 // decodeTLS reads the `redis: tls:` block:
@@ -344,11 +342,8 @@ func decodeTLS(v any) (*tls.Config, error) {
 		"enabled":     boolean(&enabled),
 		"certificate": str(&cert),
 		"key":         str(&key),
-		"rootcas": func(v any) (err error) {
-			cas, err = asStrings(v)
-			return err
-		},
-	})
+		"rootcas":     strs(&cas),
+	}, "")
 	if err != nil || (!enabled && cert == "" && key == "" && len(cas) == 0) {
 		return nil, err
 	}

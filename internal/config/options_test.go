@@ -180,6 +180,11 @@ func TestDecodeNamesTheOption(t *testing.T) {
 		{map[string]any{"http": map[string]any{"bodyidletimeout": "-1s"}}, "http.bodyidletimeout", "positive duration"},
 		{map[string]any{"http": map[string]any{"idletimeout": 5}}, "http.idletimeout", "positive duration"},
 		{map[string]any{"http": map[string]any{"readtimeout": "1m"}}, "http.readtimeout", "unknown option"},
+		// the table names an option in a block gc.cap; a key is one name, never a path
+		{map[string]any{"gc.cap": 1}, "gc.cap", "unknown option"},
+		{map[string]any{"redis": map[string]any{"tls.enabled": true}}, "redis.tls.enabled", "unknown option"},
+		{map[string]any{"g": map[string]any{"cap": 1}}, "g", "unknown option"},
+		{map[string]any{"gc": map[string]any{"cap": map[string]any{}}}, "gc.cap", "non-negative integer"},
 	} {
 		_, err := decode(c.opts)
 		var oe *OptionError
