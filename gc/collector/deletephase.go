@@ -52,22 +52,11 @@ func (dl *deleter) deleteManifests(ctx context.Context, s *gc.Snapshot, p *gc.Ou
 		}
 		tags, tagErr := readTags(ctx, dl.c.driver, dl.pol.Repo)
 		since := dl.readSincePlan(ctx, s, deleted)
-		for _, m := range batch {
-			h, ok := held[m]
-			if !ok {
-				continue
-			}
-			dec, kept := since.keeps(reclaim.KindManifest, m)
-			if kept {
-				dec.Size = s.Revisions[m].Size
-			} else {
-				dec = dl.deleteManifest(ctx, s, m, h, tags, tagErr, rep)
-			}
-			dl.release(ctx, rep, reclaim.KindManifest, m, h)
-			if dec.Deleted() {
-				deleted[m], removed[m] = true, true
-			}
-			rep.add(dec)
+		gone := dl.deleteHeld(ctx, s, rep, reclaim.KindManifest, batch, held, since, func(m digest.Digest, h reclaim.Hold) gc.Decision {
+			return dl.deleteManifest(ctx, s, m, h, tags, tagErr, rep)
+		})
+		for _, m := range gone {
+			deleted[m], removed[m] = true, true
 		}
 	}
 	return deleted
@@ -150,21 +139,40 @@ func (dl *deleter) deleteLayerBatch(ctx context.Context, s *gc.Snapshot, rep *Re
 		return
 	}
 	since := dl.readSincePlan(ctx, s, deleted)
-	for _, l := range batch {
-		h, ok := held[l]
+	gone := dl.deleteHeld(ctx, s, rep, reclaim.KindLayerLink, batch, held, since, func(l digest.Digest, h reclaim.Hold) gc.Decision {
+		return dl.deleteDir(ctx, reclaim.KindLayerLink, l, layout.LayerLinkDir(dl.pol.Repo, l), h)
+	})
+	for _, l := range gone {
+		removed[l] = true
+	}
+}
+
+// deleteHeld goes through batch in order and, for each object whose fence
+// it holds, deletes it with del unless something pushed since the plan
+// keeps it, releases the fence and reports the decision. It returns the
+// objects it deleted.
+func (dl *deleter) deleteHeld(ctx context.Context, s *gc.Snapshot, rep *Report, kind reclaim.ObjectKind, batch []digest.Digest,
+	held map[digest.Digest]reclaim.Hold, since sincePlan, del func(digest.Digest, reclaim.Hold) gc.Decision) []digest.Digest {
+	var gone []digest.Digest
+	for _, d := range batch {
+		h, ok := held[d]
 		if !ok {
 			continue
 		}
-		dec, kept := since.keeps(reclaim.KindLayerLink, l)
-		if !kept {
-			dec = dl.deleteDir(ctx, reclaim.KindLayerLink, l, layout.LayerLinkDir(dl.pol.Repo, l), h)
+		dec, kept := since.keeps(kind, d)
+		switch {
+		case !kept:
+			dec = del(d, h)
+		case kind == reclaim.KindManifest:
+			dec.Size = s.Revisions[d].Size // a kept manifest still reports its size
 		}
-		dl.release(ctx, rep, reclaim.KindLayerLink, l, h)
+		dl.release(ctx, rep, kind, d, h)
 		if dec.Deleted() {
-			removed[l] = true
+			gone = append(gone, d)
 		}
 		rep.add(dec)
 	}
+	return gone
 }
 
 func anyOf(ds []digest.Digest, set map[digest.Digest]bool) bool {
