@@ -101,12 +101,7 @@ func (c *Cluster) start(server, cli string) error {
 	if err != nil {
 		return fmt.Errorf("redis-cli --cluster create: %v: %s", err, out)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := waitFor(ctx, c.formed); err != nil {
-		return fmt.Errorf("cluster did not form: %w", err)
-	}
-	return nil
+	return settle("cluster did not form", c.formed)
 }
 
 // formed reports nil once every node says cluster_state:ok, knows all six
@@ -154,15 +149,7 @@ func clusterOK(ctx context.Context, addr string, known int) error {
 }
 
 // Addrs returns every node's address (masters and replicas, as started).
-func (c *Cluster) Addrs() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]string, len(c.nodes))
-	for i, n := range c.nodes {
-		out[i] = n.Addr
-	}
-	return out
-}
+func (c *Cluster) Addrs() []string { return addrsOf(&c.mu, &c.nodes) }
 
 // Client returns a cluster client on Addrs, closed when the test ends.
 func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -124,6 +125,29 @@ func waitFor(ctx context.Context, cond func(context.Context) error) error {
 		case <-poll.C:
 		}
 	}
+}
+
+// addrsOf is the addresses of the processes *procs, read under mu (a
+// fixture appends to the list as its processes start).
+func addrsOf(mu *sync.Mutex, procs *[]*redisProc) []string {
+	mu.Lock()
+	defer mu.Unlock()
+	out := make([]string, len(*procs))
+	for i, p := range *procs {
+		out[i] = p.Addr
+	}
+	return out
+}
+
+// settle waits up to 30 s for a fixture just started to be ready (cond
+// nil); what says what did not happen then.
+func settle(what string, cond func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := waitFor(ctx, cond); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
 }
 
 // infoField reads one field of INFO section from the server at addr.

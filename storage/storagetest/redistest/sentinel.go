@@ -86,21 +86,14 @@ func (s *Sentinel) start(server string) error {
 		s.sentinels = append(s.sentinels, sp)
 		s.mu.Unlock()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := waitFor(ctx, s.ready); err != nil {
-		return fmt.Errorf("sentinels not ready: %w", err)
-	}
-	return nil
+	return settle("sentinels not ready", s.ready)
 }
 
 // ready is nil once every sentinel knows the replica and the two other
 // sentinels (so a failover can be agreed), and the replica is in sync.
 func (s *Sentinel) ready(ctx context.Context) error {
 	for _, a := range s.Addrs() {
-		c := redis.NewSentinelClient(&redis.Options{Addr: a, MaxRetries: -1})
-		m, err := c.Master(ctx, SentinelMasterName).Result()
-		c.Close()
+		m, err := askSentinel(ctx, a, (*redis.SentinelClient).Master)
 		if err != nil {
 			return err
 		}
@@ -115,15 +108,7 @@ func (s *Sentinel) ready(ctx context.Context) error {
 }
 
 // Addrs returns the sentinels' addresses.
-func (s *Sentinel) Addrs() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]string, len(s.sentinels))
-	for i, p := range s.sentinels {
-		out[i] = p.Addr
-	}
-	return out
-}
+func (s *Sentinel) Addrs() []string { return addrsOf(&s.mu, &s.sentinels) }
 
 // Replica returns the address of the server started as the replica.
 func (s *Sentinel) Replica() string { return s.replica.Addr }
@@ -133,9 +118,7 @@ func (s *Sentinel) Replica() string { return s.replica.Addr }
 func (s *Sentinel) Master(ctx context.Context) (string, error) {
 	var last error
 	for _, a := range s.Addrs() {
-		c := redis.NewSentinelClient(&redis.Options{Addr: a, MaxRetries: -1})
-		addr, err := c.GetMasterAddrByName(ctx, SentinelMasterName).Result()
-		c.Close()
+		addr, err := askSentinel(ctx, a, (*redis.SentinelClient).GetMasterAddrByName)
 		if err == nil && len(addr) == 2 {
 			return addr[0] + ":" + addr[1], nil
 		}
@@ -166,9 +149,7 @@ func (s *Sentinel) Kill(addr string) {
 func (s *Sentinel) WaitMaster(ctx context.Context, addr string) error {
 	return waitFor(ctx, func(ctx context.Context) error {
 		for _, a := range s.Addrs() {
-			c := redis.NewSentinelClient(&redis.Options{Addr: a, MaxRetries: -1})
-			m, err := c.GetMasterAddrByName(ctx, SentinelMasterName).Result()
-			c.Close()
+			m, err := askSentinel(ctx, a, (*redis.SentinelClient).GetMasterAddrByName)
 			if err != nil {
 				return err
 			}
@@ -193,4 +174,13 @@ func (s *Sentinel) Stop() {
 	for _, p := range procs {
 		p.kill()
 	}
+}
+
+// askSentinel asks the sentinel at addr about the master (ask is one of
+// the client's methods on a master's name) on a connection of its own.
+func askSentinel[T any, C interface{ Result() (T, error) }](ctx context.Context, addr string,
+	ask func(*redis.SentinelClient, context.Context, string) C) (T, error) {
+	c := redis.NewSentinelClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	return ask(c, ctx, SentinelMasterName).Result()
 }
