@@ -126,9 +126,7 @@ func PushArtifact(t testing.TB, r *Registry, repo string, subject v1.Descriptor)
 		Layers:        descs[1:],
 		Subject:       &subject,
 	})
-	if err != nil {
-		t.Fatalf("registrytest: %v", err)
-	}
+	fatalIf(t, err)
 	m := RawManifest{Bytes: raw, Type: types.OCIManifestSchema1}
 	d := m.Descriptor(t)
 	if err := remote.Put(r.Ref(t, repo+"@"+d.Digest.String()), m, r.Remote(t)...); err != nil {
@@ -153,26 +151,18 @@ func (m RawManifest) MediaType() (types.MediaType, error) { return m.Type, nil }
 func (m RawManifest) Descriptor(t testing.TB) v1.Descriptor {
 	t.Helper()
 	d, n, err := v1.SHA256(bytes.NewReader(m.Bytes))
-	if err != nil {
-		t.Fatalf("registrytest: %v", err)
-	}
+	fatalIf(t, err)
 	return v1.Descriptor{MediaType: m.Type, Size: n, Digest: d}
 }
 
 func describeLayer(t testing.TB, l v1.Layer) v1.Descriptor {
 	t.Helper()
 	d, err := l.Digest()
-	if err != nil {
-		t.Fatalf("registrytest: %v", err)
-	}
+	fatalIf(t, err)
 	n, err := l.Size()
-	if err != nil {
-		t.Fatalf("registrytest: %v", err)
-	}
+	fatalIf(t, err)
 	mt, err := l.MediaType()
-	if err != nil {
-		t.Fatalf("registrytest: %v", err)
-	}
+	fatalIf(t, err)
 	return v1.Descriptor{MediaType: mt, Size: n, Digest: d}
 }
 
@@ -183,13 +173,9 @@ func Describe(t testing.TB, m interface {
 }) v1.Descriptor {
 	t.Helper()
 	raw, err := m.RawManifest()
-	if err != nil {
-		t.Fatalf("registrytest: %v", err)
-	}
+	fatalIf(t, err)
 	mt, err := m.MediaType()
-	if err != nil {
-		t.Fatalf("registrytest: %v", err)
-	}
+	fatalIf(t, err)
 	return RawManifest{Bytes: raw, Type: mt}.Descriptor(t)
 }
 
@@ -271,4 +257,13 @@ func BlobStatus(t testing.TB, r *Registry, repo string, d v1.Hash) int {
 
 func manifestPath(ref name.Reference) string {
 	return fmt.Sprintf("/v2/%s/manifests/%s", ref.Context().RepositoryStr(), ref.Identifier())
+}
+
+// fatalIf fails the test on err, a failure of the client library's own
+// calls.
+func fatalIf(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("registrytest: %v", err)
+	}
 }

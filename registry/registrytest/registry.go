@@ -45,19 +45,22 @@ type Registry struct {
 // Ref parses "repo:tag" or "repo@sha256:..." as a reference on this registry.
 func (r *Registry) Ref(t testing.TB, ref string) name.Reference {
 	t.Helper()
-	parsed, err := name.ParseReference(r.Host+"/"+ref, name.Insecure, name.StrictValidation)
-	if err != nil {
-		t.Fatalf("registrytest: reference %q: %v", ref, err)
-	}
-	return parsed
+	return onRegistry(t, r, name.ParseReference, "reference", ref)
 }
 
 // Repo parses a repository name on this registry.
 func (r *Registry) Repo(t testing.TB, repo string) name.Repository {
 	t.Helper()
-	parsed, err := name.NewRepository(r.Host+"/"+repo, name.Insecure, name.StrictValidation)
+	return onRegistry(t, r, name.NewRepository, "repository", repo)
+}
+
+// onRegistry parses s as a name on r's host with parse, failing the test
+// with what s was to be when it is not one.
+func onRegistry[T any](t testing.TB, r *Registry, parse func(string, ...name.Option) (T, error), what, s string) T {
+	t.Helper()
+	parsed, err := parse(r.Host+"/"+s, name.Insecure, name.StrictValidation)
 	if err != nil {
-		t.Fatalf("registrytest: repository %q: %v", repo, err)
+		t.Fatalf("registrytest: %s %q: %v", what, s, err)
 	}
 	return parsed
 }
