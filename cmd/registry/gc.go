@@ -44,6 +44,13 @@ type gcClientFlags struct {
 	timeout          time.Duration
 }
 
+// clientCommand makes cmd a command of the GC API's client: the client's
+// flags, bound to f, and the exit codes scripts branch on (withExitCodes).
+func clientCommand(f *gcClientFlags, cmd *cobra.Command) *cobra.Command {
+	f.bind(cmd)
+	return withExitCodes(cmd)
+}
+
 func (f *gcClientFlags) bind(cmd *cobra.Command) {
 	def := os.Getenv("RECLAIM_URL")
 	if def == "" {
@@ -91,7 +98,7 @@ func newGCCommand() *cobra.Command {
 			"4 busy or aborted (retry later), or a dry run a blocker would abort,\n" +
 			"5 done with some failed deletes.",
 	}
-	root.AddCommand(withExitCodes(newGCCollectCommand()), withExitCodes(newGCPlanCommand()), withExitCodes(newGCRunCommand()))
+	root.AddCommand(newGCCollectCommand(), newGCPlanCommand(), newGCRunCommand())
 	return root
 }
 
@@ -100,7 +107,7 @@ func newGCCollectCommand() *cobra.Command {
 	var sel gcSelection
 	var dryRun bool
 	var plan string
-	cmd := &cobra.Command{
+	cmd := clientCommand(&f, &cobra.Command{
 		Use:   "collect <repository>",
 		Short: "Collect one repository: delete untagged manifests, unused layer links and unlinked blobs",
 		Example: "  registry gc collect library/app --dry-run\n" +
@@ -113,14 +120,9 @@ func newGCCollectCommand() *cobra.Command {
 			if plan != "" {
 				q.Set("plan", plan)
 			}
-			body, err := f.do(cmd, http.MethodPost, "repositories/"+args[0]+"/collect", q)
-			if err != nil {
-				return err
-			}
-			return f.printReport(cmd, body, nil)
+			return f.report(cmd, http.MethodPost, "repositories/"+args[0]+"/collect", q)
 		},
-	}
-	f.bind(cmd)
+	})
 	sel.bind(cmd, "delete at most this many links (default: the server's cap)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "report what would be deleted, delete nothing")
 	cmd.Flags().StringVar(&plan, "plan", "", "apply this plan: delete only what it lists and still qualifies")
@@ -130,7 +132,7 @@ func newGCCollectCommand() *cobra.Command {
 func newGCPlanCommand() *cobra.Command {
 	var f gcClientFlags
 	var sel gcSelection
-	cmd := &cobra.Command{
+	cmd := clientCommand(&f, &cobra.Command{
 		Use:   "plan <repository>",
 		Short: "Preview a collection and store it as a plan to apply with `gc collect --plan`",
 		Args:  cobra.ExactArgs(1),
@@ -151,28 +153,21 @@ func newGCPlanCommand() *cobra.Command {
 					resp.Plan.ID, resp.Plan.ExpiresAt.Local().Format(time.RFC3339), args[0], resp.Plan.ID)
 			}, resp.Report)
 		},
-	}
-	f.bind(cmd)
+	})
 	sel.bind(cmd, "plan at most this many link deletions")
 	return cmd
 }
 
 func newGCRunCommand() *cobra.Command {
 	var f gcClientFlags
-	cmd := &cobra.Command{
+	return clientCommand(&f, &cobra.Command{
 		Use:   "run <run-id>",
 		Short: "Show the report of a recent run",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			body, err := f.do(cmd, http.MethodGet, "runs/"+url.PathEscape(args[0]), nil)
-			if err != nil {
-				return err
-			}
-			return f.printReport(cmd, body, nil)
+			return f.report(cmd, http.MethodGet, "runs/"+url.PathEscape(args[0]), nil)
 		},
-	}
-	f.bind(cmd)
-	return cmd
+	})
 }
 
 // do calls the API and turns error responses into exit codes.
@@ -312,6 +307,15 @@ func apiMessage(body []byte) string {
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, "; ")
+}
+
+// report sends the request and prints the GC report it answers with.
+func (f *gcClientFlags) report(cmd *cobra.Command, method, path string, q url.Values) error {
+	body, err := f.do(cmd, method, path, q)
+	if err != nil {
+		return err
+	}
+	return f.printReport(cmd, body, nil)
 }
 
 // printReport prints the JSON as is (--json) or a summary.

@@ -33,13 +33,13 @@ type inuseScan struct {
 
 func newInUseCommand() *cobra.Command {
 	root := &cobra.Command{Use: "inuse", Short: "The in-use index: which exact images run where (docs/api.md)"}
-	root.AddCommand(withExitCodes(newInUseScanCommand()))
+	root.AddCommand(newInUseScanCommand())
 	return root
 }
 
 func newInUseScanCommand() *cobra.Command {
 	var s inuseScan
-	cmd := &cobra.Command{
+	cmd := clientCommand(&s.gcClientFlags, &cobra.Command{
 		Use:   "scan <dir-or-file|->...",
 		Short: "Find the images Kubernetes YAML runs, resolve their tags to digests, print or upload them",
 		Long: "Reads Kubernetes YAML (Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs, CronJobs, Pods,\n" +
@@ -52,8 +52,7 @@ func newInUseScanCommand() *cobra.Command {
 			"  registry inuse scan deploy/overlays/prod --registry registry.example.com --source prod-eu --url https://registry.example.com",
 		Args: cobra.MinimumNArgs(1),
 		RunE: s.run,
-	}
-	s.gcClientFlags.bind(cmd)
+	})
 	cmd.Flags().StringArrayVar(&s.registries, "registry", nil, "host[:port] under which clusters pull from this registry (repeatable; default: the host of --url)")
 	cmd.Flags().StringVar(&s.source, "source", "", "upload the images as this in-use source (replacing what it declared)")
 	cmd.Flags().BoolVar(&s.allowMissing, "allow-missing", false, "skip (and report) tags the registry does not have, instead of failing")

@@ -18,8 +18,7 @@ import (
 
 func newRetentionCommand() *cobra.Command {
 	root := &cobra.Command{Use: "retention", Short: "Deploy-aware retention: preview plans, apply them (docs/api.md)"}
-	root.AddCommand(withExitCodes(newRetentionPreviewCommand()), withExitCodes(newRetentionApplyCommand()),
-		withExitCodes(newRetentionPlansCommand()))
+	root.AddCommand(newRetentionPreviewCommand(), newRetentionApplyCommand(), newRetentionPlansCommand())
 	return root
 }
 
@@ -73,7 +72,7 @@ func (p *policyFlags) override(cmd *cobra.Command) retention.PolicyOverride {
 func newRetentionPreviewCommand() *cobra.Command {
 	var f gcClientFlags
 	var p policyFlags
-	cmd := &cobra.Command{
+	cmd := clientCommand(&f, &cobra.Command{
 		Use:   "preview <repository>...",
 		Short: "Build and store a retention plan per repository; deletes nothing",
 		Long: "Builds the plan of each repository (every protection applied), stores it for\n" +
@@ -98,8 +97,7 @@ func newRetentionPreviewCommand() *cobra.Command {
 			}
 			return nil
 		},
-	}
-	f.bind(cmd)
+	})
 	p.bind(cmd)
 	return cmd
 }
@@ -134,7 +132,7 @@ func printPlan(cmd *cobra.Command, f *gcClientFlags, out []byte) error {
 
 func newRetentionApplyCommand() *cobra.Command {
 	var f gcClientFlags
-	cmd := &cobra.Command{
+	return clientCommand(&f, &cobra.Command{
 		Use:   "apply <repository> <plan-id>",
 		Short: "Delete a plan's candidate tags, each after a fresh check; GC then collects what they held",
 		Long: "Refused (exit 4) when the plan is older than retention.planmaxage or the policy changed.\n" +
@@ -161,9 +159,7 @@ func newRetentionApplyCommand() *cobra.Command {
 			}
 			return applyExit(&rep)
 		},
-	}
-	f.bind(cmd)
-	return cmd
+	})
 }
 
 func applyExit(rep *retention.ApplyReport) error {
@@ -181,7 +177,7 @@ func applyExit(rep *retention.ApplyReport) error {
 func newRetentionPlansCommand() *cobra.Command {
 	var f gcClientFlags
 	var since time.Duration
-	cmd := &cobra.Command{
+	cmd := clientCommand(&f, &cobra.Command{
 		Use:   "plans [<repository>]",
 		Short: "List stored plans, newest first: of one repository, or of all",
 		Args:  cobra.MaximumNArgs(1),
@@ -201,8 +197,7 @@ func newRetentionPlansCommand() *cobra.Command {
 			_, err = cmd.OutOrStdout().Write(out)
 			return err
 		},
-	}
-	f.bind(cmd)
+	})
 	cmd.Flags().DurationVar(&since, "since", 0, "only plans made within this long (default: all kept)")
 	return cmd
 }
