@@ -63,6 +63,13 @@ func BenchmarkOverhead(b *testing.B) {
 		{op: "pull", layer: 4 << 10, batch: 4},
 		{op: "pull-cold", layer: 4 << 10, batch: 2},
 		{op: "push", layer: 4 << 10, batch: 1, latency: time.Millisecond},
+		// a remote store inside a region (issue 29 item 4): 5 and 20 ms
+		{op: "push", layer: 4 << 10, batch: 1, latency: 5 * time.Millisecond},
+		{op: "push", layer: 1 << 20, batch: 1, latency: 5 * time.Millisecond},
+		{op: "pull-cold", layer: 4 << 10, batch: 1, latency: 5 * time.Millisecond},
+		{op: "push", layer: 4 << 10, batch: 1, latency: 20 * time.Millisecond},
+		{op: "push", layer: 1 << 20, batch: 1, latency: 20 * time.Millisecond},
+		{op: "pull-cold", layer: 4 << 10, batch: 1, latency: 20 * time.Millisecond},
 	} {
 		name := fmt.Sprintf("%s/layer=%dKiB", tc.op, tc.layer>>10)
 		if tc.latency > 0 {
@@ -213,7 +220,7 @@ func reportOverhead(b *testing.B, prefix string, ratios []float64, d [2][]time.D
 // staticImage is an image of n layers of size random bytes, held in
 // memory: pushing it costs the client no compression, so the process's CPU
 // time is the registry's (random.Image gzips every layer on every push).
-func staticImage(b *testing.B, size int64, n int) v1.Image {
+func staticImage(b testing.TB, size int64, n int) v1.Image {
 	layers := make([]v1.Layer, n)
 	for i := range layers {
 		buf := make([]byte, size)
