@@ -99,10 +99,15 @@ func (c *consoleData) overview(ctx context.Context) console.Overview {
 	if !o.GCEnabled {
 		o.GCNote = gcapi.ErrDisabled.Error()
 	}
-	if c.s.reclaimer != nil {
-		o.Reclaimer = c.s.reclaimer.Status(ctx)
-	} else {
+	switch {
+	case c.s.reclaimer == nil:
 		o.ReclaimerNote = "reclaimer.enabled is false: blobs queued for review are not deleted"
+		o.EstimatesOff = "reclaimer.enabled is false"
+	case c.s.opts.Reclaimer.UsageRefresh == 0:
+		o.Reclaimer = c.s.reclaimer.Status(ctx)
+		o.EstimatesOff = "reclaimer.usagerefresh is 0"
+	default:
+		o.Reclaimer = c.s.reclaimer.Status(ctx)
 	}
 	env := c.s.env
 	if env == nil {

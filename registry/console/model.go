@@ -29,7 +29,10 @@ type Overview struct {
 	LinkDB        LinkDBState
 	Reclaimer     reclaimer.Status // Enabled false when off
 	ReclaimerNote string
-	Freed         FreedState
+	// EstimatesOff says why this instance refreshes no usage estimates
+	// (the reclaimer is off, or its usagerefresh is 0); empty when it does.
+	EstimatesOff string
+	Freed        FreedState
 }
 
 // FreedState is what GC (collects and the reclaimer) deleted on every

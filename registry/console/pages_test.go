@@ -26,6 +26,7 @@ type pagesFixture struct {
 	srv              *httptest.Server
 	dry, big, abort  *collector.Report
 	reclaimerEnabled bool
+	estimatesOff     string // with the reclaimer on: why it makes no estimates
 }
 
 func dg(s string) digest.Digest { return digest.FromString(s) }
@@ -63,8 +64,11 @@ func newPagesFixture(t *testing.T) *pagesFixture {
 			http.Error(w, err.Error(), http.StatusForbidden)
 		},
 		Overview: func(context.Context) Overview {
-			o := Overview{GCEnabled: true, ReclaimerNote: "reclaimer.enabled is false"}
+			o := Overview{GCEnabled: true, ReclaimerNote: "reclaimer.enabled is false: blobs queued for review are not deleted", EstimatesOff: "reclaimer.enabled is false"}
 			o.Reclaimer.Enabled = f.reclaimerEnabled
+			if f.reclaimerEnabled {
+				o.ReclaimerNote, o.EstimatesOff = "", f.estimatesOff
+			}
 			return o
 		},
 		Runs: func(context.Context) ([]*collector.Report, error) { return runs, nil },
@@ -304,7 +308,8 @@ func TestRetentionPageShowsApplies(t *testing.T) {
 }
 
 // The Reclaimable card says the estimates are off when the reclaimer that
-// makes them is off, and shows them as the ranking otherwise.
+// makes them is off or refreshes none, and shows them as the ranking
+// otherwise.
 func TestReclaimableCardWhenReclaimerOff(t *testing.T) {
 	f := newPagesFixture(t)
 	card := func() string {
@@ -319,6 +324,12 @@ func TestReclaimableCardWhenReclaimerOff(t *testing.T) {
 	f.reclaimerEnabled = true
 	if got := card(); strings.Contains(got, "estimates are off") || !strings.Contains(got, "of 1 ranked repository") {
 		t.Errorf("reclaimer on: %s", got)
+	}
+	// on, but configured to refresh none: the estimates are off all the same
+	f.estimatesOff = "reclaimer.usagerefresh is 0"
+	if got := card(); !strings.Contains(got, "estimates are off") || !strings.Contains(got, "reclaimer.usagerefresh is 0") ||
+		!strings.Contains(got, "team/base 4.0 KiB, 3h0m0s ago") {
+		t.Errorf("reclaimer on, usagerefresh 0: %s", got)
 	}
 }
 
