@@ -46,12 +46,14 @@ type RepoLink struct {
 // ObjectKind is what kind of object a decision is about.
 type ObjectKind string
 
-// The three kinds of object a run looks at.
+// The three kinds of object a run looks at, the run itself, and the tag
+// retention deletes.
 const (
 	KindManifest  ObjectKind = "manifest"   // a manifest revision link of the repository
 	KindLayerLink ObjectKind = "layer_link" // a layer link of the repository
 	KindBlob      ObjectKind = "blob"       // a blob in the global store
 	KindRun       ObjectKind = "run"        // the run itself (errors only)
+	KindTag       ObjectKind = "tag"        // a tag of the repository (retention; deletion events only)
 )
 
 // ReviewItem is one blob a reclaimer claimed from the review queue and

@@ -21,6 +21,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc/reclaimer"
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/accesscontrol"
 	"github.com/reclaim-registry/reclaim/registry/gcapi"
 	"github.com/reclaim-registry/reclaim/storage/middleware"
@@ -49,6 +50,9 @@ type Server struct {
 	gc        *gcapi.Config
 	reclaimer *reclaimer.Reclaimer // nil unless reclaimer.enabled
 	referrers *referrersBackend
+	// deletions sends what GC, the reclaimer and retention delete to the
+	// notifications endpoints; nil without one (wire.go).
+	deletions reclaim.DeletionSink
 
 	base      context.Context // New's context, without its cancellation
 	mu        sync.Mutex

@@ -8,7 +8,8 @@ package registry
 // the reclaimer (Server.NewReclaimer, reclaimer.go); Handler composes the
 // HTTP side: the GC API (gcapi.New), the console (console.New), the
 // referrers API, the request scope and the cross-site guard, around
-// Distribution's app.
+// Distribution's app. What GC, the reclaimer and retention delete goes to
+// the notifications endpoints through deletionevents.
 
 import (
 	"context"
@@ -22,8 +23,10 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/registry/accesscontrol"
+	"github.com/reclaim-registry/reclaim/registry/deletionevents"
 	"github.com/reclaim-registry/reclaim/registry/gcapi"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/redisstore"
@@ -76,7 +79,10 @@ func (s *Server) open(ctx context.Context) error {
 	if s.conf.Proxy.RemoteURL != "" {
 		return nil // manifests are stored unverified: no collector (config.ErrProxyGC)
 	}
-	if s.gc, err = newGC(env, s.opts); err != nil {
+	if ds := deletionevents.New(s.conf); ds != nil {
+		s.deletions = ds // a nil *Sink would be a non-nil DeletionSink
+	}
+	if s.gc, err = newGC(env, s.opts, s.deletions); err != nil {
 		return err
 	}
 	if s.opts.Reclaimer.Enabled {
@@ -145,7 +151,7 @@ func dryRunWait(d time.Duration) time.Duration {
 // descriptor caches), its tracker and link index, and the window; and the
 // stores and storage reads the GC API serves from. Handler completes the
 // API's Config with the access controller, the status parts and next.
-func newGC(env *middleware.Env, opts config.Options) (*gcapi.Config, error) {
+func newGC(env *middleware.Env, opts config.Options, deletions reclaim.DeletionSink) (*gcapi.Config, error) {
 	pins := redisstore.NewPins(env.Tracker.Client(), opts.Prefix, nil)
 	usage := redisstate.NewUsageStore(env.Tracker.Client(), opts.Prefix)
 	col, err := collector.New(collector.Config{
@@ -172,13 +178,14 @@ func newGC(env *middleware.Env, opts config.Options) (*gcapi.Config, error) {
 		KeepUntagged:         opts.GC.KeepUntagged,
 		DryRuns:              opts.GC.DryRuns,
 		DryRunWait:           dryRunWait(opts.GC.DryRunWait),
+		Deletions:            deletions,
 	})
 	if err != nil {
 		return nil, err
 	}
 	inuse := redisstore.NewInUse(env.Tracker.Client(), opts.Prefix)
 	return &gcapi.Config{Options: opts, Collector: col, Exists: repositoryExists(env.Raw), Status: storageStatus(env),
-		Pins: pins, InUse: inuse, Usage: usage, Retention: newRetention(env, opts, pins, inuse),
+		Pins: pins, InUse: inuse, Usage: usage, Retention: newRetention(env, opts, pins, inuse, deletions, col.Instance()),
 		HasVersion: hasVersion(env.Raw), Fenced: manifestFenced(env.Tracker), TagFenced: env.Tracker.TagFenced}, nil
 }
 
@@ -196,14 +203,17 @@ func policyOf(r config.Retention) retention.Policy {
 }
 
 // newRetention builds the retention endpoints' planner and applier on
-// storage (retention_storage.go) and the Redis stores.
-func newRetention(env *middleware.Env, opts config.Options, pins *redisstore.Pins, inuse *redisstore.InUse) *gcapi.Retention {
+// storage (retention_storage.go) and the Redis stores; the applier tells
+// deletions what it deleted, as the collector named instance.
+func newRetention(env *middleware.Env, opts config.Options, pins *redisstore.Pins, inuse *redisstore.InUse,
+	deletions reclaim.DeletionSink, instance string) *gcapi.Retention {
 	st := retentionStorage{raw: env.Raw, driver: env.Driver, fences: env.Tracker}
 	r := opts.Retention
 	return &gcapi.Retention{
-		Policy:     policyOf(r),
-		Planner:    &retention.Planner{Tags: st, Manifests: st, Index: inuse, Pins: pins, MaxAge: r.InUseMaxAge, Now: time.Now},
-		Applier:    &retention.Applier{Tags: st, Manifests: st, Index: inuse, InUse: inuse, Pins: pins, MaxAge: r.InUseMaxAge, Recheck: r.Recheck, Now: time.Now},
+		Policy:  policyOf(r),
+		Planner: &retention.Planner{Tags: st, Manifests: st, Index: inuse, Pins: pins, MaxAge: r.InUseMaxAge, Now: time.Now},
+		Applier: &retention.Applier{Tags: st, Manifests: st, Index: inuse, InUse: inuse, Pins: pins, MaxAge: r.InUseMaxAge, Recheck: r.Recheck, Now: time.Now,
+			Deletions: deletions, Instance: instance},
 		Plans:      redisstore.NewPlans(env.Tracker.Client(), opts.Prefix, r.PlanKeep),
 		PlanMaxAge: r.PlanMaxAge,
 		PlanKeep:   r.PlanKeep,

@@ -82,13 +82,21 @@ type Applier struct {
 	MaxAge    time.Duration
 	Recheck   time.Duration
 	Now       func() time.Time
+	// Deletions is optional: it hears, once per apply and after its last
+	// delete, the tags it deleted (the deletion events). Nil: nobody.
+	Deletions reclaim.DeletionSink
+	// Instance names this process in what Deletions hears.
+	Instance string
 }
 
 // Apply runs plan, oldest candidate first. The caller checked it is
 // applicable (CheckApplicable).
 func (a *Applier) Apply(ctx context.Context, plan *Plan) *ApplyReport {
 	rep := &ApplyReport{PlanID: plan.ID, Repository: plan.Repository, StartedAt: a.Now().UTC(), Deleted: []TagResult{}, Skipped: []TagResult{}}
-	defer func() { rep.FinishedAt = a.Now().UTC() }()
+	defer func() {
+		rep.FinishedAt = a.Now().UTC()
+		a.announce(ctx, rep)
+	}()
 	var lastRead time.Time
 	for i := len(plan.Candidates) - 1; i >= 0; i-- {
 		v := plan.Candidates[i].Version
@@ -112,6 +120,19 @@ func (a *Applier) Apply(ctx context.Context, plan *Plan) *ApplyReport {
 		}
 	}
 	return rep
+}
+
+// announce hands the tags rep deleted to Deletions, in the order apply
+// deleted them (each delete returned: it is durable).
+func (a *Applier) announce(ctx context.Context, rep *ApplyReport) {
+	if a.Deletions == nil || len(rep.Deleted) == 0 {
+		return
+	}
+	objs := make([]reclaim.Deletion, len(rep.Deleted))
+	for i, t := range rep.Deleted {
+		objs[i] = reclaim.Deletion{Kind: reclaim.KindTag, Repository: rep.Repository, Digest: t.Digest, Tag: t.Tag, Reason: "retention"}
+	}
+	a.Deletions.Deleted(context.WithoutCancel(ctx), reclaim.Deletions{Source: "retention", PlanID: rep.PlanID, Instance: a.Instance, Objects: objs})
 }
 
 func abortReport(err error) *AbortError {

@@ -65,11 +65,13 @@ var allowed = map[string][]string{
 	// HTTP, and the binary
 	// registry: the Server, and wire.go, which builds everything below
 	"registry": {"gc/collector", "gc/reclaimer", "internal/config", "internal/metrics", "reclaim", "redisstate",
-		"registry/accesscontrol", "registry/console", "registry/gcapi", "retention", "retention/redisstore",
+		"registry/accesscontrol", "registry/console", "registry/deletionevents", "registry/gcapi", "retention", "retention/redisstore",
 		"storage/layout", "storage/linkdb", "storage/middleware", "storage/referrers"},
 	// the GC API: handlers, route table, error table; no storage, no driver stack
-	"registry/gcapi":              {"gc/collector", "internal/config", "internal/crosssite", "internal/metrics", "reclaim", "reclaim/gcrun", "redisstate", "registry/accesscontrol", "retention", "retention/inuse", "retention/redisstore"},
-	"registry/accesscontrol":      {},
+	"registry/gcapi":         {"gc/collector", "internal/config", "internal/crosssite", "internal/metrics", "reclaim", "reclaim/gcrun", "redisstate", "registry/accesscontrol", "retention", "retention/inuse", "retention/redisstore"},
+	"registry/accesscontrol": {},
+	// deletion events: what runs deleted, to Distribution's notification endpoints
+	"registry/deletionevents":     {"reclaim"},
 	"registry/internal/scopetest": {}, // tests' access controller (test imports only)
 	"registry/console":            {"gc", "gc/collector", "gc/reclaimer", "internal/crosssite", "reclaim", "reclaim/gcrun"},
 	"registry/registrytest":       {"internal/config", "registry", "storage/storagetest"},

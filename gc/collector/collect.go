@@ -226,6 +226,7 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 		}
 	} else {
 		(&deleter{c: r.c, pol: r.pol, log: r.log}).deletePhase(ctx, s, p, r.rep)
+		r.announce(ctx, s)
 		r.c.countFreed(ctx, r.rep.BytesFreed, len(r.rep.ManifestsDeleted)+len(r.rep.LayersUnlinked)+len(r.rep.BlobsDeleted))
 		if err := context.Cause(ctx); errors.Is(err, reclaim.ErrLockLost) {
 			// What was deleted before the loss is in the report; every

@@ -11,6 +11,7 @@ import (
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/distribution/reference"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 )
 
@@ -67,6 +68,9 @@ type Config struct {
 	// Usage is optional: where runs write the repository's usage
 	// (gc/collector/usage.go) and the reclaimer finds what to refresh.
 	Usage UsageStore
+	// Deletions is optional: it hears, once per real run and after its
+	// delete phase, what the run deleted (the deletion events). Nil: nobody.
+	Deletions reclaim.DeletionSink
 	// Context, when set, derives the context of every run's storage and
 	// tracker calls; the registry passes middleware.WithoutAccessRecords so
 	// the run's own reads do not count as access.
@@ -158,6 +162,9 @@ func New(cfg Config) (*Collector, error) {
 		plans: map[string]*Plan{}, runs: map[string]*storedRun{}, dry: newDryRuns(cfg.DryRuns, cfg.DryRunWait),
 	}, nil
 }
+
+// Instance names this collector in run records and deletion events.
+func (c *Collector) Instance() string { return c.instance }
 
 // Window is the protection window the collector uses.
 func (c *Collector) Window() time.Duration { return c.cfg.Window }

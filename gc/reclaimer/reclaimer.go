@@ -65,6 +65,9 @@ type Config struct {
 	Repair               collector.LinkRepairer
 	MarkLinkDBIncomplete func(ctx context.Context) error
 	ScrubCursor          ScrubCursor
+	// Deletions is optional: it hears, once per tick and after its
+	// reviews, the blobs the tick deleted (the deletion events). Nil: nobody.
+	Deletions reclaim.DeletionSink
 	// Now is the clock the usage refresh ages estimates by; default
 	// time.Now.
 	Now func() time.Time
@@ -282,6 +285,7 @@ func (r *Reclaimer) tick(ctx context.Context, rep *TickReport) {
 		})
 	}
 	_ = g.Wait()
+	r.announce(ctx, decs)
 	r.settleDone(ctx, items, done, errs)
 	failed := 0
 	for i, d := range decs {
