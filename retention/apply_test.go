@@ -103,3 +103,53 @@ func TestApplyFreshState(t *testing.T) {
 		t.Fatalf("%+v", rep)
 	}
 }
+
+// deletionLog is a DeletionSink that keeps what it hears.
+type deletionLog []reclaim.Deletions
+
+func (l *deletionLog) Deleted(_ context.Context, d reclaim.Deletions) { *l = append(*l, d) }
+
+// Apply tells its sink the tags it deleted, once, in the order it deleted
+// them, an apply stopped by a stale index included; nothing when it
+// deleted nothing.
+func TestApplyTellsDeletions(t *testing.T) {
+	vs := line(3) // vs[2] oldest: deleted first
+	tags := map[string]digest.Digest{}
+	m := fakeManifests{}
+	var cands []Entry
+	for _, v := range vs {
+		cands = append(cands, Entry{Version: v, Reason: Candidate})
+		tags[v.Tags[0]] = v.Digest
+		m[v.Digest] = nil
+	}
+	now := t0
+	ft := &fakeTags{tags: tags}
+	var told deletionLog
+	a := &Applier{Tags: ft, Manifests: m, Index: fakeIndex{srcs: []inuse.Source{{Name: "a", UpdatedAt: t0, Images: 1}}}, InUse: fakeContains{}, Pins: fakePins{},
+		MaxAge: time.Hour, Recheck: time.Minute, Now: func() time.Time { return now }, Deletions: &told, Instance: "i"}
+	plan := &Plan{ID: "p", Repository: "r", Status: PlanReady, Decision: Decision{Candidates: cands}}
+	a.Apply(t.Context(), plan)
+	if len(told) != 1 || len(told[0].Objects) != 3 || told[0].Source != "retention" || told[0].PlanID != "p" || told[0].Instance != "i" {
+		t.Fatalf("told %+v", told)
+	}
+	for i, o := range told[0].Objects {
+		v := vs[2-i]
+		if o.Kind != reclaim.KindTag || o.Repository != "r" || o.Tag != v.Tags[0] || o.Digest != v.Digest {
+			t.Errorf("deletion %d: %+v, want %s %s", i, o, v.Tags[0], v.Digest)
+		}
+	}
+
+	told = nil
+	a.Apply(t.Context(), plan) // every tag is gone: nothing deleted, nothing told
+	if len(told) != 0 {
+		t.Fatalf("told %+v", told)
+	}
+	for _, v := range vs {
+		ft.tags[v.Tags[0]] = v.Digest
+	}
+	ft.onDel = func(string) { now = now.Add(2 * time.Hour) } // stale after the first delete
+	a.Apply(t.Context(), plan)
+	if len(told) != 1 || len(told[0].Objects) != 1 || told[0].Objects[0].Tag != vs[2].Tags[0] {
+		t.Fatalf("told %+v", told)
+	}
+}

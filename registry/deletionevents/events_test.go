@@ -91,7 +91,7 @@ func (r *receiver) wait(t *testing.T, n int) ([]notifications.Event, []Extension
 
 // parse builds a configuration from a notifications block, through
 // Distribution's own parser.
-func parse(t *testing.T, endpoints string) *configuration.Configuration {
+func parse(t testing.TB, endpoints string) *configuration.Configuration {
 	t.Helper()
 	y := "version: 0.1\nstorage:\n  inmemory: {}\nhttp:\n  addr: :5000\nnotifications:\n  endpoints:\n" + endpoints
 	conf, err := configuration.Parse(strings.NewReader(y))
