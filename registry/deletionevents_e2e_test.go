@@ -169,6 +169,8 @@ func TestE2EDeletionEvents(t *testing.T) {
 	g.settle(t)
 	rep := g.collect(t, "ev/app")
 	want := collectDeletions(rep)
+	t.Logf("collect: %d manifests, %d layer links, %d blobs deleted: %d events per endpoint",
+		len(rep.ManifestsDeleted), len(rep.LayersUnlinked), len(rep.BlobsDeleted), len(want))
 	if len(rep.ManifestsDeleted) != 1 || rep.ManifestsDeleted[0].String() != old.String() || len(rep.BlobsDeleted) < 3 {
 		t.Fatalf("collect deleted %+v", rep)
 	}
