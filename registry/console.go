@@ -202,6 +202,9 @@ func (c *consoleData) retention() func(ctx context.Context) ([]console.Retention
 // shows it.
 func retentionApply(a retention.ApplyReport) console.RetentionApply {
 	out := console.RetentionApply{Started: a.StartedAt, Finished: a.FinishedAt, Deleted: len(a.Deleted)}
+	if a.InUseChanged {
+		out.IndexNote = a.InUseNote
+	}
 	for _, t := range a.Skipped {
 		out.Left = append(out.Left, t.Reason)
 	}

@@ -2,6 +2,8 @@ package retention
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -62,8 +64,35 @@ type ApplyReport struct {
 	Deleted    []TagResult `json:"deleted"`
 	Skipped    []TagResult `json:"skipped"`
 	// Aborted says why the run stopped before the end (the index became
-	// empty or stale, or could not be read).
+	// empty or stale, or could not be read, or it changed and the apply
+	// was asked to stop then).
 	Aborted *AbortError `json:"aborted,omitempty"`
+	IndexChange
+}
+
+// IndexChange says whether the repository's in-use manifests, as apply
+// read them, differ from those its plan saw (Plan.InUse), over every read
+// of the run.
+type IndexChange struct {
+	InUseChanged bool `json:"inuse_changed"`
+	// InUseAdded: in use at apply, not at the plan; InUseRemoved: the
+	// other way round.
+	InUseAdded   []digest.Digest `json:"inuse_added,omitempty"`
+	InUseRemoved []digest.Digest `json:"inuse_removed,omitempty"`
+	// InUseNote says what the change means for this run, in words.
+	InUseNote string `json:"inuse_note,omitempty"`
+}
+
+// IndexChangedNote is what an apply report, the CLI and the console say
+// when the index changed since the plan.
+const IndexChangedNote = "the in-use index changed since this plan: versions that became in use during apply protect only themselves " +
+	"(not the versions the policy keeps around them); preview again, or apply with stop_if_index_changed"
+
+// ApplyOptions are one apply's choices.
+type ApplyOptions struct {
+	// StopIfIndexChanged stops the run (AbortInUseChanged) before its next
+	// delete once the repository's in-use manifests differ from the plan's.
+	StopIfIndexChanged bool `json:"stop_if_index_changed"`
 }
 
 // Applier deletes a plan's candidate tags, each only after checking fresh
@@ -85,19 +114,26 @@ type Applier struct {
 }
 
 // Apply runs plan, oldest candidate first. The caller checked it is
-// applicable (CheckApplicable).
-func (a *Applier) Apply(ctx context.Context, plan *Plan) *ApplyReport {
+// applicable (CheckApplicable). The index is read before the first delete
+// and again every Recheck; each read is compared with the plan's
+// (IndexChange).
+func (a *Applier) Apply(ctx context.Context, plan *Plan, o ApplyOptions) *ApplyReport {
 	rep := &ApplyReport{PlanID: plan.ID, Repository: plan.Repository, StartedAt: a.Now().UTC(), Deleted: []TagResult{}, Skipped: []TagResult{}}
 	defer func() { rep.FinishedAt = a.Now().UTC() }()
 	var lastRead time.Time
 	for i := len(plan.Candidates) - 1; i >= 0; i-- {
 		v := plan.Candidates[i].Version
 		if now := a.Now(); lastRead.IsZero() || now.Sub(lastRead) >= a.Recheck {
-			if _, err := readIndex(ctx, a.Index, plan.Repository, plan.Policy, a.MaxAge, now); err != nil {
+			view, err := readIndex(ctx, a.Index, plan.Repository, plan.Policy, a.MaxAge, now)
+			if err != nil {
 				rep.Aborted = abortReport(err)
 				return rep
 			}
 			lastRead = now
+			if rep.compare(plan, view) && o.StopIfIndexChanged {
+				rep.Aborted = &AbortError{Reason: reclaim.AbortInUseChanged, Detail: rep.changeDetail()}
+				return rep
+			}
 		}
 		for _, tag := range v.Tags {
 			r := TagResult{Tag: tag, Digest: v.Digest}
@@ -112,6 +148,38 @@ func (a *Applier) Apply(ctx context.Context, plan *Plan) *ApplyReport {
 		}
 	}
 	return rep
+}
+
+// compare folds one read of the index into the report and reports whether
+// the index differs from the plan's so far. A read that found the
+// repository's sources skipped (missing, empty) declares nothing for it: it
+// compares as is, and the fresh checks keep what they cannot clear.
+func (c *IndexChange) compare(plan *Plan, view *indexView) bool {
+	if plan.InUse == nil {
+		c.InUseChanged, c.InUseNote = true, IndexChangedNote+" (the plan does not record the index it saw)"
+		return true
+	}
+	planned := map[digest.Digest]bool{}
+	for _, d := range plan.InUse {
+		planned[d] = true
+		if !view.digests[d] && !slices.Contains(c.InUseRemoved, d) {
+			c.InUseRemoved = append(c.InUseRemoved, d)
+		}
+	}
+	for _, d := range view.sorted() {
+		if !planned[d] && !slices.Contains(c.InUseAdded, d) {
+			c.InUseAdded = append(c.InUseAdded, d)
+		}
+	}
+	if len(c.InUseAdded)+len(c.InUseRemoved) > 0 {
+		c.InUseChanged, c.InUseNote = true, IndexChangedNote
+	}
+	return c.InUseChanged
+}
+
+func (c *IndexChange) changeDetail() string {
+	return fmt.Sprintf("the in-use index changed since the plan (%d manifests now in use, %d no longer) and stop_if_index_changed was asked; preview again",
+		len(c.InUseAdded), len(c.InUseRemoved))
 }
 
 func abortReport(err error) *AbortError {

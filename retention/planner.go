@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
@@ -40,7 +41,7 @@ type Planner struct {
 func (pl *Planner) Plan(ctx context.Context, repo string, p Policy, o PolicyOverride) (*Plan, error) {
 	now := pl.Now()
 	plan := &Plan{ID: NewPlanID(), Repository: repo, CreatedAt: now.UTC(), Policy: p, PolicyFingerprint: p.Fingerprint(),
-		Override: o, Status: PlanReady, Decision: Decision{Candidates: []Entry{}, Kept: []Entry{}}, Dropped: []Entry{}}
+		Override: o, Status: PlanReady, Decision: Decision{Candidates: []Entry{}, Kept: []Entry{}}, Dropped: []Entry{}, InUse: []digest.Digest{}}
 	view, err := readIndex(ctx, pl.Index, repo, p, pl.MaxAge, now)
 	if err != nil {
 		return nil, err
@@ -74,6 +75,7 @@ func (pl *Planner) Plan(ctx context.Context, repo string, p Policy, o PolicyOver
 	if again.skip != nil {
 		return plan.skipped(*again.skip), nil
 	}
+	plan.InUse = again.sorted()
 	for d := range view.digests {
 		again.digests[d] = true
 	}

@@ -132,15 +132,23 @@ func printPlan(cmd *cobra.Command, f *gcClientFlags, out []byte) error {
 
 func newRetentionApplyCommand() *cobra.Command {
 	var f gcClientFlags
-	return clientCommand(&f, &cobra.Command{
+	var o retention.ApplyOptions
+	cmd := clientCommand(&f, &cobra.Command{
 		Use:   "apply <repository> <plan-id>",
 		Short: "Delete a plan's candidate tags, each after a fresh check; GC then collects what they held",
 		Long: "Refused (exit 4) when the plan is older than retention.planmaxage or the policy changed.\n" +
 			"Tags that became in use, pinned or moved since the plan are left and listed; a run the index\n" +
-			"stops vouching for stops (exit 4); a tag that could not be checked or deleted exits 5.",
+			"stops vouching for stops (exit 4); a tag that could not be checked or deleted exits 5.\n" +
+			"When the repository's in-use manifests changed since the plan, the output says so: a version\n" +
+			"that became in use protects only itself, not the versions the policy keeps around it;\n" +
+			"--stop-if-index-changed stops the run then, before its next delete (exit 4).",
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			out, err := f.send(cmd, http.MethodPost, "repositories/"+args[0]+"/retention/plans/"+args[1]+"/apply", nil, nil)
+			body, err := json.Marshal(o)
+			if err != nil {
+				return err
+			}
+			out, err := f.send(cmd, http.MethodPost, "repositories/"+args[0]+"/retention/plans/"+args[1]+"/apply", nil, body)
 			if err != nil {
 				return err
 			}
@@ -156,10 +164,15 @@ func newRetentionApplyCommand() *cobra.Command {
 				for _, s := range rep.Skipped {
 					fmt.Fprintf(w, "  left %s (%s) %s\n", s.Tag, s.Reason, s.Detail)
 				}
+				if rep.InUseChanged {
+					fmt.Fprintf(w, "  %s (%d manifests now in use, %d no longer)\n", rep.InUseNote, len(rep.InUseAdded), len(rep.InUseRemoved))
+				}
 			}
 			return applyExit(&rep)
 		},
 	})
+	cmd.Flags().BoolVar(&o.StopIfIndexChanged, "stop-if-index-changed", false, "stop before the next delete once the repository's in-use manifests differ from the plan's")
+	return cmd
 }
 
 func applyExit(rep *retention.ApplyReport) error {
