@@ -216,11 +216,16 @@ func retentionApply(a retention.ApplyReport) console.RetentionApply {
 
 // policyText is a plan's policy in a few words.
 func policyText(p retention.Policy) string {
-	age := time.Duration(p.MinAge)
-	ageText := age.String()
-	if age >= 24*time.Hour && age%(24*time.Hour) == 0 {
-		ageText = fmt.Sprintf("%d days", age/(24*time.Hour))
+	days := func(d time.Duration) string {
+		if d >= 24*time.Hour && d%(24*time.Hour) == 0 {
+			return fmt.Sprintf("%d days", d/(24*time.Hour))
+		}
+		return d.String()
 	}
-	return fmt.Sprintf("keep newest %d, %d below the oldest in use, candidates older than %s",
-		p.KeepNewest, p.RollbackSlack, ageText)
+	text := fmt.Sprintf("keep newest %d, %d below the oldest in use, candidates older than %s",
+		p.KeepNewest, p.RollbackSlack, days(time.Duration(p.MinAge)))
+	if p.PulledWithin > 0 {
+		text += ", keep what was pulled within " + days(time.Duration(p.PulledWithin))
+	}
+	return text
 }

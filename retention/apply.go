@@ -38,6 +38,7 @@ const (
 	ChangedPinned   = "pinned"    // pinned since the plan
 	ChangedTagMoved = "tag_moved" // the tag points at another manifest now
 	ChangedTagGone  = "tag_gone"  // the tag was deleted meanwhile
+	ChangedPulled   = "pulled"    // pulled within the policy's pulled_within since the plan
 )
 
 // Why apply left a planned tag, in the words of a GC decision (reclaim's
@@ -99,7 +100,8 @@ type ApplyOptions struct {
 // state right before its delete, under a fence on the tag that pushes
 // moving it check (TagWriter.DeleteTag): the tag still points at the planned
 // manifest, no source declares the manifest (or one its index lists), and
-// no active pin names it or any of its tags. The whole index (sources,
+// no active pin names it or any of its tags, and, under a policy with
+// pulled_within, no client whose pulls count pulled it lately. The whole index (sources,
 // ages) is read again every Recheck, and a stale or empty index stops the
 // run.
 type Applier struct {
@@ -108,6 +110,7 @@ type Applier struct {
 	Index     Index
 	InUse     InUseChecker
 	Pins      PinLister
+	Pulls     PullReader // nil: pulls are not recorded (Planner.Pulls)
 	MaxAge    time.Duration
 	Recheck   time.Duration
 	Now       func() time.Time
@@ -138,7 +141,7 @@ func (a *Applier) Apply(ctx context.Context, plan *Plan, o ApplyOptions) *ApplyR
 		for _, tag := range v.Tags {
 			r := TagResult{Tag: tag, Digest: v.Digest}
 			r.Reason, r.Detail = a.Tags.DeleteTag(ctx, plan.Repository, tag, v.Digest, func(ctx context.Context) (string, string) {
-				return a.fresh(ctx, plan.Repository, v)
+				return a.fresh(ctx, plan, v)
 			})
 			if r.Reason == "" {
 				rep.Deleted = append(rep.Deleted, r)
@@ -192,7 +195,8 @@ func abortReport(err error) *AbortError {
 // fresh checks v against the state now, under the fence of the tag about
 // to be deleted (TagWriter.DeleteTag has read the tag by then); "" means
 // delete it.
-func (a *Applier) fresh(ctx context.Context, repo string, v Version) (reason, detail string) {
+func (a *Applier) fresh(ctx context.Context, plan *Plan, v Version) (reason, detail string) {
+	repo := plan.Repository
 	pins, err := a.Pins.List(ctx, repo)
 	if err != nil {
 		return ChangedCheckFail, "read pins: " + err.Error()
@@ -206,13 +210,36 @@ func (a *Applier) fresh(ctx context.Context, repo string, v Version) (reason, de
 	if err != nil {
 		return ChangedCheckFail, "read manifest: " + err.Error()
 	}
-	for _, m := range append([]digest.Digest{v.Digest}, children...) {
+	manifests := append([]digest.Digest{v.Digest}, children...)
+	for _, m := range manifests {
 		used, err := a.InUse.Contains(ctx, inuse.Image{Repository: repo, Digest: m})
 		if err != nil {
 			return ChangedCheckFail, "read in-use index: " + err.Error()
 		}
 		if used {
 			return ChangedInUse, m.String()
+		}
+	}
+	return a.pulledLately(ctx, plan, manifests)
+}
+
+// pulledLately keeps a version one of whose manifests was pulled within
+// the plan's pulled_within ("" when none was, or the policy has none).
+func (a *Applier) pulledLately(ctx context.Context, plan *Plan, manifests []digest.Digest) (reason, detail string) {
+	if plan.Policy.PulledWithin == 0 {
+		return "", ""
+	}
+	if a.Pulls == nil {
+		return ChangedCheckFail, ErrPullsOff.Error()
+	}
+	pulls, err := a.Pulls.Pulled(ctx, plan.Repository)
+	if err != nil {
+		return ChangedCheckFail, "read pulls: " + err.Error()
+	}
+	recent := pulledSince(pulls, a.Now().Add(-time.Duration(plan.Policy.PulledWithin)))
+	for _, m := range manifests {
+		if recent[m] {
+			return ChangedPulled, m.String() + " pulled at " + pulls[m].UTC().Format(time.RFC3339)
 		}
 	}
 	return "", ""

@@ -20,12 +20,21 @@ type PinLister interface {
 	List(ctx context.Context, repo string) ([]Pin, error)
 }
 
+// PullReader reads when each manifest of a repository was last pulled by a
+// client whose pulls count (redisstate.Pulls).
+type PullReader interface {
+	Pulled(ctx context.Context, repo string) (map[digest.Digest]time.Time, error)
+}
+
 // Planner builds plans. It reads; it never deletes.
 type Planner struct {
 	Tags      Tags
 	Manifests Manifests
 	Index     Index
 	Pins      PinLister
+	// Pulls is nil when pulls are not recorded: a policy with
+	// pulled_within is then refused (ErrPullsOff).
+	Pulls PullReader
 	// MaxAge is the oldest an in-use source may be (retention.inusemaxage).
 	MaxAge time.Duration
 	Now    func() time.Time
@@ -66,7 +75,11 @@ func (pl *Planner) Plan(ctx context.Context, repo string, p Policy, o PolicyOver
 	if err != nil {
 		return nil, abort(reclaim.AbortInUseUnreadable, "pins of %s: %v", repo, err)
 	}
-	first := Decide(versions, used, pins, p, now)
+	pulled, skip, err := versionsPulled(ctx, pl.Pulls, pl.Manifests, repo, versions, p, now)
+	if err != nil || skip != nil {
+		return plan.skippedOr(skip, err)
+	}
+	first := Decide(versions, used, pins, pulled, p, now)
 
 	again, err := readIndex(ctx, pl.Index, repo, p, pl.MaxAge, pl.Now())
 	if err != nil {
@@ -82,7 +95,7 @@ func (pl *Planner) Plan(ctx context.Context, repo string, p Policy, o PolicyOver
 	if used, err = versionsInUse(ctx, pl.Manifests, repo, versions, again.digests); err != nil {
 		return nil, err
 	}
-	plan.Decision = Decide(versions, used, pins, p, now)
+	plan.Decision = Decide(versions, used, pins, pulled, p, now)
 	still := map[string]bool{}
 	for _, c := range plan.Candidates {
 		still[c.Digest.String()] = true
@@ -93,6 +106,13 @@ func (pl *Planner) Plan(ctx context.Context, repo string, p Policy, o PolicyOver
 		}
 	}
 	return plan, nil
+}
+
+func (p *Plan) skippedOr(s *Skip, err error) (*Plan, error) {
+	if err != nil {
+		return nil, err
+	}
+	return p.skipped(*s), nil
 }
 
 func (p *Plan) skipped(s Skip) *Plan {

@@ -26,7 +26,7 @@ func newRetentionCommand() *cobra.Command {
 // only the flags given are sent.
 type policyFlags struct {
 	keep, slack, limit        int
-	minAge                    time.Duration
+	minAge, pulledWithin      time.Duration
 	include, exclude, sources []string
 }
 
@@ -34,6 +34,7 @@ func (p *policyFlags) bind(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&p.keep, "keep-newest", 0, "versions kept where none is in use (N)")
 	cmd.Flags().IntVar(&p.slack, "rollback-slack", 0, "versions kept below the oldest in use (K)")
 	cmd.Flags().DurationVar(&p.minAge, "min-age", 0, "retention age: only older versions may go, e.g. 2160h")
+	cmd.Flags().DurationVar(&p.pulledWithin, "pulled-within", 0, "keep versions pulled within this long, e.g. 720h (needs retention.pulledwithin configured)")
 	cmd.Flags().StringArrayVar(&p.include, "include", nil, "tag pattern the policy manages (repeatable)")
 	cmd.Flags().StringArrayVar(&p.exclude, "exclude", nil, "tag pattern the policy leaves alone (repeatable)")
 	cmd.Flags().StringArrayVar(&p.sources, "source", nil, "in-use source this repository relies on (repeatable; default all)")
@@ -55,6 +56,10 @@ func (p *policyFlags) override(cmd *cobra.Command) retention.PolicyOverride {
 	if set("min-age") {
 		d := retention.Duration(p.minAge)
 		o.MinAge = &d
+	}
+	if set("pulled-within") {
+		d := retention.Duration(p.pulledWithin)
+		o.PulledWithin = &d
 	}
 	for _, f := range []struct {
 		name string

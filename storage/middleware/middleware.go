@@ -65,7 +65,11 @@ func (d *driver) GetContent(ctx context.Context, path string) ([]byte, error) {
 	if !isLinkOrData(p.Kind) {
 		return d.StorageDriver.GetContent(ctx, path)
 	}
-	return checked(ctx, d, path, p, func() ([]byte, error) { return d.StorageDriver.GetContent(ctx, path) })
+	b, err := checked(ctx, d, path, p, func() ([]byte, error) { return d.StorageDriver.GetContent(ctx, path) })
+	if err == nil && p.Kind == layout.PathBlobData {
+		d.notePull(ctx, p.Digest) // a manifest GET reads its manifest here
+	}
+	return b, err
 }
 
 // Stat of blob data is how Distribution checks that a blob exists.
