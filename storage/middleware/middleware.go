@@ -65,11 +65,7 @@ func (d *driver) GetContent(ctx context.Context, path string) ([]byte, error) {
 	if !isLinkOrData(p.Kind) {
 		return d.StorageDriver.GetContent(ctx, path)
 	}
-	b, err := checked(ctx, d, path, p, func() ([]byte, error) { return d.StorageDriver.GetContent(ctx, path) })
-	if err == nil && p.Kind == layout.PathBlobData {
-		d.notePull(ctx, p.Digest) // a manifest GET reads its manifest here
-	}
-	return b, err
+	return checked(ctx, d, path, p, func() ([]byte, error) { return d.StorageDriver.GetContent(ctx, path) })
 }
 
 // Stat of blob data is how Distribution checks that a blob exists.
@@ -93,6 +89,7 @@ func (d *driver) Reader(ctx context.Context, path string, offset int64) (io.Read
 			r.Close()
 			return nil, err
 		}
+		d.notePull(ctx, p.Digest) // a manifest GET reads its manifest here (Distribution's getContent)
 	}
 	return r, err
 }

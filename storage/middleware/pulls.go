@@ -14,8 +14,8 @@ import (
 )
 
 // Pulls for retention's pulled_within (redisstate.Pulls): a manifest GET
-// reads the manifest's data through GetContent, and that read names the
-// manifest pulled. The record is retention's alone: the access records GC
+// reads the manifest's data through Reader (Distribution's getContent),
+// and that read names the manifest pulled. The record is retention's alone: the access records GC
 // relies on are written as for any read, whoever pulls.
 
 // pullDedup is how long one instance does not record a manifest's pull
