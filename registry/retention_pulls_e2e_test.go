@@ -2,6 +2,8 @@ package registry_test
 
 import (
 	"context"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,5 +85,20 @@ func TestE2ERetentionPulledWithin(t *testing.T) {
 	}
 	if !tagged(t, g, "pulls/app", "v003") || tagged(t, g, "pulls/app", "v001") || tagged(t, g, "pulls/app", "v002") {
 		t.Fatal("wrong tags deleted")
+	}
+}
+
+// Without retention.pulledwithin nothing records pulls, so a preview that
+// asks for pulled_within is refused rather than told "never pulled".
+func TestE2ERetentionPulledWithinNeedsRecording(t *testing.T) {
+	g := startRetention(t, nil)
+	history(t, g, "nopulls/app", 2, time.Now().Add(-400*day), day)
+	declare(t, g, "prod", img("nopulls/app", digest.FromString("elsewhere")))
+	code, _, out := g.send(t, http.MethodPost, "/gc/v1/repositories/nopulls/app/retention/preview", `{"pulled_within":"720h"}`)
+	if code != http.StatusBadRequest || !strings.Contains(string(out), "retention.pulledwithin") {
+		t.Fatalf("preview with pulled_within, pulls not recorded: %d %s", code, out)
+	}
+	if g.Server.Env().Pulls != nil {
+		t.Fatal("pulls are recorded without retention.pulledwithin")
 	}
 }
