@@ -40,12 +40,18 @@ const (
 	// AbortInUseVersionUnreadable: a manifest the index says is in use
 	// cannot be read, so which tagged version it belongs to is unknown.
 	AbortInUseVersionUnreadable AbortReason = "inuse_version_unreadable"
+	// AbortInUseChanged: the repository's in-use manifests are not the
+	// ones its plan saw, and the apply was asked to stop then
+	// (stop_if_index_changed). Without that ask, apply goes on: a version
+	// that became in use protects itself (the fresh check before each
+	// delete), not the versions the policy would keep around it.
+	AbortInUseChanged AbortReason = "inuse_changed"
 )
 
 var abortReasons = enum.Strings("reclaim.AbortReason",
 	AbortRedisUnavailable, AbortRedisUntrusted, AbortRedisRecordingTooShort, AbortRedisEvicts,
 	AbortManifestUnreadable, AbortStorageUnreadable, AbortLinkDBIncomplete,
-	AbortInUseEmpty, AbortInUseStale, AbortInUseUnreadable, AbortInUseVersionUnreadable)
+	AbortInUseEmpty, AbortInUseStale, AbortInUseUnreadable, AbortInUseVersionUnreadable, AbortInUseChanged)
 
 // String is the machine name, e.g. "redis_unavailable".
 func (a AbortReason) String() string { return abortReasons.String(a) }

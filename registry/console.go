@@ -207,6 +207,9 @@ func (c *consoleData) retention() func(ctx context.Context) ([]console.Retention
 // shows it.
 func retentionApply(a retention.ApplyReport) console.RetentionApply {
 	out := console.RetentionApply{Started: a.StartedAt, Finished: a.FinishedAt, Deleted: len(a.Deleted)}
+	if a.InUseChanged {
+		out.IndexNote = a.InUseNote
+	}
 	for _, t := range a.Skipped {
 		out.Left = append(out.Left, t.Reason)
 	}
@@ -218,11 +221,16 @@ func retentionApply(a retention.ApplyReport) console.RetentionApply {
 
 // policyText is a plan's policy in a few words.
 func policyText(p retention.Policy) string {
-	age := time.Duration(p.MinAge)
-	ageText := age.String()
-	if age >= 24*time.Hour && age%(24*time.Hour) == 0 {
-		ageText = fmt.Sprintf("%d days", age/(24*time.Hour))
+	days := func(d time.Duration) string {
+		if d >= 24*time.Hour && d%(24*time.Hour) == 0 {
+			return fmt.Sprintf("%d days", d/(24*time.Hour))
+		}
+		return d.String()
 	}
-	return fmt.Sprintf("keep newest %d, %d below the oldest in use, candidates older than %s",
-		p.KeepNewest, p.RollbackSlack, ageText)
+	text := fmt.Sprintf("keep newest %d, %d below the oldest in use, candidates older than %s",
+		p.KeepNewest, p.RollbackSlack, days(time.Duration(p.MinAge)))
+	if p.PulledWithin > 0 {
+		text += ", keep what was pulled within " + days(time.Duration(p.PulledWithin))
+	}
+	return text
 }

@@ -2,7 +2,9 @@ package registry_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -208,5 +210,81 @@ func TestE2ERetentionPinAfterPreview(t *testing.T) {
 	}
 	if p := g.preview(t, "pinned/app", `{"rollback_slack":0,"min_age":"720h"}`); reasonFor(p, vs[1]) != retention.KeptPinned || len(p.Candidates) != 0 {
 		t.Fatalf("plan after pins: %+v", p)
+	}
+}
+
+// applyWith applies plan id of repo with the request body body.
+func (g *gcRegistry) applyWith(t *testing.T, repo, id, body string) *retention.ApplyReport {
+	t.Helper()
+	code, _, out := g.send(t, http.MethodPost, "/gc/v1/repositories/"+repo+"/retention/plans/"+id+"/apply", body)
+	var rep retention.ApplyReport
+	if code != http.StatusOK || json.Unmarshal(out, &rep) != nil {
+		t.Fatalf("apply %s: %d %s", id, code, out)
+	}
+	return &rep
+}
+
+// Apply says whether the in-use index changed since the plan; asked to,
+// it stops before deleting anything once it has.
+func TestE2ERetentionIndexChangedBetweenPlanAndApply(t *testing.T) {
+	g := startRetention(t, nil)
+	vs := history(t, g, "moved/app", 8, time.Now().Add(-400*day), day)
+	declare(t, g, "prod", img("moved/app", vs[7]))
+	p := g.preview(t, "moved/app", `{"rollback_slack":0,"min_age":"720h"}`)
+	if len(p.InUse) != 1 || p.InUse[0] != vs[7] {
+		t.Fatalf("plan's in-use manifests %v, want [%s]", p.InUse, vs[7])
+	}
+	declare(t, g, "rollback", img("moved/app", vs[2]))
+	rep := g.applyWith(t, "moved/app", p.ID, `{"stop_if_index_changed":true}`)
+	if rep.Aborted == nil || rep.Aborted.Reason != reclaim.AbortInUseChanged || len(rep.Deleted) != 0 ||
+		!rep.InUseChanged || len(rep.InUseAdded) != 1 || rep.InUseAdded[0] != vs[2] || rep.InUseNote != retention.IndexChangedNote {
+		t.Fatalf("apply %+v", rep)
+	}
+	if !tagged(t, g, "moved/app", "v000") {
+		t.Fatal("a tag was deleted although the apply was asked to stop")
+	}
+
+	// A fresh plan of the same index applies, and says nothing changed.
+	p = g.preview(t, "moved/app", `{"rollback_slack":0,"min_age":"720h"}`)
+	rep = g.applyWith(t, "moved/app", p.ID, `{"stop_if_index_changed":true}`)
+	if rep.Aborted != nil || rep.InUseChanged || rep.InUseNote != "" || len(rep.Deleted) != 2 { // v000, v001: below the oldest in use
+		t.Fatalf("apply of a fresh plan %+v", rep)
+	}
+}
+
+// A deploy during apply (forced by a hook on the first tag delete): the
+// new in-use version protects itself, not the version the policy keeps
+// below it, and the report says so; with stop_if_index_changed the run
+// stops before its next delete.
+func TestE2ERetentionIndexChangedDuringApply(t *testing.T) {
+	g := startRetention(t, map[string]any{"recheck": "1ns"}) // every delete re-reads the index
+	for _, stop := range []bool{false, true} {
+		repo := fmt.Sprintf("during/stop-%t", stop)
+		vs := history(t, g, repo, 8, time.Now().Add(-400*day), day)
+		declare(t, g, "prod", img(repo, vs[7]))
+		p := g.preview(t, repo, `{"rollback_slack":1,"min_age":"720h"}`)
+		wantCandidates(t, p, vs[:6])
+		var fired atomic.Bool
+		setHook(t, func(ctx context.Context, method, path string) error {
+			if method == "Delete" && strings.HasSuffix(path, repo+"/_manifests/tags/v000") && fired.CompareAndSwap(false, true) {
+				declare(t, g, "hotfix", img(repo, vs[4]))
+			}
+			return nil
+		})
+		rep := g.applyWith(t, repo, p.ID, fmt.Sprintf(`{"stop_if_index_changed":%t}`, stop))
+		setHook(t, nil)
+		if !fired.Load() || !rep.InUseChanged || len(rep.InUseAdded) != 1 || rep.InUseAdded[0] != vs[4] {
+			t.Fatalf("stop=%t: apply %+v", stop, rep)
+		}
+		if stop {
+			if rep.Aborted == nil || rep.Aborted.Reason != reclaim.AbortInUseChanged || len(rep.Deleted) != 1 || !tagged(t, g, repo, "v003") {
+				t.Fatalf("stop: apply %+v", rep)
+			}
+			continue
+		}
+		// v004 protects itself; v003, the rollback slack a fresh plan keeps, goes.
+		if rep.Aborted != nil || len(rep.Deleted) != 5 || len(rep.Skipped) != 1 || rep.Skipped[0].Tag != "v004" || tagged(t, g, repo, "v003") {
+			t.Fatalf("go on: apply %+v", rep)
+		}
 	}
 }

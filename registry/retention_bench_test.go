@@ -119,7 +119,7 @@ func BenchmarkRetentionApply(b *testing.B) {
 		f.redis.Reset()
 		b.StartTimer()
 		start := time.Now()
-		rep := f.backend.Applier.Apply(ctx, plan)
+		rep := f.backend.Applier.Apply(ctx, plan, retention.ApplyOptions{})
 		took += time.Since(start)
 		if rep.Aborted != nil || len(rep.Skipped) != 0 {
 			b.Fatalf("apply: %+v", rep)

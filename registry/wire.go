@@ -199,7 +199,7 @@ func markLinkDBIncomplete(env *middleware.Env) func(ctx context.Context) error {
 // policyOf is the configured default retention policy.
 func policyOf(r config.Retention) retention.Policy {
 	return retention.Policy{KeepNewest: r.KeepNewest, RollbackSlack: r.RollbackSlack, MinAge: retention.Duration(r.MinAge),
-		Include: r.Include, Exclude: r.Exclude, Sources: r.Sources, Cap: r.Cap}
+		Include: r.Include, Exclude: r.Exclude, Sources: r.Sources, Cap: r.Cap, PulledWithin: retention.Duration(r.PulledWithin)}
 }
 
 // newRetention builds the retention endpoints' planner and applier on
@@ -209,10 +209,14 @@ func newRetention(env *middleware.Env, opts config.Options, pins *redisstore.Pin
 	deletions reclaim.DeletionSink, instance string) *gcapi.Retention {
 	st := retentionStorage{raw: env.Raw, driver: env.Driver, fences: env.Tracker}
 	r := opts.Retention
+	var pulls retention.PullReader // nil unless pulls are recorded (no typed nil)
+	if env.Pulls != nil {
+		pulls = env.Pulls
+	}
 	return &gcapi.Retention{
 		Policy:  policyOf(r),
-		Planner: &retention.Planner{Tags: st, Manifests: st, Index: inuse, Pins: pins, MaxAge: r.InUseMaxAge, Now: time.Now},
-		Applier: &retention.Applier{Tags: st, Manifests: st, Index: inuse, InUse: inuse, Pins: pins, MaxAge: r.InUseMaxAge, Recheck: r.Recheck, Now: time.Now,
+		Planner: &retention.Planner{Tags: st, Manifests: st, Index: inuse, Pins: pins, Pulls: pulls, MaxAge: r.InUseMaxAge, Now: time.Now},
+		Applier: &retention.Applier{Tags: st, Manifests: st, Index: inuse, InUse: inuse, Pins: pins, Pulls: pulls, MaxAge: r.InUseMaxAge, Recheck: r.Recheck, Now: time.Now,
 			Deletions: deletions, Instance: instance},
 		Plans:      redisstore.NewPlans(env.Tracker.Client(), opts.Prefix, r.PlanKeep),
 		PlanMaxAge: r.PlanMaxAge,

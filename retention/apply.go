@@ -2,6 +2,8 @@ package retention
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -36,6 +38,7 @@ const (
 	ChangedPinned   = "pinned"    // pinned since the plan
 	ChangedTagMoved = "tag_moved" // the tag points at another manifest now
 	ChangedTagGone  = "tag_gone"  // the tag was deleted meanwhile
+	ChangedPulled   = "pulled"    // pulled within the policy's pulled_within since the plan
 )
 
 // Why apply left a planned tag, in the words of a GC decision (reclaim's
@@ -62,15 +65,43 @@ type ApplyReport struct {
 	Deleted    []TagResult `json:"deleted"`
 	Skipped    []TagResult `json:"skipped"`
 	// Aborted says why the run stopped before the end (the index became
-	// empty or stale, or could not be read).
+	// empty or stale, or could not be read, or it changed and the apply
+	// was asked to stop then).
 	Aborted *AbortError `json:"aborted,omitempty"`
+	IndexChange
+}
+
+// IndexChange says whether the repository's in-use manifests, as apply
+// read them, differ from those its plan saw (Plan.InUse), over every read
+// of the run.
+type IndexChange struct {
+	InUseChanged bool `json:"inuse_changed"`
+	// InUseAdded: in use at apply, not at the plan; InUseRemoved: the
+	// other way round.
+	InUseAdded   []digest.Digest `json:"inuse_added,omitempty"`
+	InUseRemoved []digest.Digest `json:"inuse_removed,omitempty"`
+	// InUseNote says what the change means for this run, in words.
+	InUseNote string `json:"inuse_note,omitempty"`
+}
+
+// IndexChangedNote is what an apply report, the CLI and the console say
+// when the index changed since the plan.
+const IndexChangedNote = "the in-use index changed since this plan: versions that became in use during apply protect only themselves " +
+	"(not the versions the policy keeps around them); preview again, or apply with stop_if_index_changed"
+
+// ApplyOptions are one apply's choices.
+type ApplyOptions struct {
+	// StopIfIndexChanged stops the run (AbortInUseChanged) before its next
+	// delete once the repository's in-use manifests differ from the plan's.
+	StopIfIndexChanged bool `json:"stop_if_index_changed"`
 }
 
 // Applier deletes a plan's candidate tags, each only after checking fresh
 // state right before its delete, under a fence on the tag that pushes
 // moving it check (TagWriter.DeleteTag): the tag still points at the planned
 // manifest, no source declares the manifest (or one its index lists), and
-// no active pin names it or any of its tags. The whole index (sources,
+// no active pin names it or any of its tags, and, under a policy with
+// pulled_within, no client whose pulls count pulled it lately. The whole index (sources,
 // ages) is read again every Recheck, and a stale or empty index stops the
 // run.
 type Applier struct {
@@ -79,6 +110,7 @@ type Applier struct {
 	Index     Index
 	InUse     InUseChecker
 	Pins      PinLister
+	Pulls     PullReader // nil: pulls are not recorded (Planner.Pulls)
 	MaxAge    time.Duration
 	Recheck   time.Duration
 	Now       func() time.Time
@@ -90,8 +122,10 @@ type Applier struct {
 }
 
 // Apply runs plan, oldest candidate first. The caller checked it is
-// applicable (CheckApplicable).
-func (a *Applier) Apply(ctx context.Context, plan *Plan) *ApplyReport {
+// applicable (CheckApplicable). The index is read before the first delete
+// and again every Recheck; each read is compared with the plan's
+// (IndexChange).
+func (a *Applier) Apply(ctx context.Context, plan *Plan, o ApplyOptions) *ApplyReport {
 	rep := &ApplyReport{PlanID: plan.ID, Repository: plan.Repository, StartedAt: a.Now().UTC(), Deleted: []TagResult{}, Skipped: []TagResult{}}
 	defer func() {
 		rep.FinishedAt = a.Now().UTC()
@@ -101,16 +135,21 @@ func (a *Applier) Apply(ctx context.Context, plan *Plan) *ApplyReport {
 	for i := len(plan.Candidates) - 1; i >= 0; i-- {
 		v := plan.Candidates[i].Version
 		if now := a.Now(); lastRead.IsZero() || now.Sub(lastRead) >= a.Recheck {
-			if _, err := readIndex(ctx, a.Index, plan.Repository, plan.Policy, a.MaxAge, now); err != nil {
+			view, err := readIndex(ctx, a.Index, plan.Repository, plan.Policy, a.MaxAge, now)
+			if err != nil {
 				rep.Aborted = abortReport(err)
 				return rep
 			}
 			lastRead = now
+			if rep.compare(plan, view) && o.StopIfIndexChanged {
+				rep.Aborted = &AbortError{Reason: reclaim.AbortInUseChanged, Detail: rep.changeDetail()}
+				return rep
+			}
 		}
 		for _, tag := range v.Tags {
 			r := TagResult{Tag: tag, Digest: v.Digest}
 			r.Reason, r.Detail = a.Tags.DeleteTag(ctx, plan.Repository, tag, v.Digest, func(ctx context.Context) (string, string) {
-				return a.fresh(ctx, plan.Repository, v)
+				return a.fresh(ctx, plan, v)
 			})
 			if r.Reason == "" {
 				rep.Deleted = append(rep.Deleted, r)
@@ -135,6 +174,38 @@ func (a *Applier) announce(ctx context.Context, rep *ApplyReport) {
 	a.Deletions.Deleted(context.WithoutCancel(ctx), reclaim.Deletions{Source: "retention", PlanID: rep.PlanID, Instance: a.Instance, Objects: objs})
 }
 
+// compare folds one read of the index into the report and reports whether
+// the index differs from the plan's so far. A read that found the
+// repository's sources skipped (missing, empty) declares nothing for it: it
+// compares as is, and the fresh checks keep what they cannot clear.
+func (c *IndexChange) compare(plan *Plan, view *indexView) bool {
+	if plan.InUse == nil {
+		c.InUseChanged, c.InUseNote = true, IndexChangedNote+" (the plan does not record the index it saw)"
+		return true
+	}
+	planned := map[digest.Digest]bool{}
+	for _, d := range plan.InUse {
+		planned[d] = true
+		if !view.digests[d] && !slices.Contains(c.InUseRemoved, d) {
+			c.InUseRemoved = append(c.InUseRemoved, d)
+		}
+	}
+	for _, d := range view.sorted() {
+		if !planned[d] && !slices.Contains(c.InUseAdded, d) {
+			c.InUseAdded = append(c.InUseAdded, d)
+		}
+	}
+	if len(c.InUseAdded)+len(c.InUseRemoved) > 0 {
+		c.InUseChanged, c.InUseNote = true, IndexChangedNote
+	}
+	return c.InUseChanged
+}
+
+func (c *IndexChange) changeDetail() string {
+	return fmt.Sprintf("the in-use index changed since the plan (%d manifests now in use, %d no longer) and stop_if_index_changed was asked; preview again",
+		len(c.InUseAdded), len(c.InUseRemoved))
+}
+
 func abortReport(err error) *AbortError {
 	if ae, ok := err.(*AbortError); ok {
 		return ae
@@ -145,7 +216,8 @@ func abortReport(err error) *AbortError {
 // fresh checks v against the state now, under the fence of the tag about
 // to be deleted (TagWriter.DeleteTag has read the tag by then); "" means
 // delete it.
-func (a *Applier) fresh(ctx context.Context, repo string, v Version) (reason, detail string) {
+func (a *Applier) fresh(ctx context.Context, plan *Plan, v Version) (reason, detail string) {
+	repo := plan.Repository
 	pins, err := a.Pins.List(ctx, repo)
 	if err != nil {
 		return ChangedCheckFail, "read pins: " + err.Error()
@@ -159,13 +231,36 @@ func (a *Applier) fresh(ctx context.Context, repo string, v Version) (reason, de
 	if err != nil {
 		return ChangedCheckFail, "read manifest: " + err.Error()
 	}
-	for _, m := range append([]digest.Digest{v.Digest}, children...) {
+	manifests := append([]digest.Digest{v.Digest}, children...)
+	for _, m := range manifests {
 		used, err := a.InUse.Contains(ctx, inuse.Image{Repository: repo, Digest: m})
 		if err != nil {
 			return ChangedCheckFail, "read in-use index: " + err.Error()
 		}
 		if used {
 			return ChangedInUse, m.String()
+		}
+	}
+	return a.pulledLately(ctx, plan, manifests)
+}
+
+// pulledLately keeps a version one of whose manifests was pulled within
+// the plan's pulled_within ("" when none was, or the policy has none).
+func (a *Applier) pulledLately(ctx context.Context, plan *Plan, manifests []digest.Digest) (reason, detail string) {
+	if plan.Policy.PulledWithin == 0 {
+		return "", ""
+	}
+	if a.Pulls == nil {
+		return ChangedCheckFail, ErrPullsOff.Error()
+	}
+	pulls, err := a.Pulls.Pulled(ctx, plan.Repository)
+	if err != nil {
+		return ChangedCheckFail, "read pulls: " + err.Error()
+	}
+	recent := pulledSince(pulls, a.Now().Add(-time.Duration(plan.Policy.PulledWithin)))
+	for _, m := range manifests {
+		if recent[m] {
+			return ChangedPulled, m.String() + " pulled at " + pulls[m].UTC().Format(time.RFC3339)
 		}
 	}
 	return "", ""

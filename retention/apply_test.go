@@ -78,7 +78,7 @@ func TestApplyFreshState(t *testing.T) {
 	a := &Applier{Tags: ft, Manifests: m, Index: idx, InUse: fakeContains{{Repository: "r", Digest: child}: true}, Pins: fakePins{{Ref: vs[4].Tags[0]}},
 		MaxAge: time.Hour, Recheck: time.Minute, Now: func() time.Time { return now }}
 	plan := &Plan{ID: "p", Repository: "r", Status: PlanReady, Decision: Decision{Candidates: cands}}
-	rep := a.Apply(t.Context(), plan)
+	rep := a.Apply(t.Context(), plan, ApplyOptions{})
 	want := map[string]string{"unreadable": ChangedCheckFail, vs[1].Tags[0]: ChangedTagMoved, vs[2].Tags[0]: ChangedTagGone,
 		vs[3].Tags[0]: ChangedInUse, vs[4].Tags[0]: ChangedPinned}
 	if len(rep.Deleted) != 1 || rep.Deleted[0].Tag != vs[5].Tags[0] || len(rep.Skipped) != 5 || rep.Aborted != nil {
@@ -98,7 +98,7 @@ func TestApplyFreshState(t *testing.T) {
 	a.InUse, a.Pins = fakeContains{}, fakePins{}
 	ft.deleted = nil
 	ft.onDel = func(string) { now = now.Add(2 * time.Hour) }
-	rep = a.Apply(t.Context(), plan)
+	rep = a.Apply(t.Context(), plan, ApplyOptions{})
 	if len(rep.Deleted) != 1 || rep.Aborted == nil || rep.Aborted.Reason != reclaim.AbortInUseStale {
 		t.Fatalf("%+v", rep)
 	}
@@ -128,7 +128,7 @@ func TestApplyTellsDeletions(t *testing.T) {
 	a := &Applier{Tags: ft, Manifests: m, Index: fakeIndex{srcs: []inuse.Source{{Name: "a", UpdatedAt: t0, Images: 1}}}, InUse: fakeContains{}, Pins: fakePins{},
 		MaxAge: time.Hour, Recheck: time.Minute, Now: func() time.Time { return now }, Deletions: &told, Instance: "i"}
 	plan := &Plan{ID: "p", Repository: "r", Status: PlanReady, Decision: Decision{Candidates: cands}}
-	a.Apply(t.Context(), plan)
+	a.Apply(t.Context(), plan, ApplyOptions{})
 	if len(told) != 1 || len(told[0].Objects) != 3 || told[0].Source != "retention" || told[0].PlanID != "p" || told[0].Instance != "i" {
 		t.Fatalf("told %+v", told)
 	}
@@ -140,7 +140,7 @@ func TestApplyTellsDeletions(t *testing.T) {
 	}
 
 	told = nil
-	a.Apply(t.Context(), plan) // every tag is gone: nothing deleted, nothing told
+	a.Apply(t.Context(), plan, ApplyOptions{}) // every tag is gone: nothing deleted, nothing told
 	if len(told) != 0 {
 		t.Fatalf("told %+v", told)
 	}
@@ -148,8 +148,67 @@ func TestApplyTellsDeletions(t *testing.T) {
 		ft.tags[v.Tags[0]] = v.Digest
 	}
 	ft.onDel = func(string) { now = now.Add(2 * time.Hour) } // stale after the first delete
-	a.Apply(t.Context(), plan)
+	a.Apply(t.Context(), plan, ApplyOptions{})
 	if len(told) != 1 || len(told[0].Objects) != 1 || told[0].Objects[0].Tag != vs[2].Tags[0] {
 		t.Fatalf("told %+v", told)
 	}
+}
+
+// Apply compares each read of the index with the plan's: it says when the
+// repository's in-use manifests changed, and stops before its next delete
+// when asked to.
+func TestApplyIndexChanged(t *testing.T) {
+	vs := line(4) // vs[3] oldest, deleted first
+	deployed := digest.FromString("deployed")
+	run := func(t *testing.T, planned []digest.Digest, o ApplyOptions, onDel func(idx fakeIndex)) (*ApplyReport, *fakeTags) {
+		cands, tags := []Entry{}, map[string]digest.Digest{}
+		for _, v := range vs {
+			cands = append(cands, Entry{Version: v, Reason: Candidate})
+			tags[v.Tags[0]] = v.Digest
+		}
+		idx := fakeIndex{srcs: []inuse.Source{{Name: "a", UpdatedAt: t0, Images: 1}}, images: map[string][]inuse.Image{"a": {{Repository: "r", Digest: deployed}}}}
+		ft := &fakeTags{tags: tags, onDel: func(string) {
+			if onDel != nil {
+				onDel(idx)
+			}
+		}}
+		a := &Applier{Tags: ft, Manifests: fakeManifests{}, Index: idx, InUse: fakeContains{}, Pins: fakePins{},
+			MaxAge: time.Hour, Recheck: 0, Now: func() time.Time { return t0 }}
+		plan := &Plan{ID: "p", Repository: "r", Status: PlanReady, InUse: planned, Decision: Decision{Candidates: cands}}
+		return a.Apply(t.Context(), plan, o), ft
+	}
+	t.Run("unchanged", func(t *testing.T) {
+		rep, _ := run(t, []digest.Digest{deployed}, ApplyOptions{StopIfIndexChanged: true}, nil)
+		if rep.InUseChanged || rep.InUseNote != "" || len(rep.Deleted) != 4 || rep.Aborted != nil {
+			t.Fatalf("%+v", rep)
+		}
+	})
+	deploy := func(idx fakeIndex) { // after the first delete, vs[2] is deployed too
+		idx.images["a"] = []inuse.Image{{Repository: "r", Digest: deployed}, {Repository: "r", Digest: vs[2].Digest}}
+	}
+	t.Run("changed, go on", func(t *testing.T) {
+		rep, _ := run(t, []digest.Digest{deployed}, ApplyOptions{}, deploy)
+		if !rep.InUseChanged || rep.InUseNote != IndexChangedNote || len(rep.InUseAdded) != 1 || rep.InUseAdded[0] != vs[2].Digest ||
+			len(rep.InUseRemoved) != 0 || rep.Aborted != nil || len(rep.Deleted) != 4 {
+			t.Fatalf("%+v", rep)
+		}
+	})
+	t.Run("changed, stop", func(t *testing.T) {
+		rep, ft := run(t, []digest.Digest{deployed}, ApplyOptions{StopIfIndexChanged: true}, deploy)
+		if !rep.InUseChanged || rep.Aborted == nil || rep.Aborted.Reason != reclaim.AbortInUseChanged || len(ft.deleted) != 1 || ft.deleted[0] != vs[3].Tags[0] {
+			t.Fatalf("%+v, deleted %v", rep, ft.deleted)
+		}
+	})
+	t.Run("removed before the first delete", func(t *testing.T) {
+		rep, ft := run(t, []digest.Digest{deployed, vs[0].Digest}, ApplyOptions{StopIfIndexChanged: true}, nil)
+		if !rep.InUseChanged || len(rep.InUseRemoved) != 1 || rep.Aborted == nil || len(ft.deleted) != 0 {
+			t.Fatalf("%+v, deleted %v", rep, ft.deleted)
+		}
+	})
+	t.Run("plan without its index", func(t *testing.T) {
+		rep, ft := run(t, nil, ApplyOptions{StopIfIndexChanged: true}, nil)
+		if !rep.InUseChanged || rep.Aborted == nil || len(ft.deleted) != 0 {
+			t.Fatalf("%+v, deleted %v", rep, ft.deleted)
+		}
+	})
 }

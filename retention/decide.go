@@ -13,6 +13,7 @@ const (
 	KeptRollbackSlack = "rollback_slack" // one of the K below the oldest in use
 	KeptNewest        = "newest"         // one of the newest N, nothing in use
 	KeptPinned        = "pinned"         // an active pin names its digest or a tag
+	KeptPulled        = "pulled_within"  // pulled within the policy's pulled_within
 	KeptTooYoung      = "younger_than_min_age"
 	KeptOverCap       = "over_cap" // a candidate left for a later run
 	Candidate         = "candidate"
@@ -32,16 +33,17 @@ type Decision struct {
 	Trimmed int `json:"trimmed"`
 }
 
-// Decide applies p to versions (newest first), given the versions in use
-// and the active pins, at now. It does no I/O.
+// Decide applies p to versions (newest first), given the versions in use,
+// the active pins and the versions pulled within p.PulledWithin, at now.
+// It does no I/O.
 //
 //   - With a version in use, everything newer than the oldest in-use
 //     version is kept, and K versions below it; without one, the newest N.
-//   - Below that, a version is a candidate only if it is not pinned and
-//     its time is older than the retention age: creation time permits a
-//     delete, it never asks for one.
+//   - Below that, a version is a candidate only if it is not pinned, not
+//     pulled lately, and its time is older than the retention age:
+//     creation time permits a delete, it never asks for one.
 //   - Over the cap, the oldest Cap candidates stay candidates.
-func Decide(versions []Version, inUse map[digest.Digest]bool, pins []Pin, p Policy, now time.Time) Decision {
+func Decide(versions []Version, inUse map[digest.Digest]bool, pins []Pin, pulled map[digest.Digest]bool, p Policy, now time.Time) Decision {
 	pinned := map[string]bool{}
 	for _, pin := range pins {
 		if pin.Active(now) {
@@ -69,6 +71,8 @@ func Decide(versions []Version, inUse map[digest.Digest]bool, pins []Pin, p Poli
 			reason = KeptNewest
 		case isPinned(v, pinned):
 			reason = KeptPinned
+		case pulled[v.Digest]:
+			reason = KeptPulled
 		case now.Sub(v.Time) < time.Duration(p.MinAge):
 			reason = KeptTooYoung
 		}

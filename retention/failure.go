@@ -28,9 +28,12 @@ const (
 	SkipSourceEmpty SkipReason = "source_empty"
 	// SkipTagsUnreadable: the repository's tag list cannot be read.
 	SkipTagsUnreadable SkipReason = "tags_unreadable"
+	// SkipPullsUnreadable: the policy keeps versions pulled lately
+	// (pulled_within) and the repository's pull record cannot be read.
+	SkipPullsUnreadable SkipReason = "pulls_unreadable"
 )
 
-var skipReasons = enum.Strings("retention.SkipReason", SkipSourceUnreadable, SkipSourceEmpty, SkipTagsUnreadable)
+var skipReasons = enum.Strings("retention.SkipReason", SkipSourceUnreadable, SkipSourceEmpty, SkipTagsUnreadable, SkipPullsUnreadable)
 
 func (r SkipReason) String() string { return skipReasons.String(r) }
 

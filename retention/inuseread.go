@@ -3,6 +3,7 @@ package retention
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -21,6 +22,16 @@ type indexView struct {
 	digests map[digest.Digest]bool
 	asOf    time.Time
 	skip    *Skip
+}
+
+// sorted lists the view's in-use manifests in order.
+func (v *indexView) sorted() []digest.Digest {
+	out := make([]digest.Digest, 0, len(v.digests))
+	for d := range v.digests {
+		out = append(out, d)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // readIndex reads every source and keeps repo's images. It aborts when the

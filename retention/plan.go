@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+
+	"github.com/opencontainers/go-digest"
 )
 
 // Plan statuses.
@@ -32,6 +34,11 @@ type Plan struct {
 	Skip              *Skip          `json:"skip,omitempty"`
 	// InUseAsOf is the oldest update time of the sources read.
 	InUseAsOf time.Time `json:"inuse_as_of"`
+	// InUse lists the manifests of this repository the index declared at
+	// the plan's last read of it, sorted: apply compares the index it
+	// reads with them (ApplyReport.InUseChanged). Absent (a plan stored
+	// by an older version): apply counts the index as changed.
+	InUse []digest.Digest `json:"inuse"`
 	Decision
 	// Dropped lists candidates the re-read of the in-use index after the
 	// build protected (they, or a newer version, became in use).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
@@ -19,12 +20,21 @@ type PinLister interface {
 	List(ctx context.Context, repo string) ([]Pin, error)
 }
 
+// PullReader reads when each manifest of a repository was last pulled by a
+// client whose pulls count (redisstate.Pulls).
+type PullReader interface {
+	Pulled(ctx context.Context, repo string) (map[digest.Digest]time.Time, error)
+}
+
 // Planner builds plans. It reads; it never deletes.
 type Planner struct {
 	Tags      Tags
 	Manifests Manifests
 	Index     Index
 	Pins      PinLister
+	// Pulls is nil when pulls are not recorded: a policy with
+	// pulled_within is then refused (ErrPullsOff).
+	Pulls PullReader
 	// MaxAge is the oldest an in-use source may be (retention.inusemaxage).
 	MaxAge time.Duration
 	Now    func() time.Time
@@ -40,7 +50,7 @@ type Planner struct {
 func (pl *Planner) Plan(ctx context.Context, repo string, p Policy, o PolicyOverride) (*Plan, error) {
 	now := pl.Now()
 	plan := &Plan{ID: NewPlanID(), Repository: repo, CreatedAt: now.UTC(), Policy: p, PolicyFingerprint: p.Fingerprint(),
-		Override: o, Status: PlanReady, Decision: Decision{Candidates: []Entry{}, Kept: []Entry{}}, Dropped: []Entry{}}
+		Override: o, Status: PlanReady, Decision: Decision{Candidates: []Entry{}, Kept: []Entry{}}, Dropped: []Entry{}, InUse: []digest.Digest{}}
 	view, err := readIndex(ctx, pl.Index, repo, p, pl.MaxAge, now)
 	if err != nil {
 		return nil, err
@@ -65,7 +75,11 @@ func (pl *Planner) Plan(ctx context.Context, repo string, p Policy, o PolicyOver
 	if err != nil {
 		return nil, abort(reclaim.AbortInUseUnreadable, "pins of %s: %v", repo, err)
 	}
-	first := Decide(versions, used, pins, p, now)
+	pulled, skip, err := versionsPulled(ctx, pl.Pulls, pl.Manifests, repo, versions, p, now)
+	if err != nil || skip != nil {
+		return plan.skippedOr(skip, err)
+	}
+	first := Decide(versions, used, pins, pulled, p, now)
 
 	again, err := readIndex(ctx, pl.Index, repo, p, pl.MaxAge, pl.Now())
 	if err != nil {
@@ -74,13 +88,14 @@ func (pl *Planner) Plan(ctx context.Context, repo string, p Policy, o PolicyOver
 	if again.skip != nil {
 		return plan.skipped(*again.skip), nil
 	}
+	plan.InUse = again.sorted()
 	for d := range view.digests {
 		again.digests[d] = true
 	}
 	if used, err = versionsInUse(ctx, pl.Manifests, repo, versions, again.digests); err != nil {
 		return nil, err
 	}
-	plan.Decision = Decide(versions, used, pins, p, now)
+	plan.Decision = Decide(versions, used, pins, pulled, p, now)
 	still := map[string]bool{}
 	for _, c := range plan.Candidates {
 		still[c.Digest.String()] = true
@@ -91,6 +106,13 @@ func (pl *Planner) Plan(ctx context.Context, repo string, p Policy, o PolicyOver
 		}
 	}
 	return plan, nil
+}
+
+func (p *Plan) skippedOr(s *Skip, err error) (*Plan, error) {
+	if err != nil {
+		return nil, err
+	}
+	return p.skipped(*s), nil
 }
 
 func (p *Plan) skipped(s Skip) *Plan {

@@ -34,6 +34,11 @@ type Policy struct {
 	// Cap bounds the candidates of one plan; a larger plan is trimmed to
 	// its oldest Cap candidates.
 	Cap int `json:"cap"`
+	// PulledWithin keeps a version whose manifest (or one its index
+	// lists) was pulled within it, by a client whose pulls count
+	// (retention.ignorepullsfrom); 0: pulls keep nothing. Left out of the
+	// JSON when 0, so plans made before it existed keep their fingerprint.
+	PulledWithin Duration `json:"pulled_within,omitempty"`
 }
 
 // PolicyOverride is a request's change to the configured policy: each field
@@ -46,6 +51,7 @@ type PolicyOverride struct {
 	Exclude       *[]string `json:"exclude,omitempty"`
 	Sources       *[]string `json:"sources,omitempty"`
 	Cap           *int      `json:"cap,omitempty"`
+	PulledWithin  *Duration `json:"pulled_within,omitempty"`
 }
 
 // Apply returns p with o's fields, validated.
@@ -60,6 +66,9 @@ func (o PolicyOverride) Apply(p Policy) (Policy, error) {
 	set(&p.Cap, o.Cap)
 	if o.MinAge != nil {
 		p.MinAge = *o.MinAge
+	}
+	if o.PulledWithin != nil {
+		p.PulledWithin = *o.PulledWithin
 	}
 	for _, f := range []struct {
 		dst *[]string
@@ -84,6 +93,8 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("%w: cap must be positive", ErrInvalid)
 	case p.MinAge <= 0:
 		return fmt.Errorf("%w: min_age must be a positive duration", ErrInvalid)
+	case p.PulledWithin < 0:
+		return fmt.Errorf("%w: pulled_within must not be negative", ErrInvalid)
 	}
 	for _, pat := range append(append([]string{}, p.Include...), p.Exclude...) {
 		if _, err := path.Match(pat, ""); err != nil || pat == "" {

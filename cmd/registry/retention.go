@@ -26,7 +26,7 @@ func newRetentionCommand() *cobra.Command {
 // only the flags given are sent.
 type policyFlags struct {
 	keep, slack, limit        int
-	minAge                    time.Duration
+	minAge, pulledWithin      time.Duration
 	include, exclude, sources []string
 }
 
@@ -34,6 +34,7 @@ func (p *policyFlags) bind(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&p.keep, "keep-newest", 0, "versions kept where none is in use (N)")
 	cmd.Flags().IntVar(&p.slack, "rollback-slack", 0, "versions kept below the oldest in use (K)")
 	cmd.Flags().DurationVar(&p.minAge, "min-age", 0, "retention age: only older versions may go, e.g. 2160h")
+	cmd.Flags().DurationVar(&p.pulledWithin, "pulled-within", 0, "keep versions pulled within this long, e.g. 720h (needs retention.pulledwithin configured)")
 	cmd.Flags().StringArrayVar(&p.include, "include", nil, "tag pattern the policy manages (repeatable)")
 	cmd.Flags().StringArrayVar(&p.exclude, "exclude", nil, "tag pattern the policy leaves alone (repeatable)")
 	cmd.Flags().StringArrayVar(&p.sources, "source", nil, "in-use source this repository relies on (repeatable; default all)")
@@ -55,6 +56,10 @@ func (p *policyFlags) override(cmd *cobra.Command) retention.PolicyOverride {
 	if set("min-age") {
 		d := retention.Duration(p.minAge)
 		o.MinAge = &d
+	}
+	if set("pulled-within") {
+		d := retention.Duration(p.pulledWithin)
+		o.PulledWithin = &d
 	}
 	for _, f := range []struct {
 		name string
@@ -132,15 +137,23 @@ func printPlan(cmd *cobra.Command, f *gcClientFlags, out []byte) error {
 
 func newRetentionApplyCommand() *cobra.Command {
 	var f gcClientFlags
-	return clientCommand(&f, &cobra.Command{
+	var o retention.ApplyOptions
+	cmd := clientCommand(&f, &cobra.Command{
 		Use:   "apply <repository> <plan-id>",
 		Short: "Delete a plan's candidate tags, each after a fresh check; GC then collects what they held",
 		Long: "Refused (exit 4) when the plan is older than retention.planmaxage or the policy changed.\n" +
 			"Tags that became in use, pinned or moved since the plan are left and listed; a run the index\n" +
-			"stops vouching for stops (exit 4); a tag that could not be checked or deleted exits 5.",
+			"stops vouching for stops (exit 4); a tag that could not be checked or deleted exits 5.\n" +
+			"When the repository's in-use manifests changed since the plan, the output says so: a version\n" +
+			"that became in use protects only itself, not the versions the policy keeps around it;\n" +
+			"--stop-if-index-changed stops the run then, before its next delete (exit 4).",
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			out, err := f.send(cmd, http.MethodPost, "repositories/"+args[0]+"/retention/plans/"+args[1]+"/apply", nil, nil)
+			body, err := json.Marshal(o)
+			if err != nil {
+				return err
+			}
+			out, err := f.send(cmd, http.MethodPost, "repositories/"+args[0]+"/retention/plans/"+args[1]+"/apply", nil, body)
 			if err != nil {
 				return err
 			}
@@ -156,10 +169,15 @@ func newRetentionApplyCommand() *cobra.Command {
 				for _, s := range rep.Skipped {
 					fmt.Fprintf(w, "  left %s (%s) %s\n", s.Tag, s.Reason, s.Detail)
 				}
+				if rep.InUseChanged {
+					fmt.Fprintf(w, "  %s (%d manifests now in use, %d no longer)\n", rep.InUseNote, len(rep.InUseAdded), len(rep.InUseRemoved))
+				}
 			}
 			return applyExit(&rep)
 		},
 	})
+	cmd.Flags().BoolVar(&o.StopIfIndexChanged, "stop-if-index-changed", false, "stop before the next delete once the repository's in-use manifests differ from the plan's")
+	return cmd
 }
 
 func applyExit(rep *retention.ApplyReport) error {

@@ -65,6 +65,10 @@ func decode(m map[string]any) (Options, error) {
 		"retention.planmaxage":    positiveDuration(&o.Retention.PlanMaxAge),
 		"retention.plankeep":      positiveDuration(&o.Retention.PlanKeep),
 		"retention.recheck":       positiveDuration(&o.Retention.Recheck),
+		"retention.pulledwithin":  positiveDuration(&o.Retention.PulledWithin),
+		// clients whose pulls do not count for pulledwithin
+		"retention.ignorepullsfrom.useragents": nonEmptyStrs(&o.Retention.IgnorePullsFrom.UserAgents),
+		"retention.ignorepullsfrom.accounts":   nonEmptyStrs(&o.Retention.IgnorePullsFrom.Accounts),
 
 		"http.readheadertimeout": positiveDuration(&o.HTTP.ReadHeaderTimeout),
 		"http.bodyidletimeout":   positiveDuration(&o.HTTP.BodyIdleTimeout),
@@ -229,6 +233,22 @@ func strs(dst *[]string) func(any) error {
 	return func(v any) (err error) {
 		*dst, err = asStrings(v)
 		return err
+	}
+}
+
+// nonEmptyStrs: a list without empty strings (an empty user agent
+// pattern would match every client).
+func nonEmptyStrs(dst *[]string) func(any) error {
+	return func(v any) error {
+		list, err := asStrings(v)
+		if err != nil {
+			return err
+		}
+		if slices.Contains(list, "") {
+			return errors.New("must not hold an empty string")
+		}
+		*dst = list
+		return nil
 	}
 }
 

@@ -145,6 +145,24 @@ type Retention struct {
 	PlanMaxAge    time.Duration // apply refuses older plans (default 168h)
 	PlanKeep      time.Duration // plans are kept this long (default 720h, at least 336h)
 	Recheck       time.Duration // apply re-reads the whole index this often (default 1s)
+	// PulledWithin keeps versions whose manifest was pulled within it
+	// (default 0: pulls keep nothing).
+	PulledWithin time.Duration
+	// IgnorePullsFrom names the clients whose pulls do not count for
+	// PulledWithin (they still record access for GC).
+	IgnorePullsFrom IgnorePulls
+}
+
+// IgnorePulls is the `retention: ignorepullsfrom:` block: vulnerability
+// scanners and mirrors pull everything, which would make "last pulled"
+// meaningless.
+type IgnorePulls struct {
+	// UserAgents: a pull whose User-Agent contains one of these
+	// (case-insensitive) does not count.
+	UserAgents []string
+	// Accounts: a pull by one of these authenticated accounts (the name
+	// Distribution's access controller gave) does not count.
+	Accounts []string
 }
 
 // GC is the `gc:` block: the GC API.

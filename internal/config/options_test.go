@@ -68,7 +68,13 @@ func TestDecodeRetention(t *testing.T) {
 	if err != nil || r.KeepNewest != 0 || r.RollbackSlack != 1 || r.MinAge != 2160*time.Hour || len(r.Include) != 1 || r.Exclude[0] != "v*-rc*" {
 		t.Fatalf("%+v %v", r, err)
 	}
-	for _, bad := range []map[string]any{{"keepnewest": -1}, {"plankeep": "24h"}, {"planmaxage": "1000h"}, {"cap": 0}, {"include": "v*"}} {
+	o, err = decode(map[string]any{"retention": map[any]any{"pulledwithin": "720h",
+		"ignorepullsfrom": map[any]any{"useragents": []any{"Trivy/", "clair"}, "accounts": []any{"scanner"}}}})
+	if r := o.Retention; err != nil || r.PulledWithin != 720*time.Hour || len(r.IgnorePullsFrom.UserAgents) != 2 || r.IgnorePullsFrom.Accounts[0] != "scanner" {
+		t.Fatalf("pulls: %+v %v", o.Retention, err)
+	}
+	for _, bad := range []map[string]any{{"keepnewest": -1}, {"plankeep": "24h"}, {"planmaxage": "1000h"}, {"cap": 0}, {"include": "v*"},
+		{"pulledwithin": "0s"}, {"ignorepullsfrom": map[string]any{"useragents": []any{""}}}, {"ignorepullsfrom": map[string]any{"hosts": []any{"x"}}}} {
 		if _, err := decode(map[string]any{"retention": bad}); err == nil {
 			t.Errorf("%v accepted", bad)
 		}

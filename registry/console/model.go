@@ -91,6 +91,9 @@ type RetentionApply struct {
 	Deleted           int      // tags deleted
 	Left              []string // the reason of each candidate tag left
 	Aborted           string   // why the apply stopped before the end ("reason: detail")
+	// IndexNote says the in-use index changed since the plan, and what
+	// that meant for the run ("": it did not).
+	IndexNote string
 }
 
 // tally counts reasons: "reason: n", most frequent first, then by reason.

@@ -91,6 +91,8 @@ func newPagesFixture(t *testing.T) *pagesFixture {
 				{ID: "0123456789abcdef01234567", Repository: "team/app", Status: "ready", Keep: 1, Delete: 3, Updated: now.Add(-time.Hour),
 					Applies: []RetentionApply{{Started: now.Add(-30 * time.Minute), Deleted: 1, Left: []string{"in_use", "in_use"}}}},
 				{ID: "89abcdef0123456789abcdef", Repository: "team/web", Status: "ready", Keep: 2, Delete: 1, Updated: now.Add(-2 * time.Hour)},
+				{ID: "456789abcdef0123456789ab", Repository: "team/api", Status: "ready", Keep: 2, Delete: 2, Updated: now.Add(-3 * time.Hour),
+					Applies: []RetentionApply{{Started: now.Add(-2 * time.Hour), Deleted: 2, IndexNote: "the in-use index changed since this plan: versions that became in use during apply protect only themselves"}}},
 				{Repository: "team/db", Status: "aborted", Updated: now.Add(-10 * time.Minute), Skip: "inuse_empty: no source declares any image"},
 			}, nil
 		},
@@ -295,8 +297,11 @@ func TestRetentionPageShowsApplies(t *testing.T) {
 	if got := row("team/app"); !strings.Contains(got, "deleted 1 tag, left 2 · in_use: 2") || !strings.Contains(got, "1 version 3 tags") {
 		t.Errorf("team/app's plan: %s", got)
 	}
-	if got := row("team/web"); !strings.Contains(got, "not applied") || !strings.Contains(got, "1 tag") {
+	if got := row("team/web"); !strings.Contains(got, "not applied") || !strings.Contains(got, "1 tag") || strings.Contains(got, "index changed") {
 		t.Errorf("team/web's plan: %s", got)
+	}
+	if got := row("team/api"); !strings.Contains(got, "deleted 2 tags the in-use index changed since this plan: versions that became in use during apply protect only themselves") {
+		t.Errorf("team/api's apply under a changed index: %s", got)
 	}
 	if got := row("team/db"); !strings.Contains(got, "aborted inuse_empty: no source declares any image") || !strings.Contains(got, "no plan") {
 		t.Errorf("team/db's aborted preview: %s", got)

@@ -17,7 +17,7 @@ import (
 //	POST /gc/v1/repositories/<name>/retention/preview            build and store a plan {policy override}
 //	GET  /gc/v1/repositories/<name>/retention/plans[?since=&until=&limit=]  the repository's plans, newest first
 //	GET  /gc/v1/repositories/<name>/retention/plans/<id>         one plan
-//	POST /gc/v1/repositories/<name>/retention/plans/<id>/apply   delete its candidate tags, each after a fresh check
+//	POST /gc/v1/repositories/<name>/retention/plans/<id>/apply   delete its candidate tags, each after a fresh check {stop_if_index_changed}
 //	GET  /gc/v1/retention/plans[?since=&until=&limit=]           every repository's plans (catalog scope)
 //
 // preview and apply need "delete" on the repository, the repository's GETs
@@ -97,7 +97,8 @@ func (h *API) retentionPreview(w http.ResponseWriter, r *http.Request, rb *Reten
 }
 
 func (h *API) retentionApply(w http.ResponseWriter, r *http.Request, rb *Retention, repo, id string) error {
-	if err := readJSON(r, maxBody, &struct{}{}); err != nil {
+	var o retention.ApplyOptions
+	if err := readJSON(r, maxBody, &o); err != nil {
 		return err
 	}
 	plan, err := rb.Plans.Get(r.Context(), repo, id)
@@ -111,7 +112,7 @@ func (h *API) retentionApply(w http.ResponseWriter, r *http.Request, rb *Retenti
 	if err := retention.CheckApplicable(plan, current, time.Now(), rb.PlanMaxAge); err != nil {
 		return err
 	}
-	rep := rb.Applier.Apply(r.Context(), plan)
+	rep := rb.Applier.Apply(r.Context(), plan, o)
 	observeApply(rep)
 	_ = rb.Plans.PutApply(r.Context(), rep) // for the console; the answer below is the record
 	writeJSON(w, http.StatusOK, rep)

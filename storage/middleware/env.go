@@ -44,6 +44,12 @@ type Env struct {
 	Window time.Duration
 	// Embedded is true when Redis is the in-process miniredis.
 	Embedded bool
+	// Pulls records manifest pulls for retention's pulled_within; nil
+	// when retention.pulledwithin is not configured (nothing recorded).
+	Pulls *redisstate.Pulls
+
+	ignorePulls pullFilter
+	pullDedup   *dedup
 
 	opts  config.Options
 	dedup *dedup
@@ -118,6 +124,10 @@ func NewEnv(ctx context.Context, below storagedriver.StorageDriver, opts config.
 		return nil, err
 	}
 	e.Tracker = t
+	if opts.Retention.PulledWithin > 0 {
+		e.Pulls = redisstate.NewPulls(client, opts.Prefix, opts.Timeout)
+		e.ignorePulls, e.pullDedup = newPullFilter(opts.Retention.IgnorePullsFrom), &dedup{interval: pullDedup}
+	}
 	e.Links = linkdb.NewReverseLinks(below)
 	e.Driver = wrap(below, e)
 	e.distCache = opts.OpenDescriptorCache()

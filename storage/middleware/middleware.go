@@ -89,6 +89,7 @@ func (d *driver) Reader(ctx context.Context, path string, offset int64) (io.Read
 			r.Close()
 			return nil, err
 		}
+		d.notePull(ctx, p.Digest) // a manifest GET reads its manifest here (Distribution's getContent)
 	}
 	return r, err
 }

@@ -72,6 +72,7 @@ const (
 // it passes down to the driver.
 type requestInfo struct {
 	intent intent
+	pull   bool          // a manifest GET
 	route  string        // Distribution's route name (v2.RouteName*)
 	repo   string        // vars.name: the repository of the request
 	from   string        // mount: the source repository
@@ -95,6 +96,7 @@ func requestOf(ctx context.Context) requestInfo {
 		if r.Method == http.MethodPut {
 			info.intent = intentReference
 		}
+		info.pull = r.Method == http.MethodGet
 	case v2.RouteNameBlobUpload, v2.RouteNameBlobUploadChunk:
 		q := r.URL.Query()
 		switch {
