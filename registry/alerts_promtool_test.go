@@ -30,8 +30,8 @@ import (
 // Redis that evicts, ...) and scrapes again. The scrapes become promtool
 // input series, one sample a minute, and promtool must see the alerts the
 // scene names fire, with the labels the scene names; on the healthy scene
-// no rule may fire. Two rules no scene scripts are fed hand-written series
-// (handWritten says which and why).
+// no rule may fire. The one rule no scene scripts is fed hand-written
+// series (handWritten says which and why).
 //
 // A script takes seconds where the rules wait minutes or hours (`for:`,
 // ranges), so after its last scrape a scene goes on for as long as the

@@ -39,7 +39,7 @@ func runScenes(t *testing.T) []alertScene {
 		{"retention aborted", sceneRetention},
 		{"redis evicts", sceneEvicts},
 		{"redis lost its records", sceneUntrusted},
-		{"redis down", sceneRedisDown},
+		{"redis down then back", sceneRedisDown},
 		{"link database incomplete", sceneLinkDB},
 		{"reclaimer off", sceneReclaimerOff},
 		{"reclaimer stalled", sceneStalled},
@@ -53,25 +53,17 @@ func runScenes(t *testing.T) []alertScene {
 	return append(out, handWritten...)
 }
 
-// handWritten are the conditions no scene scripts, as the two scrapes a
-// registry in that state would give; checkRuleSeries ignores them.
+// handWritten is the condition no scene scripts, as the two scrapes a
+// registry in that state would give; checkRuleSeries ignores it.
 //
 //   - ReclaimReviewQueueGrowing wants over 1,000 blobs due for review: each
 //     is a blob a collect or a manifest delete unlinked a window ago, so a
 //     script needs over a thousand unlinked blobs, too slow for this test.
-//   - ReclaimRecordingGap wants the recording epoch moved: a killed and
-//     restarted redis-server under an in-process registry did not move it
-//     in this test (no epoch_moves_total increase, reason gap or restart),
-//     so it is fed the increase the tracker counts when it does.
 var handWritten = []alertScene{
 	{name: "queue growing (hand-written)", synthetic: true, scrapes: []scrape{
 		{values: map[string]float64{"reclaim_reclaimer_queue_due": 0}, kinds: gaugeKind("reclaim_reclaimer_queue_due")},
 		{values: map[string]float64{"reclaim_reclaimer_queue_due": 1001}, kinds: gaugeKind("reclaim_reclaimer_queue_due")},
 	}, fire: map[string][]map[string]string{"ReclaimReviewQueueGrowing": {{}}}},
-	{name: "epoch moved (hand-written)", synthetic: true, scrapes: []scrape{
-		{values: map[string]float64{`reclaim_redis_epoch_moves_total{reason="restart"}`: 0}},
-		{values: map[string]float64{`reclaim_redis_epoch_moves_total{reason="restart"}`: 1}},
-	}, fire: map[string][]map[string]string{"ReclaimRecordingGap": {{"reason": "restart"}}}},
 }
 
 func gaugeKind(name string) map[string]dto.MetricType {
@@ -283,7 +275,9 @@ func sceneUntrusted(t *testing.T, s *scraper) []alertScene {
 }
 
 // Reclaim's own redis-server is killed: ten blob uploads are refused, a
-// collect aborts, ticks abort.
+// collect aborts, ticks abort. It is started again: the next recording
+// tick moves the epoch over the gap and for the restart. Two scenes: down,
+// and back.
 func sceneRedisDown(t *testing.T, s *scraper) []alertScene {
 	srv := redistest.StartRedisServer(t)
 	opts := withReclaimer(reclaimOptions(t, e2eWindow, srv.Addr))
@@ -305,12 +299,19 @@ func sceneRedisDown(t *testing.T, s *scraper) []alertScene {
 	}
 	down := s.moreTicks(t, before, "redis_unavailable")
 	srv.Start(t)
+	s.waitScrape(t, "Redis to answer again", func(scrape) bool {
+		return g.Server.Env().Tracker.StartRecording(t.Context()) == nil
+	})
+	back := s.scrape(t)
 	return []alertScene{{name: "redis down", scrapes: []scrape{before, down}, fire: map[string][]map[string]string{
 		"ReclaimRedisErrors":       {{}},
 		"ReclaimWritesRefused":     {{"reason": "redis"}},
 		"ReclaimRedisUntrusted":    {{"reason": "redis_unavailable"}, {"result": "redis_unavailable"}},
 		"ReclaimReclaimerRefusing": {{"result": "redis_unavailable"}},
 		"ReclaimGCRefusing":        {{"reason": "redis_unavailable"}},
+	}}, {name: "redis back", scrapes: []scrape{down, back}, fire: map[string][]map[string]string{
+		// The failed calls ended, and the new run_id was seen.
+		"ReclaimRecordingGap": {{"reason": "gap"}, {"reason": "restart"}},
 	}}}
 }
 
