@@ -34,10 +34,14 @@ type endpoint struct {
 	arrived  chan struct{} // one per deletion event received
 	mu       sync.Mutex
 	received []deletionevents.Event
+	// seen: event ids received. Delivery is at least once (a POST whose
+	// answer the sink did not get in time is sent again), so a consumer
+	// keeps one event per id, as this one does.
+	seen map[string]bool
 }
 
 func newEndpoint(t *testing.T) *endpoint {
-	e := &endpoint{refused: make(chan struct{}, 1), arrived: make(chan struct{}, 10000)}
+	e := &endpoint{refused: make(chan struct{}, 1), arrived: make(chan struct{}, 10000), seen: map[string]bool{}}
 	e.Server = httptest.NewServer(http.HandlerFunc(e.serve))
 	t.Cleanup(e.Close)
 	return e
@@ -67,9 +71,16 @@ func (e *endpoint) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e.mu.Lock()
-	e.received = append(e.received, ours...)
+	var fresh int
+	for _, ev := range ours {
+		if !e.seen[ev.ID] {
+			e.seen[ev.ID] = true
+			e.received = append(e.received, ev)
+			fresh++
+		}
+	}
 	e.mu.Unlock()
-	for range ours {
+	for range fresh {
 		e.arrived <- struct{}{}
 	}
 }
