@@ -68,13 +68,13 @@ type ApplyReport struct {
 	// empty or stale, or could not be read, or it changed and the apply
 	// was asked to stop then).
 	Aborted *AbortError `json:"aborted,omitempty"`
-	IndexChange
+	indexChange
 }
 
-// IndexChange says whether the repository's in-use manifests, as apply
+// indexChange says whether the repository's in-use manifests, as apply
 // read them, differ from those its plan saw (Plan.InUse), over every read
 // of the run.
-type IndexChange struct {
+type indexChange struct {
 	InUseChanged bool `json:"inuse_changed"`
 	// InUseAdded: in use at apply, not at the plan; InUseRemoved: the
 	// other way round.
@@ -84,9 +84,9 @@ type IndexChange struct {
 	InUseNote string `json:"inuse_note,omitempty"`
 }
 
-// IndexChangedNote is what an apply report, the CLI and the console say
+// indexChangedNote is what an apply report, the CLI and the console say
 // when the index changed since the plan.
-const IndexChangedNote = "the in-use index changed since this plan: versions that became in use during apply protect only themselves " +
+const indexChangedNote = "the in-use index changed since this plan: versions that became in use during apply protect only themselves " +
 	"(not the versions the policy keeps around them); preview again, or apply with stop_if_index_changed"
 
 // ApplyOptions are one apply's choices.
@@ -124,7 +124,7 @@ type Applier struct {
 // Apply runs plan, oldest candidate first. The caller checked it is
 // applicable (CheckApplicable). The index is read before the first delete
 // and again every Recheck; each read is compared with the plan's
-// (IndexChange).
+// (indexChange).
 func (a *Applier) Apply(ctx context.Context, plan *Plan, o ApplyOptions) *ApplyReport {
 	rep := &ApplyReport{PlanID: plan.ID, Repository: plan.Repository, StartedAt: a.Now().UTC(), Deleted: []TagResult{}, Skipped: []TagResult{}}
 	defer func() {
@@ -178,9 +178,9 @@ func (a *Applier) announce(ctx context.Context, rep *ApplyReport) {
 // the index differs from the plan's so far. A read that found the
 // repository's sources skipped (missing, empty) declares nothing for it: it
 // compares as is, and the fresh checks keep what they cannot clear.
-func (c *IndexChange) compare(plan *Plan, view *indexView) bool {
+func (c *indexChange) compare(plan *Plan, view *indexView) bool {
 	if plan.InUse == nil {
-		c.InUseChanged, c.InUseNote = true, IndexChangedNote+" (the plan does not record the index it saw)"
+		c.InUseChanged, c.InUseNote = true, indexChangedNote+" (the plan does not record the index it saw)"
 		return true
 	}
 	planned := map[digest.Digest]bool{}
@@ -196,12 +196,12 @@ func (c *IndexChange) compare(plan *Plan, view *indexView) bool {
 		}
 	}
 	if len(c.InUseAdded)+len(c.InUseRemoved) > 0 {
-		c.InUseChanged, c.InUseNote = true, IndexChangedNote
+		c.InUseChanged, c.InUseNote = true, indexChangedNote
 	}
 	return c.InUseChanged
 }
 
-func (c *IndexChange) changeDetail() string {
+func (c *indexChange) changeDetail() string {
 	return fmt.Sprintf("the in-use index changed since the plan (%d manifests now in use, %d no longer) and stop_if_index_changed was asked; preview again",
 		len(c.InUseAdded), len(c.InUseRemoved))
 }
@@ -251,7 +251,7 @@ func (a *Applier) pulledLately(ctx context.Context, plan *Plan, manifests []dige
 		return "", ""
 	}
 	if a.Pulls == nil {
-		return ChangedCheckFail, ErrPullsOff.Error()
+		return ChangedCheckFail, errPullsOff.Error()
 	}
 	pulls, err := a.Pulls.Pulled(ctx, plan.Repository)
 	if err != nil {

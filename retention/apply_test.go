@@ -188,7 +188,7 @@ func TestApplyIndexChanged(t *testing.T) {
 	}
 	t.Run("changed, go on", func(t *testing.T) {
 		rep, _ := run(t, []digest.Digest{deployed}, ApplyOptions{}, deploy)
-		if !rep.InUseChanged || rep.InUseNote != IndexChangedNote || len(rep.InUseAdded) != 1 || rep.InUseAdded[0] != vs[2].Digest ||
+		if !rep.InUseChanged || rep.InUseNote != indexChangedNote || len(rep.InUseAdded) != 1 || rep.InUseAdded[0] != vs[2].Digest ||
 			len(rep.InUseRemoved) != 0 || rep.Aborted != nil || len(rep.Deleted) != 4 {
 			t.Fatalf("%+v", rep)
 		}

@@ -33,7 +33,7 @@ type Decision struct {
 	Trimmed int `json:"trimmed"`
 }
 
-// Decide applies p to versions (newest first), given the versions in use,
+// decide applies p to versions (newest first), given the versions in use,
 // the active pins and the versions pulled within p.PulledWithin, at now.
 // It does no I/O.
 //
@@ -43,7 +43,7 @@ type Decision struct {
 //     pulled lately, and its time is older than the retention age:
 //     creation time permits a delete, it never asks for one.
 //   - Over the cap, the oldest Cap candidates stay candidates.
-func Decide(versions []Version, inUse map[digest.Digest]bool, pins []Pin, pulled map[digest.Digest]bool, p Policy, now time.Time) Decision {
+func decide(versions []Version, inUse map[digest.Digest]bool, pins []Pin, pulled map[digest.Digest]bool, p Policy, now time.Time) Decision {
 	pinned := map[string]bool{}
 	for _, pin := range pins {
 		if pin.Active(now) {

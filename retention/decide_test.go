@@ -37,7 +37,7 @@ func TestDecide(t *testing.T) {
 	vs := line(20) // vs[0] newest (age 0 days), vs[19] 19 days old
 	used := map[digest.Digest]bool{vs[8].Digest: true, vs[4].Digest: true}
 	pins := []Pin{{Ref: vs[15].Tags[0]}, {Ref: vs[17].Digest.String(), ExpiresAt: &t0}} // the second has expired
-	d := Decide(vs, used, pins, nil, policy(), t0)
+	d := decide(vs, used, pins, nil, policy(), t0)
 	r := reasons(d)
 	want := map[int]string{0: KeptNewerThanUsed, 4: KeptInUse, 7: KeptNewerThanUsed, 8: KeptInUse, 9: KeptRollbackSlack,
 		10: KeptRollbackSlack, 11: Candidate, 15: KeptPinned, 17: Candidate, 19: Candidate}
@@ -51,7 +51,7 @@ func TestDecide(t *testing.T) {
 	}
 	// Nothing in use: the newest N, then the age rule (vs[3], vs[4] are
 	// younger than 5 days).
-	r = reasons(Decide(vs, nil, nil, nil, policy(), t0))
+	r = reasons(decide(vs, nil, nil, nil, policy(), t0))
 	if r[vs[2].Digest] != KeptNewest || r[vs[3].Digest] != KeptTooYoung || r[vs[4].Digest] != KeptTooYoung || r[vs[5].Digest] != Candidate {
 		t.Fatalf("%v", r)
 	}
@@ -59,13 +59,13 @@ func TestDecide(t *testing.T) {
 	// and a version below the anchor younger than MinAge stays.
 	p := policy()
 	p.MinAge = Duration(100 * 24 * time.Hour)
-	if d := Decide(vs, used, nil, nil, p, t0); len(d.Candidates) != 0 {
+	if d := decide(vs, used, nil, nil, p, t0); len(d.Candidates) != 0 {
 		t.Fatalf("young versions are candidates: %+v", d.Candidates)
 	}
 	// The cap keeps the oldest candidates.
 	p = policy()
 	p.Cap = 3
-	d = Decide(vs, used, nil, nil, p, t0)
+	d = decide(vs, used, nil, nil, p, t0)
 	if d.Trimmed != 6 || len(d.Candidates) != 3 || d.Candidates[2].Digest != vs[19].Digest || d.Candidates[0].Digest != vs[17].Digest {
 		t.Fatalf("cap: %+v", d)
 	}
@@ -92,7 +92,7 @@ func TestPolicyOverrideAndFingerprint(t *testing.T) {
 	if err != nil || p.KeepNewest != 0 || p.MinAge != age || p.Include[0] != "v*" || p.RollbackSlack != 2 {
 		t.Fatalf("%+v %v", p, err)
 	}
-	if p.Fingerprint() == base.Fingerprint() {
+	if p.fingerprint() == base.fingerprint() {
 		t.Fatal("a changed policy has the same fingerprint")
 	}
 	neg, bad := -1, []string{"["}
@@ -101,7 +101,7 @@ func TestPolicyOverrideAndFingerprint(t *testing.T) {
 			t.Errorf("%+v: %v", o, err)
 		}
 	}
-	plan := &Plan{ID: NewPlanID(), Status: PlanReady, CreatedAt: t0, PolicyFingerprint: base.Fingerprint()}
+	plan := &Plan{ID: NewPlanID(), Status: PlanReady, CreatedAt: t0, PolicyFingerprint: base.fingerprint()}
 	if err := CheckApplicable(plan, base, t0.Add(time.Hour), 2*time.Hour); err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,8 @@ import (
 	"unicode/utf8"
 )
 
-// MaxNote bounds a pin's note, in bytes.
-const MaxNote = 1024
+// maxNote bounds a pin's note, in bytes.
+const maxNote = 1024
 
 // Pin keeps one version of a repository: a digest pin keeps that manifest
 // from the collector (an untagged manifest it pins is kept as "pinned") and
@@ -35,8 +35,8 @@ type PinRequest struct {
 // NewPin validates req and builds the pin of ref in repo, created at now.
 func NewPin(repo string, ref Ref, req PinRequest, now time.Time) (Pin, error) {
 	p := Pin{Repository: repo, Ref: ref.String(), Note: req.Note, CreatedAt: now.UTC()}
-	if len(req.Note) > MaxNote || !utf8.ValidString(req.Note) {
-		return Pin{}, fmt.Errorf("%w: note: at most %d bytes of UTF-8", ErrInvalid, MaxNote)
+	if len(req.Note) > maxNote || !utf8.ValidString(req.Note) {
+		return Pin{}, fmt.Errorf("%w: note: at most %d bytes of UTF-8", ErrInvalid, maxNote)
 	}
 	switch {
 	case req.ExpiresAt != nil && req.ExpiresIn != "":

@@ -47,7 +47,7 @@ func TestNewPin(t *testing.T) {
 		"past":      {ExpiresIn: "-1h"},
 		"now":       {ExpiresAt: &now},
 		"bad ttl":   {ExpiresIn: "3 days"},
-		"long note": {Note: strings.Repeat("n", MaxNote+1)},
+		"long note": {Note: strings.Repeat("n", maxNote+1)},
 		"bad utf8":  {Note: "\xff"},
 	} {
 		if _, err := NewPin("team/app", ref, req, now); !errors.Is(err, ErrInvalid) {

@@ -70,8 +70,8 @@ func CheckApplicable(p *Plan, current Policy, now time.Time, maxAge time.Duratio
 		return fmt.Errorf("%w: %s", ErrPlanSkipped, p.ID)
 	case now.Sub(p.CreatedAt) > maxAge:
 		return fmt.Errorf("%w: %s was made at %s, more than %v ago", ErrPlanExpired, p.ID, p.CreatedAt.Format(time.RFC3339), maxAge)
-	case current.Fingerprint() != p.PolicyFingerprint:
-		return fmt.Errorf("%w: plan %s has policy %s, now %s", ErrPolicyChanged, p.ID, p.PolicyFingerprint, current.Fingerprint())
+	case current.fingerprint() != p.PolicyFingerprint:
+		return fmt.Errorf("%w: plan %s has policy %s, now %s", ErrPolicyChanged, p.ID, p.PolicyFingerprint, current.fingerprint())
 	}
 	return nil
 }

@@ -33,7 +33,7 @@ type Planner struct {
 	Index     Index
 	Pins      PinLister
 	// Pulls is nil when pulls are not recorded: a policy with
-	// pulled_within is then refused (ErrPullsOff).
+	// pulled_within is then refused (errPullsOff).
 	Pulls PullReader
 	// MaxAge is the oldest an in-use source may be (retention.inusemaxage).
 	MaxAge time.Duration
@@ -49,7 +49,7 @@ type Planner struct {
 // longer one (it, or an older version, became in use) moves to Dropped.
 func (pl *Planner) Plan(ctx context.Context, repo string, p Policy, o PolicyOverride) (*Plan, error) {
 	now := pl.Now()
-	plan := &Plan{ID: NewPlanID(), Repository: repo, CreatedAt: now.UTC(), Policy: p, PolicyFingerprint: p.Fingerprint(),
+	plan := &Plan{ID: NewPlanID(), Repository: repo, CreatedAt: now.UTC(), Policy: p, PolicyFingerprint: p.fingerprint(),
 		Override: o, Status: PlanReady, Decision: Decision{Candidates: []Entry{}, Kept: []Entry{}}, Dropped: []Entry{}, InUse: []digest.Digest{}}
 	view, err := readIndex(ctx, pl.Index, repo, p, pl.MaxAge, now)
 	if err != nil {
@@ -79,7 +79,7 @@ func (pl *Planner) Plan(ctx context.Context, repo string, p Policy, o PolicyOver
 	if err != nil || skip != nil {
 		return plan.skippedOr(skip, err)
 	}
-	first := Decide(versions, used, pins, pulled, p, now)
+	first := decide(versions, used, pins, pulled, p, now)
 
 	again, err := readIndex(ctx, pl.Index, repo, p, pl.MaxAge, pl.Now())
 	if err != nil {
@@ -95,7 +95,7 @@ func (pl *Planner) Plan(ctx context.Context, repo string, p Policy, o PolicyOver
 	if used, err = versionsInUse(ctx, pl.Manifests, repo, versions, again.digests); err != nil {
 		return nil, err
 	}
-	plan.Decision = Decide(versions, used, pins, pulled, p, now)
+	plan.Decision = decide(versions, used, pins, pulled, p, now)
 	still := map[string]bool{}
 	for _, c := range plan.Candidates {
 		still[c.Digest.String()] = true

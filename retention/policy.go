@@ -109,8 +109,8 @@ func (p Policy) Validate() error {
 	return nil
 }
 
-// Manages reports whether the policy manages tag.
-func (p Policy) Manages(tag string) bool {
+// manages reports whether the policy manages tag.
+func (p Policy) manages(tag string) bool {
 	match := func(pats []string) bool {
 		for _, pat := range pats {
 			if ok, _ := path.Match(pat, tag); ok {
@@ -122,9 +122,9 @@ func (p Policy) Manages(tag string) bool {
 	return (len(p.Include) == 0 || match(p.Include)) && !match(p.Exclude)
 }
 
-// Fingerprint identifies the policy: apply refuses a plan whose policy's
+// fingerprint identifies the policy: apply refuses a plan whose policy's
 // fingerprint is not the one in force now.
-func (p Policy) Fingerprint() string {
+func (p Policy) fingerprint() string {
 	b, _ := json.Marshal(p)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])

@@ -9,10 +9,10 @@ import (
 	"github.com/opencontainers/go-digest"
 )
 
-// ErrPullsOff: a policy asks for pulled_within but this registry records no
+// errPullsOff: a policy asks for pulled_within but this registry records no
 // pulls (retention.pulledwithin is not configured): without the record,
 // every version would look never pulled (an ErrInvalid).
-var ErrPullsOff = fmt.Errorf("%w: pulled_within needs retention.pulledwithin in the configuration (pulls are recorded only then)", ErrInvalid)
+var errPullsOff = fmt.Errorf("%w: pulled_within needs retention.pulledwithin in the configuration (pulls are recorded only then)", ErrInvalid)
 
 // pulledSince keeps the manifests of pulls pulled at or after since.
 func pulledSince(pulls map[digest.Digest]time.Time, since time.Time) map[digest.Digest]bool {
@@ -35,7 +35,7 @@ func versionsPulled(ctx context.Context, pr PullReader, m Manifests, repo string
 		return nil, nil, nil
 	}
 	if pr == nil {
-		return nil, nil, ErrPullsOff
+		return nil, nil, errPullsOff
 	}
 	pulls, err := pr.Pulled(ctx, repo)
 	if err != nil {

@@ -35,10 +35,10 @@ func TestVersionsPulled(t *testing.T) {
 	if err != nil || skip != nil || len(got) != 1 || !got[vs[1].Digest] {
 		t.Fatalf("pulled %v, skip %v, err %v", got, skip, err)
 	}
-	if d := Decide(vs, nil, nil, got, Policy{MinAge: 1, Cap: 10}, t0); reasons(d)[vs[1].Digest] != KeptPulled || reasons(d)[vs[2].Digest] != Candidate {
+	if d := decide(vs, nil, nil, got, Policy{MinAge: 1, Cap: 10}, t0); reasons(d)[vs[1].Digest] != KeptPulled || reasons(d)[vs[2].Digest] != Candidate {
 		t.Fatalf("decision %v", reasons(d))
 	}
-	if _, _, err := versionsPulled(t.Context(), nil, m, "r", vs, p, t0); !errors.Is(err, ErrPullsOff) || !errors.Is(err, ErrInvalid) {
+	if _, _, err := versionsPulled(t.Context(), nil, m, "r", vs, p, t0); !errors.Is(err, errPullsOff) || !errors.Is(err, ErrInvalid) {
 		t.Fatalf("no pull record: %v", err)
 	}
 	if _, skip, err := versionsPulled(t.Context(), fakePulls{err: errRead}, m, "r", vs, p, t0); err != nil || skip == nil || skip.Reason != SkipPullsUnreadable {

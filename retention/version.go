@@ -34,7 +34,7 @@ func Versions(tags []TagInfo, p Policy) []Version {
 	byDigest := map[digest.Digest]*Version{}
 	var out []*Version
 	for _, t := range tags {
-		if !p.Manages(t.Name) {
+		if !p.manages(t.Name) {
 			continue
 		}
 		v := byDigest[t.Digest]
