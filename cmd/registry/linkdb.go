@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/storage/budget"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
 
@@ -109,6 +110,10 @@ func runRebuild(cmd *cobra.Command, args []string, opts linkdb.RebuildOptions, c
 		fmt.Fprintf(stderr, "linkdb rebuild: %s\n", oneLine(err))
 		return rebuildExitFailed
 	}
+	// The rebuild is GC's work: within the config's storage budget (none
+	// without the middleware), slowing itself when the store throttles.
+	d = budget.Wrap(d, budget.New(budget.Options{Rate: max(reclaim.Budget.Rate, 0), InFlight: reclaim.Budget.InFlight}))
+	ctx = budget.Mark(ctx)
 	if !on && !opts.Offline {
 		fmt.Fprintln(stderr, "linkdb rebuild: warning: this config does not enable the reclaim storage middleware. "+
 			"A rebuild while serving is complete only if every registry instance writing to this storage runs with it.")
