@@ -13,7 +13,9 @@ import (
 // wraps what the SDK returned.
 type SlowDownError struct{}
 
-func (SlowDownError) Error() string   { return "SlowDown: Please reduce your request rate. status code: 503" }
+func (SlowDownError) Error() string {
+	return "SlowDown: Please reduce your request rate. status code: 503"
+}
 func (SlowDownError) Code() string    { return "SlowDown" }
 func (SlowDownError) StatusCode() int { return 503 }
 
