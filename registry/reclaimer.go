@@ -43,7 +43,7 @@ func (s *Server) NewReclaimer(enabled bool) (*reclaimer.Reclaimer, error) {
 	return reclaimer.New(reclaimer.Config{
 		// what the collector is wired to (wire.go)
 		Collector: s.gc.Collector, Queue: env.Queue(), Driver: testDriver(env.Driver),
-		Context: middleware.WithoutAccessRecords, Freed: env.Tracker, Usage: s.gc.Usage,
+		Context: middleware.ForGC, Freed: env.Tracker, Usage: s.gc.Usage,
 		Repair: env.Links, MarkLinkDBIncomplete: markLinkDBIncomplete(env), Deletions: s.deletions,
 		Enabled: enabled, Interval: rc.Interval, Batch: rc.Batch, Workers: rc.Workers, Lease: rc.Lease,
 		UsageRefresh: refresh, UsageMaxAge: rc.UsageMaxAge,

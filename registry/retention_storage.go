@@ -13,6 +13,7 @@ import (
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/storage/budget"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/middleware"
 )
@@ -36,6 +37,7 @@ var (
 // without a tags directory has no tags; any other error, including a tag
 // whose link cannot be read, fails the whole list.
 func (s retentionStorage) Tags(ctx context.Context, repo string) ([]retention.TagInfo, error) {
+	ctx = budget.Mark(ctx) // retention's reads are GC's: within its budget
 	names, err := s.raw.List(ctx, layout.TagsDir(repo))
 	if layout.IsNotFound(err) {
 		return nil, nil
@@ -67,6 +69,7 @@ func (s retentionStorage) Tags(ctx context.Context, repo string) ([]retention.Ta
 
 // Tag reads the current link of tag.
 func (s retentionStorage) Tag(ctx context.Context, repo, tag string) (digest.Digest, bool, error) {
+	ctx = budget.Mark(ctx)
 	b, err := s.raw.GetContent(ctx, layout.TagCurrentPath(repo, tag))
 	if layout.IsNotFound(err) {
 		return "", false, nil
@@ -120,7 +123,7 @@ func (s retentionStorage) DeleteTag(ctx context.Context, repo, tag string, want 
 	if err := s.fences.Confirm(ctx, f, tagFenceLease); err != nil {
 		return retention.ChangedCheckFail, err.Error()
 	}
-	err = s.driver.Delete(middleware.WithoutAccessRecords(ctx), layout.TagsDir(repo)+"/"+tag)
+	err = s.driver.Delete(middleware.ForGC(ctx), layout.TagsDir(repo)+"/"+tag)
 	if err != nil && !layout.IsNotFound(err) {
 		return retention.ChangedDeleteErr, err.Error()
 	}
@@ -130,6 +133,7 @@ func (s retentionStorage) DeleteTag(ctx context.Context, repo, tag string, want 
 // Children reads manifest d of repo: present when its revision link is,
 // and the manifests it lists when it is an index.
 func (s retentionStorage) Children(ctx context.Context, repo string, d digest.Digest) (bool, []digest.Digest, error) {
+	ctx = budget.Mark(ctx)
 	_, err := s.raw.Stat(ctx, layout.RevisionLinkPath(repo, d))
 	if layout.IsNotFound(err) {
 		return false, nil, nil

@@ -172,7 +172,7 @@ func newGC(env *middleware.Env, opts config.Options, deletions reclaim.DeletionS
 		Pinner:               pins,
 		Usage:                usage,
 		Review:               env.Queue(),
-		Context:              middleware.WithoutAccessRecords,
+		Context:              middleware.ForGC, // within GC's storage budget
 		Window:               opts.Window,
 		Cap:                  opts.GC.Cap,
 		KeepUntagged:         opts.GC.KeepUntagged,

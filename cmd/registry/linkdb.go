@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/storage/budget"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
 
@@ -55,6 +56,8 @@ func newRebuildCmd() *cobra.Command {
 		progressEvery  time.Duration
 		asJSON         bool
 		fsyncEach      bool
+		budgetRate     int
+		budgetInFlight int
 	)
 	cmd := &cobra.Command{
 		Use:   "rebuild <config>",
@@ -76,7 +79,7 @@ links and referrers entries, stale entries, broken and corrupt links), with the
 exit code the real run would give.`,
 		Args: cobra.MaximumNArgs(1),
 		Run: func(cmd *cobra.Command, args []string) {
-			linkdbExit(runRebuild(cmd, args, opts, checkpointFile, progressEvery, asJSON, fsyncEach))
+			linkdbExit(runRebuild(cmd, args, opts, checkpointFile, progressEvery, asJSON, fsyncEach, [2]int{budgetRate, budgetInFlight}))
 		},
 	}
 	f := cmd.Flags()
@@ -88,11 +91,13 @@ exit code the real run would give.`,
 	f.BoolVar(&opts.Restart, "restart", false, "discard the checkpoint and start over")
 	f.DurationVar(&progressEvery, "progress-every", 30*time.Second, "interval of progress log lines when stderr is not a terminal")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f.IntVar(&budgetRate, "budget-rate", -1, "storage calls per second (0: no limit; default: the config's budget.rate, docs/operations.md \"GC's storage budget\")")
+	f.IntVar(&budgetInFlight, "budget-inflight", -1, "storage calls at once (0: no bound; default: the config's budget.inflight)")
 	f.BoolVar(&fsyncEach, "fsync-each", false, "filesystem driver: write each reverse link through the driver, fsynced one by one, instead of making them durable in one syncfs before each checkpoint and before the marker")
 	return cmd
 }
 
-func runRebuild(cmd *cobra.Command, args []string, opts linkdb.RebuildOptions, checkpointFile string, progressEvery time.Duration, asJSON, fsyncEach bool) int {
+func runRebuild(cmd *cobra.Command, args []string, opts linkdb.RebuildOptions, checkpointFile string, progressEvery time.Duration, asJSON, fsyncEach bool, budgetFlags [2]int) int {
 	stderr := cmd.ErrOrStderr()
 	if opts.MinAge == 0 {
 		opts.MinAge = -1 // linkdb's zero value means "default"; the flag's means "none"
@@ -109,6 +114,7 @@ func runRebuild(cmd *cobra.Command, args []string, opts linkdb.RebuildOptions, c
 		fmt.Fprintf(stderr, "linkdb rebuild: %s\n", oneLine(err))
 		return rebuildExitFailed
 	}
+	d, ctx = withinBudget(ctx, d, reclaim.Budget, budgetFlags)
 	if !on && !opts.Offline {
 		fmt.Fprintln(stderr, "linkdb rebuild: warning: this config does not enable the reclaim storage middleware. "+
 			"A rebuild while serving is complete only if every registry instance writing to this storage runs with it.")
@@ -306,4 +312,19 @@ func openStorage(ctx context.Context, args []string) (*configuration.Configurati
 		return nil, nil, fmt.Errorf("create %s driver: %w", conf.Storage.Type(), err)
 	}
 	return conf, d, nil
+}
+
+// withinBudget puts the rebuild's calls within a GC storage budget: the
+// config's (none without the middleware), its rate and in-flight bound
+// replaced by the --budget-rate and --budget-inflight flags (flags[0],
+// flags[1]) unless negative. It slows itself when the store throttles.
+func withinBudget(ctx context.Context, d storagedriver.StorageDriver, c config.Budget, flags [2]int) (storagedriver.StorageDriver, context.Context) {
+	if flags[0] >= 0 {
+		c.Rate = flags[0]
+	}
+	if flags[1] >= 0 {
+		c.InFlight = flags[1]
+	}
+	b := budget.New(budget.Options{Rate: max(c.Rate, 0), InFlight: c.InFlight})
+	return budget.Wrap(d, b), budget.Mark(ctx)
 }

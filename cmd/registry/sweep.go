@@ -118,8 +118,9 @@ func runSweep(cmd *cobra.Command, configPath string, o sweepOptions) int {
 	}
 	defer closeFn()
 	sw.out, sw.stderr = cmd.OutOrStdout(), stderr
-	// The sweep's own reads must not count as accesses.
-	ctx = middleware.WithoutAccessRecords(ctx)
+	// The sweep's own reads must not count as accesses, and are GC's:
+	// within its storage budget.
+	ctx = middleware.ForGC(ctx)
 	prog := newSweepProgress(stderr, sw.st)
 	defer prog.stop()
 	err = walkBlobShards(ctx, sw.raw, sw.st, stderr, func(shardBlobs map[digest.Digest]*blobEntry) {

@@ -72,8 +72,9 @@ type Config struct {
 	// delete phase, what the run deleted (the deletion events). Nil: nobody.
 	Deletions reclaim.DeletionSink
 	// Context, when set, derives the context of every run's storage and
-	// tracker calls; the registry passes middleware.WithoutAccessRecords so
-	// the run's own reads do not count as access.
+	// tracker calls; the registry passes middleware.ForGC so the run's own
+	// reads do not count as access and its storage calls stay within GC's
+	// storage budget.
 	Context func(context.Context) context.Context
 
 	Window       time.Duration // protection window W; default 24h

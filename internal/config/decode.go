@@ -21,6 +21,7 @@ func decode(m map[string]any) (Options, error) {
 	o.Reclaimer.UsageRefresh = defaultUsageRefresh // absent: the default; 0 can be configured
 	o.Reclaimer.ScrubRepos = defaultScrubRepos     // likewise
 	o.GC.DryRunWait = defaultDryRunWait            // likewise
+	o.Budget = Budget{Rate: -1, InFlight: defaultBudgetInFlight}
 	var writeGrace time.Duration
 	err := decodeBlock(m, fields{
 		"prefix":        str(&o.Prefix),
@@ -73,6 +74,9 @@ func decode(m map[string]any) (Options, error) {
 		"http.readheadertimeout": positiveDuration(&o.HTTP.ReadHeaderTimeout),
 		"http.bodyidletimeout":   positiveDuration(&o.HTTP.BodyIdleTimeout),
 		"http.idletimeout":       positiveDuration(&o.HTTP.IdleTimeout),
+
+		"budget.rate":     nonNegativeInt(&o.Budget.Rate),
+		"budget.inflight": nonNegativeInt(&o.Budget.InFlight),
 
 		"reclaimer.enabled":      boolean(&o.Reclaimer.Enabled),
 		"reclaimer.interval":     positiveDuration(&o.Reclaimer.Interval),

@@ -58,6 +58,9 @@ func Load(conf *configuration.Configuration) (o Options, on bool, err error) {
 	if o, err = decode(entries[0].Options); err != nil {
 		return Options{}, true, err
 	}
+	if o.Budget.Rate < 0 {
+		o.Budget.Rate = DefaultBudgetRate(conf.Storage.Type())
+	}
 	fallback, cache := len(o.Redis.Addrs) == 0, blobDescriptorCache(conf) == "redis"
 	if len(conf.Redis.Options.Addrs) > 0 && (fallback || cache) {
 		dist, err := distributionRedis(conf)

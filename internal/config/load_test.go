@@ -183,3 +183,19 @@ func TestLoadRefusesDescriptorCacheOnCluster(t *testing.T) {
 		}
 	}
 }
+
+// A config that sets no budget rate gets its driver's default.
+func TestLoadPicksTheBudgetRateByDriver(t *testing.T) {
+	for driver, want := range map[string]int{"filesystem": 0, "s3": defaultBudgetRate} {
+		conf := withEntries(configuration.Middleware{Name: MiddlewareName})
+		conf.Storage = configuration.Storage{driver: configuration.Parameters{}}
+		o, _, err := Load(conf)
+		if err != nil || o.Budget.Rate != want || o.Budget.InFlight != defaultBudgetInFlight {
+			t.Fatalf("%s: budget %+v, %v; want rate %d", driver, o.Budget, err, want)
+		}
+		conf.Middleware["storage"][0].Options = configuration.Parameters{"budget": map[string]any{"rate": 7}}
+		if o, _, err = Load(conf); err != nil || o.Budget.Rate != 7 {
+			t.Fatalf("%s: configured rate 7: %+v, %v", driver, o.Budget, err)
+		}
+	}
+}

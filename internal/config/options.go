@@ -67,7 +67,26 @@ const (
 	defaultDryRuns           = 4
 	defaultDryRunWait        = 5 * time.Second
 	defaultScrubRepos        = 2
+	// GC's storage budget (docs/operations.md, "GC's storage budget"):
+	// 1,000 requests/s on an object store is under a third of what S3
+	// serves one prefix partition (3,500 writes, 5,500 reads a second),
+	// so a new bucket's single partition keeps most of it for clients; a
+	// local filesystem does not throttle, so there only the in-flight
+	// bound applies.
+	defaultBudgetRate     = 1000
+	defaultBudgetInFlight = 32
 )
+
+// DefaultBudgetRate is the `budget.rate` of a config that sets none, for
+// the storage driver named driver: none on a local filesystem (and in
+// memory), defaultBudgetRate elsewhere.
+func DefaultBudgetRate(driver string) int {
+	switch driver {
+	case "filesystem", "inmemory":
+		return 0
+	}
+	return defaultBudgetRate
+}
 
 // Options are the decoded options of the reclaim middleware entry.
 type Options struct {
@@ -104,6 +123,19 @@ type Options struct {
 	Reclaimer     Reclaimer
 	Retention     Retention
 	HTTP          HTTP
+	Budget        Budget
+}
+
+// Budget is the `budget:` block: the storage requests GC (the collector,
+// the reclaimer, retention apply, the sweep, the rebuild) may make, per
+// process (storage/budget). Client requests never wait on it.
+type Budget struct {
+	// Rate is requests per second; 0: no limit. decode leaves it -1 when
+	// the config sets none, for Load to pick by driver
+	// (DefaultBudgetRate); a negative one left is taken as 0.
+	Rate int
+	// InFlight bounds GC's requests at once (default 32); 0: no bound.
+	InFlight int
 }
 
 // HTTP is the `http:` block: the timeouts of the registry's HTTP server,

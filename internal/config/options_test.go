@@ -45,6 +45,8 @@ func TestDecodeDefaults(t *testing.T) {
 		Retention: Retention{KeepNewest: 10, RollbackSlack: 3, MinAge: 365 * 24 * time.Hour, Cap: 1000, InUseMaxAge: 24 * time.Hour,
 			PlanMaxAge: 7 * 24 * time.Hour, PlanKeep: 30 * 24 * time.Hour, Recheck: time.Second},
 		HTTP: HTTP{ReadHeaderTimeout: 30 * time.Second, BodyIdleTimeout: time.Minute, IdleTimeout: 2 * time.Minute},
+		// the rate is Load's to pick, by driver
+		Budget: Budget{Rate: -1, InFlight: defaultBudgetInFlight},
 	}
 	if o.Redis.Addrs != nil || o.DescriptorCache != nil {
 		t.Fatalf("redis %+v", o.Redis)
@@ -228,5 +230,28 @@ func TestDecodeHTTP(t *testing.T) {
 	want := HTTP{ReadHeaderTimeout: 5 * time.Second, BodyIdleTimeout: DefaultHTTP().BodyIdleTimeout, IdleTimeout: 10 * time.Minute}
 	if o.HTTP != want {
 		t.Fatalf("http %+v, want %+v", o.HTTP, want)
+	}
+}
+
+// The budget block: absent, the rate is the driver's default (Load) and 32
+// in flight; 0 turns either limit off; a negative one is refused.
+func TestDecodeBudget(t *testing.T) {
+	o, err := decode(map[string]any{"budget": map[string]any{"rate": 0, "inflight": 0}})
+	if err != nil || o.Budget != (Budget{}) {
+		t.Fatalf("budget 0/0: %+v, %v", o.Budget, err)
+	}
+	o, err = decode(map[string]any{"budget": map[string]any{"rate": 200}})
+	if err != nil || o.Budget != (Budget{Rate: 200, InFlight: defaultBudgetInFlight}) {
+		t.Fatalf("budget rate 200: %+v, %v", o.Budget, err)
+	}
+	_, err = decode(map[string]any{"budget": map[string]any{"inflight": -1}})
+	var oe *OptionError
+	if !errors.As(err, &oe) || oe.Option != "budget.inflight" {
+		t.Fatalf("inflight -1: %v", err)
+	}
+	for driver, want := range map[string]int{"filesystem": 0, "inmemory": 0, "s3": defaultBudgetRate, "gcs": defaultBudgetRate} {
+		if got := DefaultBudgetRate(driver); got != want {
+			t.Errorf("DefaultBudgetRate(%s) = %d, want %d", driver, got, want)
+		}
 	}
 }

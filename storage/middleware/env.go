@@ -18,6 +18,7 @@ import (
 	"github.com/reclaim-registry/reclaim/internal/rlog"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
+	"github.com/reclaim-registry/reclaim/storage/budget"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
 
@@ -33,8 +34,12 @@ type Env struct {
 	// Driver is the storage driver with the reclaim middleware: delete
 	// through it so reverse links and tombstones follow.
 	Driver storagedriver.StorageDriver
-	// Raw is the driver below the middleware.
+	// Raw is the driver below the middleware, within GC's storage budget:
+	// calls with a context marked budget.Mark wait on Budget, others pass
+	// straight through.
 	Raw storagedriver.StorageDriver
+	// Budget is GC's storage budget (the options' budget block).
+	Budget *budget.Budget
 	// Tracker records accesses and takes fences.
 	Tracker *redisstate.Tracker
 	// Links reads and writes reverse links (on Raw).
@@ -102,7 +107,9 @@ func NewEnv(ctx context.Context, below storagedriver.StorageDriver, opts config.
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{Raw: below, Window: opts.Window, opts: opts, dedup: &dedup{interval: opts.Dedup}}
+	b := budget.New(budget.Options{Rate: max(opts.Budget.Rate, 0), InFlight: opts.Budget.InFlight})
+	below = budget.Wrap(below, b)
+	e := &Env{Raw: below, Budget: b, Window: opts.Window, opts: opts, dedup: &dedup{interval: opts.Dedup}}
 	if len(opts.Redis.Addrs) == 0 {
 		m := miniredis.NewMiniRedis()
 		if err := m.Start(); err != nil {

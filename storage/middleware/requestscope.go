@@ -13,6 +13,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/storage/budget"
 )
 
 type ctxKey int
@@ -28,6 +29,13 @@ const (
 // middleware without keeping everything they look at alive.
 func WithoutAccessRecords(ctx context.Context) context.Context {
 	return context.WithValue(ctx, keyNoAccess, true)
+}
+
+// ForGC is the context of GC's work (the collector, the reclaimer,
+// retention apply, the sweep): WithoutAccessRecords, and within GC's
+// storage budget (budget.Mark), so it slows itself, never a client.
+func ForGC(ctx context.Context) context.Context {
+	return budget.Mark(WithoutAccessRecords(ctx))
 }
 
 func accessRecordsOff(ctx context.Context) bool {
