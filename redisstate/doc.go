@@ -38,7 +38,7 @@
 //	reclaim:review                   sorted set: blobs due for review by the reclaimer (queue.go)
 //	reclaim:scrub:cursor             where the reclaimer's scrub stands in the catalog (scrub.go)
 //	reclaim:{<r>}:usage, reclaim:usage:...  usage estimates, their rankings and cursor (usage.go)
-//	reclaim:{<r>}:pulls              hash: manifest digest -> unix ms of its last counted pull (pulls.go; retention only, never GC)
+//	reclaim:{<r>}:pulls              hash: manifest digest -> unix ms of its last counted pull (package redisstate/pulls; retention only, never GC)
 //
 // Times are Redis server time (TIME inside the scripts), so registry and GC
 // processes never compare their own clocks.

@@ -9,7 +9,7 @@ It also holds the retention policy (policy.go, version.go, decide.go),
 its failure model (failure.go), and the planner and applier that read
 tags, manifests, the index, pins and pull times through small interfaces
 (inuseread.go, pulls.go, planner.go, apply.go): see docs/api.md, "Retention".
-Pull times are recorded by the storage middleware (redisstate.Pulls), not
+Pull times are recorded by the storage middleware (redisstate/pulls), not
 here.
 
 The in-use index is keyed by registry path, repository plus digest, never by

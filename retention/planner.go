@@ -21,7 +21,7 @@ type PinLister interface {
 }
 
 // PullReader reads when each manifest of a repository was last pulled by a
-// client whose pulls count (redisstate.Pulls).
+// client whose pulls count (redisstate/pulls).
 type PullReader interface {
 	Pulled(ctx context.Context, repo string) (map[digest.Digest]time.Time, error)
 }

@@ -46,9 +46,12 @@ var allowed = map[string][]string{
 
 	// every piece of Redis state
 	"redisstate": {"internal/enum", "internal/metrics", "internal/rlog", "reclaim", "reclaim/gcrun", "storage/layout"},
+	// retention's record of manifest pulls: written by the middleware,
+	// read by retention, never by GC
+	"redisstate/pulls": {"reclaim"},
 
 	// the storage-driver middleware, its Env and request scope
-	"storage/middleware": {"internal/config", "internal/metrics", "internal/rlog", "reclaim", "redisstate",
+	"storage/middleware": {"internal/config", "internal/metrics", "internal/rlog", "reclaim", "redisstate", "redisstate/pulls",
 		"storage/budget", "storage/layout", "storage/linkdb", "storage/referrers"},
 
 	// garbage collection: the pure decision, a run's I/O around it, and

@@ -18,6 +18,7 @@ import (
 	"github.com/reclaim-registry/reclaim/internal/rlog"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
+	"github.com/reclaim-registry/reclaim/redisstate/pulls"
 	"github.com/reclaim-registry/reclaim/storage/budget"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
@@ -51,7 +52,7 @@ type Env struct {
 	Embedded bool
 	// Pulls records manifest pulls for retention's pulled_within; nil
 	// when retention.pulledwithin is not configured (nothing recorded).
-	Pulls *redisstate.Pulls
+	Pulls *pulls.Store
 
 	ignorePulls pullFilter
 	pullDedup   *dedup
@@ -132,7 +133,7 @@ func NewEnv(ctx context.Context, below storagedriver.StorageDriver, opts config.
 	}
 	e.Tracker = t
 	if opts.Retention.PulledWithin > 0 {
-		e.Pulls = redisstate.NewPulls(client, opts.Prefix, opts.Timeout)
+		e.Pulls = pulls.New(client, opts.Prefix, opts.Timeout)
 		e.ignorePulls, e.pullDedup = newPullFilter(opts.Retention.IgnorePullsFrom), &dedup{interval: pullDedup}
 	}
 	e.Links = linkdb.NewReverseLinks(below)

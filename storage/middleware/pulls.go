@@ -13,7 +13,7 @@ import (
 	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
-// Pulls for retention's pulled_within (redisstate.Pulls): a manifest GET
+// Pulls for retention's pulled_within (redisstate/pulls): a manifest GET
 // reads the manifest's data through Reader (Distribution's getContent),
 // and that read names the manifest pulled. The record is retention's alone: the access records GC
 // relies on are written as for any read, whoever pulls.

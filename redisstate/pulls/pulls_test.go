@@ -1,4 +1,4 @@
-package redisstate
+package pulls
 
 import (
 	"context"
@@ -10,12 +10,14 @@ import (
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
+var dA = digest.FromString("app manifest")
+
 // A pull is stamped with Redis's clock, per repository, and the record
-// expires PullsTTL after its last pull.
+// expires TTL after its last pull.
 func TestPullsRecord(t *testing.T) {
 	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
 		c := b.Client(t)
-		p, ctx := NewPulls(c, b.Prefix, 0), context.Background()
+		p, ctx := New(c, b.Prefix, 0), context.Background()
 		if got, err := p.Pulled(ctx, "team/app"); err != nil || len(got) != 0 {
 			t.Fatalf("never pulled: %v %v", got, err)
 		}
@@ -32,7 +34,7 @@ func TestPullsRecord(t *testing.T) {
 			t.Fatalf("pulled %v %v", got, err)
 		}
 		ttl, err := c.PTTL(ctx, p.key("team/app")).Result()
-		if err != nil || ttl <= PullsTTL-time.Hour || ttl > PullsTTL {
+		if err != nil || ttl <= TTL-time.Hour || ttl > TTL {
 			t.Fatalf("ttl %v %v", ttl, err)
 		}
 	})

@@ -1,4 +1,8 @@
-package redisstate
+// Package pulls is retention's record of manifest pulls in Reclaim's
+// Redis: when each manifest of a repository was last pulled by a client
+// whose pulls count, for retention's pulled_within. The storage middleware
+// writes it, retention reads it; GC never does.
+package pulls
 
 import (
 	"context"
@@ -11,37 +15,37 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// PullsTTL is how long a repository's pull record outlives its last
+// TTL is how long a repository's pull record outlives its last
 // recorded pull: a retention pulled_within longer than this finds nothing.
-const PullsTTL = 400 * 24 * time.Hour
+const TTL = 400 * 24 * time.Hour
 
-// Pulls records when each manifest of a repository was last pulled, for
+// Store records when each manifest of a repository was last pulled, for
 // retention's pulled_within. It is not an access record: GC never reads
 // it, and a pull that retention ignores (a vulnerability scanner's) still
 // records its access for GC.
 //
-//	<prefix>{<repo>}:pulls   hash: manifest digest -> unix ms of its last counted pull (PX PullsTTL)
+//	<prefix>{<repo>}:pulls   hash: manifest digest -> unix ms of its last counted pull (PX TTL)
 //
 // A field stays until the hash expires, also for a manifest deleted since.
-type Pulls struct {
+type Store struct {
 	c       redis.UniversalClient
 	prefix  string
 	timeout time.Duration
 }
 
-// NewPulls stores under prefix (default "reclaim:") on c; each call is
+// New stores under prefix (default "reclaim:") on c; each call is
 // bounded by timeout (0: 1 s).
-func NewPulls(c redis.UniversalClient, prefix string, timeout time.Duration) *Pulls {
+func New(c redis.UniversalClient, prefix string, timeout time.Duration) *Store {
 	if prefix == "" {
 		prefix = "reclaim:"
 	}
 	if timeout <= 0 {
 		timeout = time.Second
 	}
-	return &Pulls{c: c, prefix: prefix, timeout: timeout}
+	return &Store{c: c, prefix: prefix, timeout: timeout}
 }
 
-func (p *Pulls) key(repo string) string { return p.prefix + "{" + repo + "}:pulls" }
+func (p *Store) key(repo string) string { return p.prefix + "{" + repo + "}:pulls" }
 
 // pullScript stamps a field with Redis's clock (as every access record)
 // and pushes the hash's expiry on, in one round trip.
@@ -53,11 +57,11 @@ return 1
 `)
 
 // Record notes a pull of manifest d of repo now.
-func (p *Pulls) Record(ctx context.Context, repo string, d digest.Digest) error {
+func (p *Store) Record(ctx context.Context, repo string, d digest.Digest) error {
 	// a client that hangs up does not cancel the record of what it pulled
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
 	defer cancel()
-	if err := pullScript.Run(ctx, p.c, []string{p.key(repo)}, d.String(), PullsTTL.Milliseconds()).Err(); err != nil {
+	if err := pullScript.Run(ctx, p.c, []string{p.key(repo)}, d.String(), TTL.Milliseconds()).Err(); err != nil {
 		return fmt.Errorf("%w: record pull of %s@%s: %v", reclaim.ErrTrackerUnavailable, repo, d, err)
 	}
 	return nil
@@ -65,7 +69,7 @@ func (p *Pulls) Record(ctx context.Context, repo string, d digest.Digest) error 
 
 // Pulled returns when each manifest of repo was last pulled (by a client
 // whose pulls count); a manifest never pulled is absent.
-func (p *Pulls) Pulled(ctx context.Context, repo string) (map[digest.Digest]time.Time, error) {
+func (p *Store) Pulled(ctx context.Context, repo string) (map[digest.Digest]time.Time, error) {
 	m, err := p.c.HGetAll(ctx, p.key(repo)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("%w: read pulls of %s: %v", reclaim.ErrTrackerUnavailable, repo, err)
