@@ -201,10 +201,23 @@ func link(ctx context.Context, d storagedriver.StorageDriver, tr *fakeTracker, r
 		}
 		<-wait
 	}
-	if err := d.PutContent(ctx, layout.ReverseLinkPath(blob, repo, reclaim.LinkLayer), []byte(blob)); err != nil {
+	rev := layout.ReverseLinkPath(blob, repo, reclaim.LinkLayer)
+	if err := d.PutContent(ctx, rev, []byte(blob)); err != nil {
 		return err
 	}
-	return d.PutContent(ctx, layout.LayerLinkPath(repo, blob), []byte(blob))
+	if err := d.PutContent(ctx, layout.LayerLinkPath(repo, blob), []byte(blob)); err != nil {
+		return err
+	}
+	// The writer's look of case 9 (the middleware's reverseAfter): a writer
+	// that stalled for longer than the window between its touch and its
+	// forward write (here: while the other writers' touches moved the fake
+	// clock on) may have lost its reverse link to a rebuild's stale removal.
+	if _, err := d.Stat(ctx, rev); layout.IsNotFound(err) {
+		return d.PutContent(ctx, rev, []byte(blob))
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 // unlink is the middleware's order for a delete: forward, then reverse.
