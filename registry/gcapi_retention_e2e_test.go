@@ -41,14 +41,21 @@ func startRetention(t *testing.T, retentionOpts map[string]any) *gcRegistry {
 	g := completeGC(t, registrytest.Start(t,
 		registrytest.WithStorageMiddleware("gchook", nil),
 		registrytest.WithStorageMiddleware("reclaim", opts)))
-	if prefix, ok := opts["prefix"].(string); ok {
-		// A shared Redis: leave none of this test's keys behind.
-		c := g.Server.Env().Tracker.Client()
-		t.Cleanup(func() {
-			_ = storagetest.ScanKeys(context.Background(), c, prefix+"*", func(k string) error { return c.Del(context.Background(), k).Err() })
-		})
-	}
+	dropKeysAtEnd(t, g, opts)
 	return g
+}
+
+// dropKeysAtEnd deletes the test's keys (opts' prefix) when it ends: on a
+// shared Redis, leave none of them behind.
+func dropKeysAtEnd(t *testing.T, g *gcRegistry, opts map[string]any) {
+	prefix, ok := opts["prefix"].(string)
+	if !ok {
+		return
+	}
+	c := g.Server.Env().Tracker.Client()
+	t.Cleanup(func() {
+		_ = storagetest.ScanKeys(context.Background(), c, prefix+"*", func(k string) error { return c.Del(context.Background(), k).Err() })
+	})
 }
 
 // history pushes n versions of repo, tagged v000, v001, ... and dated

@@ -1,7 +1,6 @@
 package registry_test
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -25,12 +24,7 @@ func startPulls(t *testing.T) *gcRegistry {
 		"ignorepullsfrom": map[string]any{"useragents": []any{"Trivy/"}, "accounts": []any{"scanner"}}}
 	g := completeGC(t, registrytest.Start(t, registrytest.WithHtpasswd("admin", "pw"), registrytest.WithHtpasswd("scanner", "pw2"),
 		registrytest.WithStorageMiddleware("reclaim", opts)))
-	if prefix, ok := opts["prefix"].(string); ok {
-		c := g.Server.Env().Tracker.Client()
-		t.Cleanup(func() {
-			_ = storagetest.ScanKeys(context.Background(), c, prefix+"*", func(k string) error { return c.Del(context.Background(), k).Err() })
-		})
-	}
+	dropKeysAtEnd(t, g, opts)
 	return g
 }
 
