@@ -53,8 +53,10 @@ type workload struct {
 	// the same manifest ran; such a tag may be left dangling.
 	racedTags map[string]map[v1.Hash]bool
 	// failedDeletes: "repo@digest" of manifest DELETEs that failed with a
-	// server error. Upstream removes the revision link before the tags, so
-	// one that fails half-way (a storage fault) may leave a tag dangling.
+	// server error or got no answer. Upstream removes the revision link
+	// before the tags, so one that fails half-way (a storage fault, or a
+	// client that hung up and so cancelled the untag) may leave a tag
+	// dangling; its client was never told it succeeded.
 	failedDeletes map[string]bool
 }
 
@@ -357,7 +359,7 @@ func (w *workload) deleteManifest(ctx context.Context, rng *rand.Rand, repo stri
 	w.userDeleted.Store(repo+"@"+d.String(), true)
 	code := del(ctx, r, "/v2/"+repo+"/manifests/"+d.String())
 	w.ops.add(fmt.Sprintf("delete manifest %d", code), 1)
-	if code >= 500 {
+	if code >= 500 || code == 0 { // 0: no answer (the workload ended mid-request): the client cannot know
 		w.mu.Lock()
 		w.failedDeletes[repo+"@"+d.String()] = true
 		w.mu.Unlock()
