@@ -153,6 +153,11 @@ func decideBlobs(p *Outcome, f *Facts, pol Policy) {
 	removing := map[reclaim.LinkKind]map[digest.Digest]bool{reclaim.LinkManifest: setOf(p.Manifests), reclaim.LinkLayer: setOf(p.Layers)}
 	for _, d := range unionSorted(p.Manifests, p.Layers) {
 		dec := decideBlob(f, pol, d, func(l reclaim.RepoLink) bool { return l.Repo == pol.Repo && removing[l.Kind][d] })
+		if dec.Deleted() && pol.Trash {
+			// the run's own holds will keep it: gone from the view, its
+			// bytes held until the entries expire
+			dec.Reason, dec.Detail = reclaim.ReasonInTrash, "held by the trash entries of this run"
+		}
 		if dec.Deleted() {
 			p.Blobs = append(p.Blobs, d)
 		}
@@ -175,6 +180,9 @@ func decideBlob(f *Facts, pol Policy, d digest.Digest, removed func(reclaim.Repo
 	}
 	if r, detail := linkedReason(links, pol.Repo, removed); r != reasonInvalid {
 		dec.Reason, dec.Detail = r, detail
+		if r == reclaim.ReasonInTrash {
+			dec.Size, _ = f.size(d) // the bytes the trash holds, read with the links
+		}
 		return dec
 	}
 	t, err := f.lastAccess(reclaim.Object{Blob: d})
@@ -216,13 +224,7 @@ func LinksKeep(links []reclaim.RepoLink, repo string) (reclaim.Reason, string) {
 	if detail, ok := malformed(links, func(reclaim.RepoLink) bool { return false }); ok {
 		return reclaim.ReasonCheckFailed, detail
 	}
-	if len(links) == 0 {
-		return reasonInvalid, ""
-	}
-	if links[0].Repo == repo {
-		return reclaim.ReasonStillLinked, links[0].Repo
-	}
-	return reclaim.ReasonLinkedElsewhere, links[0].Repo
+	return linkedReason(links, repo, func(reclaim.RepoLink) bool { return false })
 }
 
 // linkedReason is why the reverse links keep a blob: a malformed link
@@ -237,6 +239,10 @@ func linkedReason(links []reclaim.RepoLink, repo string, removed func(reclaim.Re
 	for _, l := range links {
 		switch {
 		case removed(l):
+		case l.Kind == reclaim.LinkTrash:
+			if r == reasonInvalid {
+				r, detail = reclaim.ReasonInTrash, "trash entry "+l.Hold
+			}
 		case l.Repo != repo:
 			return reclaim.ReasonLinkedElsewhere, l.Repo
 		default:
@@ -252,6 +258,9 @@ func linkedReason(links []reclaim.RepoLink, repo string, removed func(reclaim.Re
 func malformed(links []reclaim.RepoLink, removed func(reclaim.RepoLink) bool) (string, bool) {
 	for _, l := range links {
 		if l.Problem != "" && !removed(l) {
+			if l.Kind == reclaim.LinkTrash {
+				return fmt.Sprintf("trash hold %s: %s; kept as held", l.Hold, l.Problem), true
+			}
 			return fmt.Sprintf("reverse link of %s %s: %s; kept as linked, see `registry linkdb verify`", l.Repo, l.Kind, l.Problem), true
 		}
 	}

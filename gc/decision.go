@@ -19,6 +19,9 @@ type Decision struct {
 	LastAccess *time.Time `json:"last_access,omitempty"`
 	// Detail adds context: the tag, the error text.
 	Detail string `json:"detail,omitempty"`
+	// Trash is the trash entry that holds what this decision removed
+	// (trash.keep > 0): restorable by its id until the entry expires.
+	Trash string `json:"trash_entry,omitempty"`
 }
 
 // Deleted reports whether the decision is a deletion (done, or in a dry run

@@ -24,6 +24,9 @@ type Policy struct {
 	// why not.
 	LinkDBComplete bool
 	LinkDBNote     string
+	// Trash: removed objects go to the trash (trash.keep > 0), so a blob
+	// the plan frees is planned as held there (ReasonInTrash), not deleted.
+	Trash bool
 }
 
 // Recent reports whether t is within the window.

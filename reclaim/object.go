@@ -11,10 +11,13 @@ import (
 // link mirrors). Its strings are the directory names of the storage tree.
 type LinkKind string
 
-// The two forward link sets that keep a blob alive.
+// The two forward link sets that keep a blob alive, and the trash's hold,
+// which keeps a blob's data (not its place in /v2/) while a removed object
+// can be restored.
 const (
 	LinkLayer    LinkKind = "_layers"
 	LinkManifest LinkKind = "_manifests"
+	LinkTrash    LinkKind = "_trash"
 )
 
 // Object is what the access tracker records and GC fences and deletes: a
@@ -33,10 +36,12 @@ func (o Object) String() string {
 }
 
 // RepoLink is one reverse link: repository Repo links the blob as a layer
-// (LinkLayer) or as a manifest revision (LinkManifest).
+// (LinkLayer) or as a manifest revision (LinkManifest); or a trash hold
+// (Kind LinkTrash, Repo empty, Hold its entry id).
 type RepoLink struct {
 	Repo string
 	Kind LinkKind
+	Hold string // the trash entry id of a LinkTrash link
 	// Problem is set when what sits at the link path is not a link file (a
 	// directory, an entry the listing shows but Stat cannot see). Such a
 	// link still counts as present: callers keep the blob and report it.

@@ -59,6 +59,10 @@ const (
 	ReasonCheckFailed
 	// ReasonDeleteFailed: the delete itself failed; kept and reported.
 	ReasonDeleteFailed
+	// ReasonInTrash: no repository links the blob, and a trash entry holds
+	// its data until the entry expires or is restored (trash.keep > 0):
+	// gone from the registry's view, its bytes not freed yet.
+	ReasonInTrash
 
 	// Reasons for a deletion.
 
@@ -92,6 +96,7 @@ var reasonText = [reasonCount]struct{ name, msg string }{
 	ReasonDeleteTimeout:       {"delete_timeout", "the delete did not finish within its deadline under the fence; kept"},
 	ReasonCheckFailed:         {"check_failed", "a read needed to decide failed; kept"},
 	ReasonDeleteFailed:        {"delete_failed", "the delete failed; kept"},
+	ReasonInTrash:             {"in_trash", "no repository links this blob; the trash holds its data until the entry expires"},
 	ReasonUnreferenced:        {"unreferenced", "nothing references this object"},
 	ReasonAlreadyGone:         {"already_gone", "already deleted"},
 }

@@ -48,6 +48,7 @@ func (s *Server) NewReclaimer(enabled bool) (*reclaimer.Reclaimer, error) {
 		Enabled: enabled, Interval: rc.Interval, Batch: rc.Batch, Workers: rc.Workers, Lease: rc.Lease,
 		UsageRefresh: refresh, UsageMaxAge: rc.UsageMaxAge,
 		ScrubRepos: scrub, ScrubCursor: redisstate.NewScrubCursor(env.Tracker.Client(), s.opts.Prefix),
+		Trash: s.trashPurger(), PurgeBatch: s.opts.Trash.PurgeBatch,
 		Logf:    logrus.WithField("component", "reclaimer").Warnf,
 		Observe: observeTick,
 	})
@@ -138,4 +139,13 @@ func observeTick(t reclaimer.TickReport) {
 	metricScrubLinks.Add(float64(t.Scrub.Links))
 	metricScrubRepaired.Add(float64(t.Scrub.Repaired))
 	metricScrubFailed.Add(float64(t.Scrub.Failed))
+}
+
+// trashPurger is the trash as the reclaimer purges it; nil (no typed nil)
+// when it is off.
+func (s *Server) trashPurger() reclaimer.TrashPurger {
+	if s.trash == nil {
+		return nil
+	}
+	return s.trash
 }

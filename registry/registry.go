@@ -25,6 +25,7 @@ import (
 	"github.com/reclaim-registry/reclaim/registry/accesscontrol"
 	"github.com/reclaim-registry/reclaim/registry/gcapi"
 	"github.com/reclaim-registry/reclaim/storage/middleware"
+	"github.com/reclaim-registry/reclaim/trash"
 )
 
 // The blob descriptor wrapper (middleware.DescriptorServiceFactory) sees every
@@ -53,6 +54,9 @@ type Server struct {
 	// deletions sends what GC, the reclaimer and retention delete to the
 	// notifications endpoints; nil without one (wire.go).
 	deletions reclaim.DeletionSink
+	// trash holds what GC, the reclaimer and retention remove while
+	// trash.keep > 0 (wire.go); nil when it is off.
+	trash *trash.Bin
 
 	base      context.Context // New's context, without its cancellation
 	mu        sync.Mutex

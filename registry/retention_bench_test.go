@@ -50,7 +50,7 @@ func newRetentionFixture(b *testing.B, n int) *retentionFixture {
 	opts, _ := config.Options{Retention: config.Retention{PlanKeep: 30 * 24 * time.Hour}}.WithDefaults()
 	pins := redisstore.NewPins(env.Tracker.Client(), opts.Prefix, nil)
 	index := redisstore.NewInUse(env.Tracker.Client(), opts.Prefix)
-	f.backend = newRetention(env, opts, pins, index, nil, "")
+	f.backend = newRetention(env, opts, pins, index, nil, "", nil)
 	f.policy = retention.Policy{KeepNewest: 10, RollbackSlack: 3, MinAge: 1, Cap: n}
 	f.write(b, "bench/app", n)
 	// in use: the middle version (and one of another repository)

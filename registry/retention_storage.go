@@ -16,6 +16,7 @@ import (
 	"github.com/reclaim-registry/reclaim/storage/budget"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/middleware"
+	"github.com/reclaim-registry/reclaim/trash"
 )
 
 // retentionStorage is retention's view of storage: tags and manifests read
@@ -24,6 +25,7 @@ import (
 type retentionStorage struct {
 	raw, driver storagedriver.StorageDriver
 	fences      *redisstate.Tracker // tag fences: DeleteTag
+	trash       *trash.Bin          // nil: the trash is off
 }
 
 var (
@@ -92,42 +94,57 @@ const tagFenceLease = time.Minute
 // DeleteTag is retention's compare-and-delete of a tag (see
 // retention.TagWriter, redisstate/tagfence.go): fence the tag and mark
 // its planned manifest (a pin PUT checks both after it wrote the pin), read
-// the tag again and run check under the fence, confirm the fence, delete the tag's
-// directory through the middleware exactly as Distribution's tag DELETE
-// does, release.
-func (s retentionStorage) DeleteTag(ctx context.Context, repo, tag string, want digest.Digest, check func(context.Context) (string, string)) (string, string) {
+// the tag again and run check under the fence, confirm the fence, write
+// the tag's trash hold when the trash is on, delete the tag's directory
+// through the middleware exactly as Distribution's tag DELETE does,
+// release.
+func (s retentionStorage) DeleteTag(ctx context.Context, td retention.TagDelete, check func(context.Context) (string, string)) (string, string, string) {
+	repo, tag, want := td.Repo, td.Tag, td.Want
 	f, err := s.fences.FenceTag(ctx, repo, tag, tagFenceLease)
 	if err != nil {
-		return retention.ChangedCheckFail, "fence tag: " + err.Error()
+		return retention.ChangedCheckFail, "fence tag: " + err.Error(), ""
 	}
 	defer func() { _ = s.fences.Release(context.WithoutCancel(ctx), f) }()
 	// and marks the manifest, which a pin by digest asks about after it
 	// wrote the pin: the pins read below sees the pin, or the pin is 409
 	mf, err := s.fences.Mark(ctx, reclaim.Object{Blob: want, Repo: repo, Kind: reclaim.LinkManifest}, tagFenceLease)
 	if err != nil {
-		return retention.ChangedCheckFail, "fence manifest: " + err.Error()
+		return retention.ChangedCheckFail, "fence manifest: " + err.Error(), ""
 	}
 	defer func() { _ = s.fences.Release(context.WithoutCancel(ctx), mf) }()
 	d, ok, err := s.Tag(ctx, repo, tag)
 	switch {
 	case err != nil:
-		return retention.ChangedCheckFail, "read tag: " + err.Error()
+		return retention.ChangedCheckFail, "read tag: " + err.Error(), ""
 	case !ok:
-		return retention.ChangedTagGone, ""
+		return retention.ChangedTagGone, "", ""
 	case d != want:
-		return retention.ChangedTagMoved, "now " + d.String()
+		return retention.ChangedTagMoved, "now " + d.String(), ""
 	}
 	if reason, detail := check(ctx); reason != "" {
-		return reason, detail
+		return reason, detail, ""
 	}
 	if err := s.fences.Confirm(ctx, f, tagFenceLease); err != nil {
-		return retention.ChangedCheckFail, err.Error()
+		return retention.ChangedCheckFail, err.Error(), ""
+	}
+	var held reclaim.TrashEntry
+	if s.trash != nil {
+		// the hold first: a crash before the delete leaves a hold on a
+		// tagged manifest (data kept longer), never a lost tag's record
+		held, err = s.trash.Hold(ctx, reclaim.TrashEntry{Kind: reclaim.KindTag, Repo: repo, Tag: tag, Digest: want,
+			Reason: "retention", By: "retention", Plan: td.Plan})
+		if err != nil {
+			return retention.ChangedCheckFail, "write trash hold: " + err.Error(), ""
+		}
 	}
 	err = s.driver.Delete(middleware.ForGC(ctx), layout.TagsDir(repo)+"/"+tag)
 	if err != nil && !layout.IsNotFound(err) {
-		return retention.ChangedDeleteErr, err.Error()
+		if held.ID != "" {
+			_ = s.trash.Drop(context.WithoutCancel(ctx), held)
+		}
+		return retention.ChangedDeleteErr, err.Error(), ""
 	}
-	return "", ""
+	return "", "", held.ID
 }
 
 // Children reads manifest d of repo: present when its revision link is,

@@ -9,7 +9,8 @@ package registry
 // HTTP side: the GC API (gcapi.New), the console (console.New), the
 // referrers API, the request scope and the cross-site guard, around
 // Distribution's app. What GC, the reclaimer and retention delete goes to
-// the notifications endpoints through deletionevents.
+// the notifications endpoints through deletionevents; while trash.keep > 0
+// it is held in the trash (trash.New), restorable until it expires.
 
 import (
 	"context"
@@ -32,6 +33,7 @@ import (
 	"github.com/reclaim-registry/reclaim/retention/redisstore"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 	"github.com/reclaim-registry/reclaim/storage/middleware"
+	"github.com/reclaim-registry/reclaim/trash"
 )
 
 // openDriver creates the storage driver the referrers index uses when the
@@ -82,7 +84,14 @@ func (s *Server) open(ctx context.Context) error {
 	if ds := deletionevents.New(s.conf); ds != nil {
 		s.deletions = ds // a nil *Sink would be a non-nil DeletionSink
 	}
-	if s.gc, err = newGC(env, s.opts, s.deletions); err != nil {
+	if s.opts.Trash.Keep > 0 {
+		s.trash, err = trash.New(trash.Config{Raw: env.Raw, Driver: env.Driver, Tracker: env.Tracker,
+			Redis: env.Tracker.Client(), Prefix: s.opts.Prefix, Keep: s.opts.Trash.Keep})
+		if err != nil {
+			return err
+		}
+	}
+	if s.gc, err = newGC(env, s.opts, s.deletions, s.trash); err != nil {
 		return err
 	}
 	if s.opts.Reclaimer.Enabled {
@@ -151,10 +160,15 @@ func dryRunWait(d time.Duration) time.Duration {
 // descriptor caches), its tracker and link index, and the window; and the
 // stores and storage reads the GC API serves from. Handler completes the
 // API's Config with the access controller, the status parts and next.
-func newGC(env *middleware.Env, opts config.Options, deletions reclaim.DeletionSink) (*gcapi.Config, error) {
+func newGC(env *middleware.Env, opts config.Options, deletions reclaim.DeletionSink, bin *trash.Bin) (*gcapi.Config, error) {
 	pins := redisstore.NewPins(env.Tracker.Client(), opts.Prefix, nil)
 	usage := redisstate.NewUsageStore(env.Tracker.Client(), opts.Prefix)
+	var holder collector.TrashHolder // nil unless the trash is on (no typed nil)
+	if bin != nil {
+		holder = bin
+	}
 	col, err := collector.New(collector.Config{
+		Trash:   holder,
 		Driver:  testDriver(env.Driver),
 		Tracker: env.Tracker,
 		Links:   env.Links,
@@ -185,8 +199,8 @@ func newGC(env *middleware.Env, opts config.Options, deletions reclaim.DeletionS
 	}
 	inuse := redisstore.NewInUse(env.Tracker.Client(), opts.Prefix)
 	return &gcapi.Config{Options: opts, Collector: col, Exists: repositoryExists(env.Raw), Status: storageStatus(env),
-		Pins: pins, InUse: inuse, Usage: usage, Retention: newRetention(env, opts, pins, inuse, deletions, col.Instance()),
-		HasVersion: hasVersion(env.Raw), Fenced: manifestFenced(env.Tracker), TagFenced: env.Tracker.TagFenced}, nil
+		Pins: pins, InUse: inuse, Usage: usage, Retention: newRetention(env, opts, pins, inuse, deletions, col.Instance(), bin),
+		HasVersion: hasVersion(env.Raw), Fenced: manifestFenced(env.Tracker), TagFenced: env.Tracker.TagFenced, Trash: bin}, nil
 }
 
 // markLinkDBIncomplete removes the completeness marker: the collector and
@@ -206,8 +220,8 @@ func policyOf(r config.Retention) retention.Policy {
 // storage (retention_storage.go) and the Redis stores; the applier tells
 // deletions what it deleted, as the collector named instance.
 func newRetention(env *middleware.Env, opts config.Options, pins *redisstore.Pins, inuse *redisstore.InUse,
-	deletions reclaim.DeletionSink, instance string) *gcapi.Retention {
-	st := retentionStorage{raw: env.Raw, driver: env.Driver, fences: env.Tracker}
+	deletions reclaim.DeletionSink, instance string, bin *trash.Bin) *gcapi.Retention {
+	st := retentionStorage{raw: env.Raw, driver: env.Driver, fences: env.Tracker, trash: bin}
 	r := opts.Retention
 	var pulls retention.PullReader // nil unless pulls are recorded (no typed nil)
 	if env.Pulls != nil {

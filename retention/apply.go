@@ -23,7 +23,16 @@ type TagWriter interface {
 	// no reason. It returns why it kept the tag ("" when it deleted it;
 	// ChangedTagMoved, ChangedTagGone, check's reason, ChangedCheckFail
 	// or ChangedDeleteErr otherwise).
-	DeleteTag(ctx context.Context, repo, tag string, want digest.Digest, check func(context.Context) (reason, detail string)) (reason, detail string)
+	// When the trash is on, the tag's hold is written right before the
+	// delete, and trashEntry names it.
+	DeleteTag(ctx context.Context, d TagDelete, check func(context.Context) (reason, detail string)) (reason, detail, trashEntry string)
+}
+
+// TagDelete is one tag an apply deletes if it still points at Want.
+type TagDelete struct {
+	Repo, Tag string
+	Want      digest.Digest
+	Plan      string // the plan applied: the trash entry names it
 }
 
 // InUseChecker answers from the index as it is now whether a source
@@ -54,6 +63,9 @@ type TagResult struct {
 	Digest digest.Digest `json:"digest"`
 	Reason string        `json:"reason,omitempty"`
 	Detail string        `json:"detail,omitempty"`
+	// Trash is the trash entry that holds a deleted tag (trash.keep > 0):
+	// restorable by it, or by the plan id, until it expires.
+	Trash string `json:"trash_entry,omitempty"`
 }
 
 // ApplyReport is what an apply did.
@@ -148,7 +160,7 @@ func (a *Applier) Apply(ctx context.Context, plan *Plan, o ApplyOptions) *ApplyR
 		}
 		for _, tag := range v.Tags {
 			r := TagResult{Tag: tag, Digest: v.Digest}
-			r.Reason, r.Detail = a.Tags.DeleteTag(ctx, plan.Repository, tag, v.Digest, func(ctx context.Context) (string, string) {
+			r.Reason, r.Detail, r.Trash = a.Tags.DeleteTag(ctx, TagDelete{Repo: plan.Repository, Tag: tag, Want: v.Digest, Plan: plan.ID}, func(ctx context.Context) (string, string) {
 				return a.fresh(ctx, plan, v)
 			})
 			if r.Reason == "" {

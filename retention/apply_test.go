@@ -24,25 +24,26 @@ func (f *fakeTags) Tag(_ context.Context, _, tag string) (digest.Digest, bool, e
 	return d, ok, nil
 }
 
-func (f *fakeTags) DeleteTag(ctx context.Context, repo, tag string, want digest.Digest, check func(context.Context) (string, string)) (string, string) {
+func (f *fakeTags) DeleteTag(ctx context.Context, td TagDelete, check func(context.Context) (string, string)) (string, string, string) {
+	repo, tag, want := td.Repo, td.Tag, td.Want
 	d, ok, err := f.Tag(ctx, repo, tag)
 	switch {
 	case err != nil:
-		return ChangedCheckFail, "read tag: " + err.Error()
+		return ChangedCheckFail, "read tag: " + err.Error(), ""
 	case !ok:
-		return ChangedTagGone, ""
+		return ChangedTagGone, "", ""
 	case d != want:
-		return ChangedTagMoved, "now " + d.String()
+		return ChangedTagMoved, "now " + d.String(), ""
 	}
 	if r, detail := check(ctx); r != "" {
-		return r, detail
+		return r, detail, ""
 	}
 	delete(f.tags, tag)
 	f.deleted = append(f.deleted, tag)
 	if f.onDel != nil {
 		f.onDel(tag)
 	}
-	return "", ""
+	return "", "", ""
 }
 
 type fakeContains map[inuse.Image]bool

@@ -105,7 +105,7 @@ func (c *Collector) begin(ctx context.Context, repo string, o RunOptions) (*run,
 	if err := ValidateName(repo); err != nil {
 		return nil, err
 	}
-	pol := policy{Policy: gc.Policy{Repo: repo, Window: c.cfg.Window, Cap: c.cfg.Cap, KeepUntagged: c.cfg.KeepUntagged}, dryRun: o.DryRun}
+	pol := policy{Policy: gc.Policy{Repo: repo, Window: c.cfg.Window, Cap: c.cfg.Cap, KeepUntagged: c.cfg.KeepUntagged, Trash: c.cfg.Trash != nil}, dryRun: o.DryRun}
 	if o.KeepUntagged != nil {
 		pol.KeepUntagged = *o.KeepUntagged
 	}
@@ -225,7 +225,7 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 			r.rep.add(d)
 		}
 	} else {
-		(&deleter{c: r.c, pol: r.pol, log: r.log}).deletePhase(ctx, s, p, r.rep)
+		(&deleter{c: r.c, pol: r.pol, log: r.log, by: "gc", runID: r.rep.RunID}).deletePhase(ctx, s, p, r.rep)
 		r.announce(ctx, s)
 		r.c.countFreed(ctx, r.rep.BytesFreed, len(r.rep.ManifestsDeleted)+len(r.rep.LayersUnlinked)+len(r.rep.BlobsDeleted))
 		if err := context.Cause(ctx); errors.Is(err, reclaim.ErrLockLost) {
@@ -266,6 +266,11 @@ func (r *run) done(t0, t1, t2 time.Time) {
 	}
 	rep.Status = gcrun.StatusDone
 	rep.FinishedAt = t3
+	if r.c.cfg.Trash != nil && !rep.DryRun && len(rep.BlobsInTrash)+len(rep.ManifestsDeleted)+len(rep.LayersUnlinked) > 0 {
+		// every hold was written after the start: restorable at least until
+		until := rep.StartedAt.Add(r.c.cfg.Trash.Keep()).UTC()
+		rep.RestorableUntil = &until
+	}
 	rep.Timings = Timings{SnapshotMS: t1.Sub(t0).Milliseconds(), PlanMS: t2.Sub(t1).Milliseconds(),
 		SweepMS: t3.Sub(t2).Milliseconds(), TotalMS: t3.Sub(r.start).Milliseconds()}
 	r.log.end(context.Background())

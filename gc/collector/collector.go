@@ -68,6 +68,9 @@ type Config struct {
 	// Usage is optional: where runs write the repository's usage
 	// (gc/collector/usage.go) and the reclaimer finds what to refresh.
 	Usage UsageStore
+	// Trash is optional: where removed objects are held so that they can
+	// be restored (trash.keep > 0). Nil: every delete is final.
+	Trash TrashHolder
 	// Deletions is optional: it hears, once per real run and after its
 	// delete phase, what the run deleted (the deletion events). Nil: nobody.
 	Deletions reclaim.DeletionSink

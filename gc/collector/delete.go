@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path"
 	"slices"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/gc"
@@ -23,6 +24,38 @@ type deleter struct {
 	c   *Collector
 	pol policy
 	log *runLog // nil: no run record (the reclaimer)
+	// by and runID name the deleter in the trash entries it writes.
+	by, runID string
+	// purge: delete for good, holding nothing in the trash (Orphans.Purge).
+	purge bool
+}
+
+// hold writes the trash's hold for an object about to be removed; the
+// zero entry (and no error) when the trash is off or this is a purge.
+func (dl *deleter) hold(ctx context.Context, kind reclaim.ObjectKind, d digest.Digest, size int64) (reclaim.TrashEntry, error) {
+	if dl.c.cfg.Trash == nil || dl.purge {
+		return reclaim.TrashEntry{}, nil
+	}
+	e, err := dl.c.cfg.Trash.Hold(ctx, reclaim.TrashEntry{Kind: kind, Repo: dl.pol.Repo, Digest: d, Size: size,
+		Reason: reclaim.ReasonUnreferenced.String(), By: dl.by, Run: dl.runID})
+	if err != nil {
+		return e, fmt.Errorf("write trash hold: %w", err)
+	}
+	return e, nil
+}
+
+// unhold drops the hold of a delete that did not happen.
+func (dl *deleter) unhold(ctx context.Context, e reclaim.TrashEntry, dec *gc.Decision) {
+	if e.ID == "" {
+		return
+	}
+	if dec.Reason == reclaim.ReasonUnreferenced {
+		dec.Trash = e.ID
+		return
+	}
+	if err := dl.c.cfg.Trash.Drop(context.WithoutCancel(ctx), e); err != nil {
+		dec.Detail += fmt.Sprintf("; its trash hold %s is left (it only keeps the data longer): %v", e.ID, err)
+	}
 }
 
 // fence takes the GC fence on o. A zero Reason means it is held.
@@ -62,8 +95,7 @@ func (dl *deleter) deleteManifest(ctx context.Context, s *gc.Snapshot, m digest.
 		dec.Reason, dec.Detail = r, detail
 		return dec
 	}
-	dec = dl.deleteDir(ctx, reclaim.KindManifest, m, layout.RevisionDir(dl.pol.Repo, m), h)
-	dec.Size = s.Revisions[m].Size
+	dec = dl.deleteDir(ctx, reclaim.KindManifest, m, s.Revisions[m].Size, layout.RevisionDir(dl.pol.Repo, m), h)
 	if !dec.Deleted() {
 		return dec
 	}
@@ -123,8 +155,8 @@ func (dl *deleter) deleteEntry(ctx context.Context, rep *Report, m digest.Digest
 // deleteDir re-checks that the link is there and deletes its directory
 // through the wrapped driver (which removes the reverse link after), while h
 // still fences it (guardedDelete).
-func (dl *deleter) deleteDir(ctx context.Context, kind reclaim.ObjectKind, d digest.Digest, dir string, h reclaim.Hold) gc.Decision {
-	dec := gc.Decision{Kind: kind, Digest: d}
+func (dl *deleter) deleteDir(ctx context.Context, kind reclaim.ObjectKind, d digest.Digest, size int64, dir string, h reclaim.Hold) (dec gc.Decision) {
+	dec = gc.Decision{Kind: kind, Digest: d, Size: size}
 	_, err := dl.c.driver.Stat(ctx, dir+"/link")
 	switch {
 	case layout.IsNotFound(err):
@@ -138,6 +170,15 @@ func (dl *deleter) deleteDir(ctx context.Context, kind reclaim.ObjectKind, d dig
 		dec.Reason, dec.Detail = reclaim.ReasonCheckFailed, err.Error()
 		return dec
 	}
+	// The hold first, the delete second: a crash between them leaves a
+	// hold on a linked object (data kept longer), never a removed object
+	// without its record.
+	e, err := dl.hold(ctx, kind, d, size)
+	if err != nil {
+		dec.Reason, dec.Detail = reclaim.ReasonCheckFailed, err.Error()
+		return dec
+	}
+	defer dl.unhold(ctx, e, &dec)
 	r, detail, err := dl.guardedDelete(ctx, h, func(ctx context.Context) error { return dl.c.driver.Delete(ctx, dir) })
 	switch {
 	case r != reasonInvalid:
@@ -182,6 +223,17 @@ func (dl *deleter) deleteBlob(ctx context.Context, b digest.Digest, rep *Report)
 	// leaves a descriptor cache vouching for data that may be gone.
 	if err := dl.log.ahead(ctx, reclaim.KindBlob, b); err != nil {
 		dec.Reason, dec.Detail = reclaim.ReasonCheckFailed, err.Error()
+		return dec
+	}
+	if dl.c.cfg.Trash != nil && !dl.purge {
+		// nothing links or holds it: held instead of deleted, its data
+		// freed when the hold expires and is purged
+		e, err := dl.hold(ctx, reclaim.KindBlob, b, dec.Size)
+		if err != nil {
+			dec.Reason, dec.Detail = reclaim.ReasonCheckFailed, err.Error()
+			return dec
+		}
+		dec.Reason, dec.Detail, dec.Trash = reclaim.ReasonInTrash, "held until "+e.Expires.UTC().Format(time.RFC3339), e.ID
 		return dec
 	}
 	r, detail, err = dl.guardedDelete(ctx, h, func(ctx context.Context) error { return dl.c.driver.Delete(ctx, layout.BlobDir(b)) })

@@ -140,7 +140,7 @@ func (dl *deleter) deleteLayerBatch(ctx context.Context, s *gc.Snapshot, rep *Re
 	}
 	since := dl.readSincePlan(ctx, s, deleted)
 	gone := dl.deleteHeld(ctx, s, rep, reclaim.KindLayerLink, batch, held, since, func(l digest.Digest, h reclaim.Hold) gc.Decision {
-		return dl.deleteDir(ctx, reclaim.KindLayerLink, l, layout.LayerLinkDir(dl.pol.Repo, l), h)
+		return dl.deleteDir(ctx, reclaim.KindLayerLink, l, 0, layout.LayerLinkDir(dl.pol.Repo, l), h)
 	})
 	for _, l := range gone {
 		removed[l] = true

@@ -63,6 +63,21 @@ type Pinner interface {
 	Pinned(ctx context.Context, repo string, manifest digest.Digest) (bool, error)
 }
 
+// TrashHolder writes the trash's holds (package trash). While one is
+// configured, a run writes a hold before each delete, and a blob no link
+// and no hold keeps is held instead of deleted: its data stays until the
+// hold expires and is purged (Orphans.Purge).
+type TrashHolder interface {
+	// Hold records e durably on the blob e.Digest and returns it with its
+	// ID, Removed and Expires set.
+	Hold(ctx context.Context, e reclaim.TrashEntry) (reclaim.TrashEntry, error)
+	// Drop removes a hold whose delete did not happen, best effort (a
+	// hold left on a linked object only keeps data longer).
+	Drop(ctx context.Context, e reclaim.TrashEntry) error
+	// Keep is how long an entry stays restorable.
+	Keep() time.Duration
+}
+
 // Evictor drops a deleted blob from every blob descriptor cache, so that no
 // replica answers "exists" for a blob that is gone.
 type Evictor interface {

@@ -118,9 +118,11 @@ func (gt *gatherer) blob(ctx context.Context, d digest.Digest) {
 	gt.f.Sizes[d] = gc.Fact[int64]{V: size, Err: err}
 }
 
+// linkedByOthers: another repository links the blob (a trash hold is not
+// one: the blob's size is still read, for the bytes the trash holds).
 func linkedByOthers(links []reclaim.RepoLink, repo string) bool {
 	for _, l := range links {
-		if l.Repo != repo {
+		if l.Kind != reclaim.LinkTrash && l.Repo != repo {
 			return true
 		}
 	}

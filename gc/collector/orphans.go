@@ -30,7 +30,7 @@ func (c *Collector) Orphans(ctx context.Context) (*Orphans, error) {
 	if !tr.linkdbOK {
 		return nil, abort(reclaim.AbortLinkDBIncomplete, errors.New(tr.linkdbNote))
 	}
-	return &Orphans{dl: &deleter{c: c, pol: policy{Policy: gc.Policy{Window: c.cfg.Window, Now: tr.now, LinkDBComplete: true}}}}, nil
+	return &Orphans{dl: &deleter{c: c, pol: policy{Policy: gc.Policy{Window: c.cfg.Window, Now: tr.now, LinkDBComplete: true}}, by: "reclaimer"}}, nil
 }
 
 // Now is the tracker's time when the preconditions were checked.
@@ -42,5 +42,16 @@ func (o *Orphans) Now() time.Time { return o.dl.pol.Now }
 func (o *Orphans) Delete(ctx context.Context, blob digest.Digest) (dec gc.Decision, errs []gc.Decision) {
 	scratch := &Report{}
 	dec = o.dl.deleteBlob(o.dl.c.runContext(ctx), blob, scratch)
+	return dec, scratch.Errors
+}
+
+// Purge deletes blob's data for good, as Delete does with the trash off:
+// the trash's purge calls it once it removed the blob's expired holds, and
+// it deletes only when no link and no other hold keeps the blob.
+func (o *Orphans) Purge(ctx context.Context, blob digest.Digest) (dec gc.Decision, errs []gc.Decision) {
+	scratch := &Report{}
+	dl := *o.dl
+	dl.purge = true
+	dec = dl.deleteBlob(dl.c.runContext(ctx), blob, scratch)
 	return dec, scratch.Errors
 }

@@ -84,6 +84,13 @@ type Report struct {
 	LayersUnlinked   []digest.Digest `json:"layers_unlinked"`
 	BlobsDeleted     []digest.Digest `json:"blobs_deleted"`
 	BytesFreed       int64           `json:"bytes_freed"`
+	// BlobsInTrash are the blobs whose last link the run removed and whose
+	// data the trash holds (trash.keep > 0): gone from /v2/ like the
+	// deleted ones, their BytesInTrash freed only when the entries expire
+	// and are purged; restorable until RestorableUntil at least.
+	BlobsInTrash    []digest.Digest `json:"blobs_in_trash,omitempty"`
+	BytesInTrash    int64           `json:"bytes_in_trash,omitempty"`
+	RestorableUntil *time.Time      `json:"restorable_until,omitempty"`
 
 	// Kept lists every object kept, with its reason.
 	Kept []gc.Decision `json:"kept"`
@@ -115,6 +122,11 @@ func (r *Report) Decisions() []gc.Decision { return r.decisions }
 // add records the decision and files it into the report's lists.
 func (r *Report) add(d gc.Decision) {
 	r.decisions = append(r.decisions, d)
+	if d.Kind == reclaim.KindBlob && d.Reason == reclaim.ReasonInTrash {
+		r.BlobsInTrash = append(r.BlobsInTrash, d.Digest)
+		r.BytesInTrash += d.Size
+		return
+	}
 	if !d.Deleted() {
 		r.Kept = append(r.Kept, d)
 		if d.Reason == reclaim.ReasonDeleteFailed || d.Reason == reclaim.ReasonCheckFailed {

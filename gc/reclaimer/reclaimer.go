@@ -12,6 +12,7 @@ import (
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/trash"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -98,6 +99,11 @@ type Config struct {
 	// reverse links (default 2; < 0: none), walking the catalog from
 	// ScrubCursor.
 	ScrubRepos int
+	// Trash, when set, is the trash whose expired entries a tick purges
+	// after its reviews, at most PurgeBatch (default 100) oldest first;
+	// the purge deletes a blob's data through the tick's own checks.
+	Trash      TrashPurger
+	PurgeBatch int
 	// Logf logs tick failures; nil discards them.
 	Logf func(format string, args ...any)
 	// Observe, when set, sees every decision and every tick (metrics).
@@ -297,6 +303,7 @@ func (r *Reclaimer) tick(ctx context.Context, rep *TickReport) {
 		}
 	}
 	rep.Decisions = decs
+	r.purge(ctx, del, rep)
 	if failed > 0 {
 		rep.Err = fmt.Errorf("%d of %d reviews failed (first: %s)", failed, len(decs), firstFailure(decs))
 		// one blip is not worth a backoff; a batch that failed entirely is
@@ -400,4 +407,35 @@ func (r *Reclaimer) countFreed(ctx context.Context, bytes int64, objects int) {
 		return
 	}
 	_ = r.cfg.Freed.CountFreed(context.WithoutCancel(ctx), r.cfg.Now(), bytes, objects)
+}
+
+// TrashPurger purges expired trash entries (trash.Bin).
+type TrashPurger interface {
+	PurgeExpired(ctx context.Context, p trash.Purger, now time.Time, max int) (trash.PurgeReport, error)
+}
+
+// purge removes expired trash entries; a blob whose data it frees counts
+// as a deletion of the tick (the trash's entry had announced its removal).
+func (r *Reclaimer) purge(ctx context.Context, del *collector.Orphans, rep *TickReport) {
+	if r.cfg.Trash == nil {
+		return
+	}
+	batch := r.cfg.PurgeBatch
+	if batch <= 0 {
+		batch = 100
+	}
+	pr, err := r.cfg.Trash.PurgeExpired(ctx, del, del.Now(), batch)
+	if err != nil {
+		r.cfg.Logf("reclaimer: trash purge: %v", err)
+		return
+	}
+	rep.Purged = len(pr.Entries)
+	for _, e := range pr.Entries {
+		if e.Error != "" {
+			r.cfg.Logf("reclaimer: trash purge %s: %s", e.Entry.ID, e.Error)
+		}
+		if e.Blob != nil && e.Blob.Deleted() {
+			rep.Decisions = append(rep.Decisions, *e.Blob)
+		}
+	}
 }

@@ -23,6 +23,8 @@ type TickReport struct {
 	UsageRefreshed, UsageFailed int
 	// Scrub is what the tick's scrub did (scrub.go).
 	Scrub ScrubReport
+	// Purged counts the expired trash entries the tick purged.
+	Purged int
 }
 
 // Deleted counts the deletions of the tick.

@@ -86,6 +86,10 @@ func decode(m map[string]any) (Options, error) {
 		"reclaimer.usagerefresh": nonNegativeInt(&o.Reclaimer.UsageRefresh),
 		"reclaimer.usagemaxage":  positiveDuration(&o.Reclaimer.UsageMaxAge),
 		"reclaimer.scrubrepos":   nonNegativeInt(&o.Reclaimer.ScrubRepos),
+
+		"trash.keep":          nonNegativeDuration(&o.Trash.Keep),
+		"trash.restoreonpull": boolean(&o.Trash.RestoreOnPull),
+		"trash.purgebatch":    positiveInt(&o.Trash.PurgeBatch),
 	}, "")
 	if err != nil {
 		return Options{}, err

@@ -124,6 +124,20 @@ type Options struct {
 	Retention     Retention
 	HTTP          HTTP
 	Budget        Budget
+	Trash         Trash
+}
+
+// Trash is the `trash:` block: recoverable deletion (package trash).
+type Trash struct {
+	// Keep is how long what GC, the reclaimer and retention remove stays
+	// restorable; 0 (the default) turns the trash off: deletions are final.
+	Keep time.Duration
+	// RestoreOnPull: a pull of something in the trash restores it and is
+	// served instead of answering 404.
+	RestoreOnPull bool
+	// PurgeBatch is how many expired entries a reclaimer tick purges at
+	// most (default 100).
+	PurgeBatch int
 }
 
 // Budget is the `budget:` block: the storage requests GC (the collector,
@@ -301,6 +315,9 @@ func (o Options) WithDefaults() (Options, error) {
 	if o.Reclaimer.Batch == 0 {
 		o.Reclaimer.Batch = defaultReclaimerBatch
 	}
+	if o.Trash.PurgeBatch == 0 {
+		o.Trash.PurgeBatch = defaultReclaimerBatch
+	}
 	return o, o.check()
 }
 
@@ -330,6 +347,10 @@ func (o Options) check() error {
 		return &OptionError{Option: "accessttl", Err: fmt.Errorf("%v must be at least twice the window %v", o.AccessTTL, o.Window)}
 	case o.Dedup*10 > o.Window:
 		return &OptionError{Option: "dedup", Err: fmt.Errorf("%v must be at most a tenth of the window %v", o.Dedup, o.Window)}
+	case o.Trash.RestoreOnPull && o.Trash.Keep == 0:
+		return &OptionError{Option: "trash.restoreonpull", Err: errors.New("needs trash.keep: with the trash off nothing can be restored")}
+	case o.Trash.Keep > 0 && o.Trash.Keep < o.Window:
+		return &OptionError{Option: "trash.keep", Err: fmt.Errorf("%v must be at least the window %v (or 0: off)", o.Trash.Keep, o.Window)}
 	}
 	return nil
 }

@@ -47,6 +47,7 @@ func TestDecodeDefaults(t *testing.T) {
 		HTTP: HTTP{ReadHeaderTimeout: 30 * time.Second, BodyIdleTimeout: time.Minute, IdleTimeout: 2 * time.Minute},
 		// the rate is Load's to pick, by driver
 		Budget: Budget{Rate: -1, InFlight: defaultBudgetInFlight},
+		Trash:  Trash{PurgeBatch: defaultReclaimerBatch}, // off
 	}
 	if o.Redis.Addrs != nil || o.DescriptorCache != nil {
 		t.Fatalf("redis %+v", o.Redis)

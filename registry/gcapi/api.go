@@ -31,6 +31,7 @@ import (
 	"github.com/reclaim-registry/reclaim/registry/accesscontrol"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/redisstore"
+	"github.com/reclaim-registry/reclaim/trash"
 )
 
 // The GC API, served on the registry's own listener; every endpoint is one
@@ -100,6 +101,8 @@ type Config struct {
 	// RedisHealth is what the tracker last read from Redis INFO (nil:
 	// without the reclaim middleware).
 	RedisHealth func() any
+	// Trash serves /gc/v1/trash; nil while trash.keep is 0.
+	Trash *trash.Bin
 	// Next serves every request outside /gc/v1/.
 	Next http.Handler
 }

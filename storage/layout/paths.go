@@ -69,6 +69,10 @@ const (
 	// or more repositories: repositories/<name>, <name>/_layers,
 	// <name>/_manifests, <name>/_manifests/revisions.
 	PathRepositoryDir
+	// PathTrashHold is a trash entry's hold on a blob (Hold is its id):
+	// blobs/.../_repositories/_trash/<id>/link. It keeps the blob's data
+	// like a reverse link; it has no forward link.
+	PathTrashHold
 )
 
 var kindNames = [...]string{
@@ -86,6 +90,7 @@ var kindNames = [...]string{
 	PathReferrerLink:    "referrer-link",
 	PathUpload:          "upload",
 	PathRepositoryDir:   "repository-dir",
+	PathTrashHold:       "trash-hold",
 }
 
 func (k PathKind) String() string {
@@ -107,6 +112,7 @@ type Path struct {
 	Tag      string
 	LinkKind reclaim.LinkKind
 	Sub      string
+	Hold     string // a PathTrashHold's entry id
 }
 
 // LinkSet returns the forward link set a (forward or reverse) link path belongs to.
@@ -148,6 +154,8 @@ func (p Path) String() string {
 		return ReferrerLinkPath(p.Repo, p.Digest, p.Referrer)
 	case PathRepositoryDir:
 		return path.Join(RepositoryPath(p.Repo), p.Sub)
+	case PathTrashHold:
+		return TrashHoldPath(p.Digest, p.Hold)
 	}
 	return ""
 }
@@ -170,6 +178,34 @@ func BlobDataPath(d digest.Digest) string { return BlobDir(d) + "/data" }
 
 // ReverseLinksDir holds every reverse link of blob d.
 func ReverseLinksDir(d digest.Digest) string { return BlobDir(d) + "/_repositories" }
+
+// TrashDir holds the trash holds of blob d. "_trash" cannot be a
+// repository name (no path component of one starts with "_"), so no walk
+// of reverse links mistakes it for one.
+func TrashDir(d digest.Digest) string { return ReverseLinksDir(d) + "/" + string(reclaim.LinkTrash) }
+
+// TrashHoldPath is the hold of trash entry id on blob d.
+func TrashHoldPath(d digest.Digest, id string) string { return TrashDir(d) + "/" + id + "/link" }
+
+// ValidTrashID reports whether id is a trash entry id:
+// "<unix milliseconds>-<8 hex digits>".
+func ValidTrashID(id string) bool {
+	ms, rnd, ok := strings.Cut(id, "-")
+	if !ok || len(ms) == 0 || len(ms) > 16 || len(rnd) != 8 {
+		return false
+	}
+	for _, c := range ms {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	for _, c := range rnd {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // ReverseLinkPath is the reverse link "repo has a k link to blob d".
 func ReverseLinkPath(d digest.Digest, repo string, k reclaim.LinkKind) string {
@@ -339,6 +375,11 @@ func classifyBlob(c []string) Path {
 		return Path{Kind: PathBlobDir, Digest: d}
 	case len(rest) == 1 && rest[0] == "data":
 		return Path{Kind: PathBlobData, Digest: d}
+	case len(rest) == 4 && rest[0] == "_repositories" && rest[1] == string(reclaim.LinkTrash) && rest[3] == "link":
+		if !ValidTrashID(rest[2]) {
+			return Path{}
+		}
+		return Path{Kind: PathTrashHold, Digest: d, Hold: rest[2]}
 	case len(rest) >= 4 && rest[0] == "_repositories" && rest[len(rest)-1] == "link":
 		k := reclaim.LinkKind(rest[len(rest)-2])
 		repo := strings.Join(rest[1:len(rest)-2], "/")

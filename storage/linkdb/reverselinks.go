@@ -35,16 +35,31 @@ func NewReverseLinks(d storagedriver.StorageDriver) *ReverseLinks {
 // content is not exactly the blob digest. It is never "absent".
 var ErrMalformedLink = errors.New("linkdb: malformed reverse link")
 
-// reverseLinkOf returns the link p is the reverse link path of, for blob.
+// reverseLinkOf returns the link p is the reverse link path (or the trash
+// hold path) of, for blob.
 func reverseLinkOf(blob digest.Digest, p string) (reclaim.RepoLink, bool) {
 	c := layout.Classify(p)
-	if c.Kind != layout.PathReverseLink || c.Digest != blob {
+	switch {
+	case c.Digest != blob:
 		return reclaim.RepoLink{}, false
+	case c.Kind == layout.PathReverseLink:
+		return reclaim.RepoLink{Repo: c.Repo, Kind: c.LinkKind}, true
+	case c.Kind == layout.PathTrashHold:
+		return reclaim.RepoLink{Kind: reclaim.LinkTrash, Hold: c.Hold}, true
 	}
-	return reclaim.RepoLink{Repo: c.Repo, Kind: c.LinkKind}, true
+	return reclaim.RepoLink{}, false
 }
 
-// List returns every repository link recorded for blob, sorted. A blob with
+// linkPath is where l of blob is stored.
+func linkPath(blob digest.Digest, l reclaim.RepoLink) string {
+	if l.Kind == reclaim.LinkTrash {
+		return layout.TrashHoldPath(blob, l.Hold)
+	}
+	return layout.ReverseLinkPath(blob, l.Repo, l.Kind)
+}
+
+// List returns every repository link recorded for blob, sorted, and every
+// trash hold on it (Kind LinkTrash: it keeps the data too). A blob with
 // no reverse links (or no directory at all) has none; any other error is
 // returned, never an empty list: callers decide deletions from this.
 //
@@ -65,9 +80,10 @@ func (r *ReverseLinks) List(ctx context.Context, blob digest.Digest) ([]reclaim.
 // and returns it with what it met before: one other link keeps the blob,
 // and the cost does not grow with the number of repositories that link it.
 // Otherwise it returns every link, as List. With repo "" it stops at the
-// first link of any repository.
+// first link of any repository. Trash holds never stop the walk: a
+// caller told "in the trash" must not miss another repository's link.
 func (r *ReverseLinks) ListFor(ctx context.Context, blob digest.Digest, repo string) ([]reclaim.RepoLink, error) {
-	return r.list(ctx, blob, func(l reclaim.RepoLink) bool { return l.Repo != repo })
+	return r.list(ctx, blob, func(l reclaim.RepoLink) bool { return l.Kind != reclaim.LinkTrash && l.Repo != repo })
 }
 
 // list walks blob's reverse links until stop says a link found is enough.
@@ -124,7 +140,10 @@ func (r *ReverseLinks) list(ctx context.Context, blob digest.Digest, stop func(r
 		if out[i].Repo != out[j].Repo {
 			return out[i].Repo < out[j].Repo
 		}
-		return out[i].Kind < out[j].Kind
+		if out[i].Kind != out[j].Kind {
+			return out[i].Kind < out[j].Kind
+		}
+		return out[i].Hold < out[j].Hold
 	})
 	if len(out) == 0 {
 		return nil, nil
@@ -136,7 +155,7 @@ func (r *ReverseLinks) list(ctx context.Context, blob digest.Digest, stop func(r
 // false when the listing has no link entry (a write in flight, an
 // interrupted delete) or the directory is gone.
 func (r *ReverseLinks) probe(ctx context.Context, blob digest.Digest, l reclaim.RepoLink) (present bool, problem string, err error) {
-	present, _, problem, err = layout.Probe(ctx, r.driver, layout.ReverseLinkPath(blob, l.Repo, l.Kind))
+	present, _, problem, err = layout.Probe(ctx, r.driver, linkPath(blob, l))
 	return present, problem, err
 }
 

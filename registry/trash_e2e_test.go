@@ -1,0 +1,178 @@
+package registry_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"testing"
+
+	"github.com/distribution/distribution/v3/configuration"
+
+	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/registry/registrytest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/trash"
+)
+
+// Recoverable deletion end to end (issue 27), through the HTTP API and a
+// real client, on both blob descriptor caches.
+
+// trashCaches are the descriptor caches the trash tests run on: the redis
+// one needs a real Redis (RECLAIM_TEST_REDIS_ADDR; CI has one).
+func trashCaches(t *testing.T) map[string]registrytest.Option {
+	out := map[string]registrytest.Option{"inmemory": registrytest.WithConfig(func(cfg *configuration.Configuration) {})}
+	if addr := os.Getenv("RECLAIM_TEST_REDIS_ADDR"); addr != "" {
+		out["redis"] = registrytest.WithConfig(func(cfg *configuration.Configuration) {
+			cfg.Storage["cache"] = configuration.Parameters{"blobdescriptor": "redis"}
+			cfg.Redis.Options.Addrs = []string{addr}
+			cfg.Redis.Options.DB = 5
+		})
+	}
+	return out
+}
+
+// startTrash starts a registry with GC on and the trash keeping entries
+// for keep.
+func startTrash(t *testing.T, cache registrytest.Option, keep string, extra map[string]any) *gcRegistry {
+	t.Helper()
+	opts := reclaimOptions(t, e2eWindow, "")
+	tr := map[string]any{"keep": keep}
+	for k, v := range extra {
+		tr[k] = v
+	}
+	opts["trash"] = tr
+	g := completeGC(t, registrytest.Start(t, cache,
+		registrytest.WithStorageMiddleware("gchook", nil),
+		registrytest.WithStorageMiddleware("reclaim", opts)))
+	dropKeysAtEnd(t, g, opts)
+	return g
+}
+
+type trashListing struct {
+	Entries   []reclaim.TrashEntry `json:"entries"`
+	Total     int                  `json:"total"`
+	BytesHeld int64                `json:"bytes_held"`
+}
+
+func (g *gcRegistry) trashList(t *testing.T, query string) trashListing {
+	t.Helper()
+	code, _, b := g.send(t, http.MethodGet, "/gc/v1/trash?"+query, "")
+	if code != http.StatusOK {
+		t.Fatalf("GET /gc/v1/trash?%s: %d %s", query, code, b)
+	}
+	var l trashListing
+	if err := json.Unmarshal(b, &l); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	return l
+}
+
+func (g *gcRegistry) restore(t *testing.T, query string) trash.RestoreReport {
+	t.Helper()
+	code, b := g.post(t, "/gc/v1/trash/restore?"+query)
+	if code != http.StatusOK {
+		t.Fatalf("POST /gc/v1/trash/restore?%s: %d %s", query, code, b)
+	}
+	var rep trash.RestoreReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	return rep
+}
+
+// TestE2ETrashRestoresACollect: a collect with the trash on removes an
+// untagged image from /v2/ exactly as without it, frees nothing, and the
+// restore of its run makes it pull again byte for byte.
+func TestE2ETrashRestoresACollect(t *testing.T) {
+	for cache, opt := range trashCaches(t) {
+		t.Run(cache, func(t *testing.T) {
+			g := startTrash(t, opt, "1h", nil)
+			repo := "team/app"
+			old := registrytest.Image(t, layer(t), layer(t))
+			oldD := push(t, g, repo+":v1", old)
+			push(t, g, repo+":v1", registrytest.Image(t, layer(t))) // v1 moves: old is untagged
+			g.settle(t)
+
+			rep := g.collect(t, repo)
+			if !contains(rep.ManifestsDeleted, oldD) || len(rep.LayersUnlinked) != 3 {
+				t.Fatalf("collect: manifests %v, layer links %v", rep.ManifestsDeleted, rep.LayersUnlinked)
+			}
+			if len(rep.BlobsDeleted) != 0 || rep.BytesFreed != 0 || len(rep.BlobsInTrash) != 4 || rep.BytesInTrash == 0 || rep.RestorableUntil == nil {
+				t.Fatalf("collect with the trash on: deleted %v (%d bytes), in trash %v (%d bytes), until %v",
+					rep.BlobsDeleted, rep.BytesFreed, rep.BlobsInTrash, rep.BytesInTrash, rep.RestorableUntil)
+			}
+			if code := registrytest.ManifestStatus(t, g.Registry, repo+"@"+oldD.String()); code != http.StatusNotFound {
+				t.Fatalf("pull of the collected manifest: %d, want 404 as without the trash", code)
+			}
+			for _, b := range blobsOf(t, old) {
+				if _, err := g.raw.Stat(t.Context(), layout.BlobDataPath(b)); err != nil {
+					t.Fatalf("data of %s: %v (the trash must keep it)", b, err)
+				}
+			}
+
+			l := g.trashList(t, "run="+rep.RunID)
+			if l.Total != 4 { // the manifest and its three layer links
+				t.Fatalf("trash of run %s: %d entries, want 4: %+v", rep.RunID, l.Total, l.Entries)
+			}
+			for _, e := range l.Entries {
+				if e.Repo != repo || e.By != "gc" || e.Reason != "unreferenced" || !e.Expires.After(e.Removed) {
+					t.Fatalf("entry %+v", e)
+				}
+			}
+
+			res := g.restore(t, "run="+rep.RunID)
+			if res.Restored != 4 || res.Left != 0 {
+				t.Fatalf("restore: %+v", res)
+			}
+			registrytest.AssertPullable(t, g.Registry, repo+"@"+oldD.String())
+			if l := g.trashList(t, "repository="+repo); l.Total != 0 {
+				t.Fatalf("after the restore the trash still holds %+v", l.Entries)
+			}
+			g.checkLinks(t)
+		})
+	}
+}
+
+// TestE2ETrashPurgeFreesWhatItHeld: a purge deletes the data the entries
+// held, and exactly that.
+func TestE2ETrashPurgeFreesWhatItHeld(t *testing.T) {
+	g := startTrash(t, trashCaches(t)["inmemory"], "1h", nil)
+	repo := "team/app"
+	shared := layer(t)
+	old := registrytest.Image(t, shared, layer(t))
+	oldD := push(t, g, repo+":v1", old)
+	push(t, g, repo+":v1", registrytest.Image(t, shared)) // old untagged; shared stays linked
+	g.settle(t)
+	rep := g.collect(t, repo)
+	if !contains(rep.ManifestsDeleted, oldD) {
+		t.Fatalf("collect: %+v", rep)
+	}
+	held := g.trashList(t, "")
+	g.settle(t)
+	code, hdr, b := g.send(t, http.MethodPost, "/gc/v1/trash/purge?older_than=0s", "")
+	t.Logf("purge: %d %v %q", code, hdr, b)
+	if code != http.StatusOK {
+		t.Fatalf("purge: %d %s", code, b)
+	}
+	var pr trash.PurgeReport
+	if err := json.Unmarshal(b, &pr); err != nil {
+		t.Fatalf("%v: %q", err, b)
+	}
+	if len(pr.Entries) != held.Total || pr.BlobsFreed != 3 || pr.BytesFreed != rep.BytesInTrash {
+		t.Fatalf("purge of %d entries (%d bytes held): %d entries, %d blobs, %d bytes freed: %s",
+			held.Total, rep.BytesInTrash, len(pr.Entries), pr.BlobsFreed, pr.BytesFreed, b)
+	}
+	for _, d := range blobsOf(t, old) {
+		_, err := g.raw.Stat(t.Context(), layout.BlobDataPath(d))
+		if gone := layout.IsNotFound(err); gone == (d.String() == digestOf(t, shared).String()) {
+			t.Fatalf("after the purge, %s gone=%v (%v)", d, gone, err)
+		}
+	}
+	if l := g.trashList(t, ""); l.Total != 0 {
+		t.Fatalf("after the purge: %+v", l)
+	}
+	code, b = g.collectRaw(t, repo, true)
+	if code != http.StatusOK {
+		t.Fatalf("dry run after purge: %d %s", code, b)
+	}
+}

@@ -1,0 +1,385 @@
+package trash
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/middleware"
+	"github.com/reclaim-registry/reclaim/storage/referrers"
+)
+
+// What a restore did with one entry.
+const (
+	Restored      = "restored"      // put back; its hold is dropped
+	AlreadyThere  = "already_there" // the object was back already (pushed again); its hold is dropped
+	TagMoved      = "tag_moved"     // the tag points elsewhere now: left alone, the entry stays
+	PurgedAlready = "purged"        // its data is gone: nothing to put back
+	NotLinkable   = "not_linkable"  // a blob no repository linked: nothing to put back, the entry stays until it expires
+	RestoreFailed = "failed"        // a write or read failed; the entry stays, a retry may finish it
+)
+
+// Selector picks what to restore: a repository's tag or digest, a GC
+// run, or a retention plan. Exactly one of (Repo with Tag or Digest),
+// Run and Plan.
+type Selector struct {
+	Repo   string
+	Tag    string
+	Digest digest.Digest
+	Run    string
+	Plan   string
+}
+
+// Validate says what is wrong with s, in words for an API caller.
+func (s Selector) Validate() error {
+	n := 0
+	if s.Repo != "" {
+		n++
+		if !layout.ValidRepo(s.Repo) {
+			return fmt.Errorf("repository %q is not a valid repository name", s.Repo)
+		}
+		if (s.Tag == "") == (s.Digest == "") {
+			return errors.New("a repository needs exactly one of tag or digest")
+		}
+		if s.Digest != "" && !layout.ValidDigest(s.Digest) {
+			return fmt.Errorf("digest %q is not a valid sha256 digest", s.Digest)
+		}
+	}
+	if s.Run != "" {
+		n++
+	}
+	if s.Plan != "" {
+		n++
+	}
+	if n != 1 {
+		return errors.New("give exactly one of repository (with tag or digest), run or plan")
+	}
+	return nil
+}
+
+// RestoredEntry is what a restore did with one entry.
+type RestoredEntry struct {
+	Entry   reclaim.TrashEntry `json:"entry"`
+	Outcome string             `json:"outcome"`
+	Detail  string             `json:"detail,omitempty"`
+}
+
+// RestoreReport is one restore.
+type RestoreReport struct {
+	Entries []RestoredEntry `json:"entries"`
+	// Restored counts entries put back (restored or already there);
+	// Left the others, which stay in the trash.
+	Restored int `json:"restored"`
+	Left     int `json:"left"`
+}
+
+// tagLease bounds how long a restore that died holds a tag's fence.
+const tagLease = time.Minute
+
+// Restore puts back what s selects, in the order a push writes: layer
+// links, then manifests (an index's children first, a manifest's layers
+// and config first), then tags. Every link goes through the middleware's
+// driver like a push's, so a collect that fenced one of them first makes
+// the restore wait or fail (and retry), and one that fences after sees it
+// accessed. A tag is written under its fence, only where it is absent:
+// one a client re-pointed meanwhile is left alone (TagMoved).
+func (b *Bin) Restore(ctx context.Context, s Selector) (RestoreReport, error) {
+	if err := s.Validate(); err != nil {
+		return RestoreReport{}, err
+	}
+	entries, err := b.selected(ctx, s)
+	if err != nil {
+		return RestoreReport{}, err
+	}
+	order := map[reclaim.ObjectKind]int{reclaim.KindLayerLink: 0, reclaim.KindManifest: 1, reclaim.KindTag: 2, reclaim.KindBlob: 3}
+	slices.SortStableFunc(entries, func(a, b reclaim.TrashEntry) int { return order[a.Kind] - order[b.Kind] })
+	r := &restorer{b: b, done: map[restoreKey]result{}}
+	rep := RestoreReport{Entries: []RestoredEntry{}}
+	for _, e := range entries {
+		res := r.entry(ctx, e)
+		if res.outcome == Restored || res.outcome == AlreadyThere {
+			if err := b.Drop(ctx, e); err != nil {
+				res.detail = joinDetail(res.detail, "put back, but its hold is left: "+err.Error())
+			}
+			rep.Restored++
+		} else {
+			rep.Left++
+		}
+		rep.Entries = append(rep.Entries, RestoredEntry{Entry: e, Outcome: res.outcome, Detail: res.detail})
+	}
+	return rep, nil
+}
+
+// selected lists the entries s picks: from the index, and for a digest
+// also from the holds in storage (the truth, when the index lost some).
+func (b *Bin) selected(ctx context.Context, s Selector) ([]reclaim.TrashEntry, error) {
+	f := Filter{Repo: s.Repo, Run: s.Run, Plan: s.Plan, Tag: s.Tag}
+	if s.Digest != "" {
+		f.Digest = s.Digest
+	}
+	entries, err := b.List(ctx, f)
+	if err != nil {
+		return nil, fmt.Errorf("trash: list entries: %w", err)
+	}
+	if s.Tag != "" {
+		entries = onlyKind(entries, reclaim.KindTag)
+		if len(entries) > 1 {
+			entries = entries[:1] // the newest: what the tag pointed at last
+		}
+	}
+	if s.Digest == "" {
+		return entries, nil
+	}
+	stored, err := b.Holds(ctx, s.Digest)
+	if err != nil {
+		return nil, fmt.Errorf("trash: read holds of %s: %w", s.Digest, err)
+	}
+	for _, e := range stored {
+		if e.Repo == s.Repo && e.Kind != reclaim.KindTag && !slices.ContainsFunc(entries, func(x reclaim.TrashEntry) bool { return x.ID == e.ID }) {
+			entries = append(entries, e)
+		}
+	}
+	return slices.DeleteFunc(entries, func(e reclaim.TrashEntry) bool { return e.Kind == reclaim.KindTag }), nil
+}
+
+func onlyKind(es []reclaim.TrashEntry, k reclaim.ObjectKind) []reclaim.TrashEntry {
+	return slices.DeleteFunc(es, func(e reclaim.TrashEntry) bool { return e.Kind != k })
+}
+
+func joinDetail(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+type restoreKey struct {
+	kind reclaim.ObjectKind
+	repo string
+	d    digest.Digest
+}
+
+type result struct{ outcome, detail string }
+
+// restorer restores the objects of one Restore, each once.
+type restorer struct {
+	b    *Bin
+	done map[restoreKey]result
+}
+
+func (r *restorer) entry(ctx context.Context, e reclaim.TrashEntry) result {
+	switch e.Kind {
+	case reclaim.KindLayerLink:
+		return r.layer(ctx, e.Repo, e.Digest, false)
+	case reclaim.KindManifest:
+		return r.manifest(ctx, e.Repo, e.Digest)
+	case reclaim.KindTag:
+		return r.tag(ctx, e)
+	}
+	return result{NotLinkable, "no repository linked this blob when it was removed"}
+}
+
+// layer puts back repo's layer link to d (optional: a foreign layer whose
+// data was never stored).
+func (r *restorer) layer(ctx context.Context, repo string, d digest.Digest, optional bool) result {
+	k := restoreKey{reclaim.KindLayerLink, repo, d}
+	if res, ok := r.done[k]; ok {
+		return res
+	}
+	res := r.link(ctx, layout.LayerLinkPath(repo, d), d, optional)
+	if res.outcome == Restored {
+		r.dropHolds(ctx, k)
+	}
+	r.done[k] = res
+	return res
+}
+
+// manifest puts back repo's manifest m: its layers and config, then (an
+// index) its children, then its revision link and its referrers index
+// entry.
+func (r *restorer) manifest(ctx context.Context, repo string, m digest.Digest) result {
+	k := restoreKey{reclaim.KindManifest, repo, m}
+	if res, ok := r.done[k]; ok {
+		return res
+	}
+	r.done[k] = result{RestoreFailed, "a manifest that references itself"}
+	res := r.manifestOnce(ctx, repo, m)
+	if res.outcome == Restored {
+		r.dropHolds(ctx, k)
+	}
+	r.done[k] = res
+	return res
+}
+
+func (r *restorer) manifestOnce(ctx context.Context, repo string, m digest.Digest) result {
+	payload, err := r.b.cfg.Raw.GetContent(ctx, layout.BlobDataPath(m))
+	if layout.IsNotFound(err) {
+		return result{PurgedAlready, "the manifest's data is gone"}
+	}
+	if err != nil {
+		return result{RestoreFailed, "read manifest: " + err.Error()}
+	}
+	refs, err := referencesOf(payload)
+	if err != nil {
+		return result{RestoreFailed, fmt.Sprintf("manifest %s: %v", m, err)}
+	}
+	for _, l := range refs.blobs {
+		if res := r.layer(ctx, repo, l.Digest, len(l.URLs) > 0); res.outcome != Restored {
+			return result{res.outcome, fmt.Sprintf("blob %s: %s", l.Digest, res.detail)}
+		}
+	}
+	for _, c := range refs.manifests {
+		if res := r.manifest(ctx, repo, c); res.outcome != Restored {
+			return result{res.outcome, fmt.Sprintf("child manifest %s: %s", c, res.detail)}
+		}
+	}
+	if res := r.link(ctx, layout.RevisionLinkPath(repo, m), m, false); res.outcome != Restored {
+		return res
+	}
+	if subject, desc, ok, err := referrers.Of(payload, m, ""); err == nil && ok {
+		if err := referrers.New(r.b.cfg.Raw).Add(ctx, repo, subject, desc); err != nil {
+			return result{RestoreFailed, "referrers index entry: " + err.Error()}
+		}
+	}
+	return result{Restored, ""}
+}
+
+// link writes a forward link through the middleware, as a push does: the
+// reverse link first, the fence check, the access record; the data must
+// be there. A refusal because a GC holds the object's fence is retried.
+func (r *restorer) link(ctx context.Context, p string, d digest.Digest, optional bool) result {
+	if _, err := r.b.cfg.Raw.Stat(ctx, layout.BlobDataPath(d)); layout.IsNotFound(err) {
+		if optional {
+			return result{Restored, "foreign layer: no data stored"}
+		}
+		return result{PurgedAlready, "its data is gone"}
+	}
+	var err error
+	for attempt := range 5 {
+		if err = r.b.cfg.Driver.PutContent(ctx, p, []byte(d.String())); err == nil || !errors.Is(err, middleware.ErrRetryable) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return result{RestoreFailed, ctx.Err().Error()}
+		case <-time.After(time.Duration(attempt+1) * 200 * time.Millisecond):
+		}
+	}
+	switch {
+	case layout.IsNotFound(err):
+		return result{PurgedAlready, "its data is gone"}
+	case err != nil:
+		return result{RestoreFailed, err.Error()}
+	}
+	return result{Restored, ""}
+}
+
+// tag puts back e's tag where it is absent, under the tag's fence: a push
+// of the tag meanwhile either wrote first (and the restore leaves it,
+// TagMoved) or waits for the fence and then finds its own write gone and
+// answers 503 (middleware's tagWritten), never 201 for a lost write.
+func (r *restorer) tag(ctx context.Context, e reclaim.TrashEntry) result {
+	if res := r.manifest(ctx, e.Repo, e.Digest); res.outcome != Restored {
+		return result{res.outcome, "its manifest: " + res.detail}
+	}
+	tr := r.b.cfg.Tracker
+	f, err := tr.FenceTag(ctx, e.Repo, e.Tag, tagLease)
+	if err != nil {
+		return result{RestoreFailed, "fence tag: " + err.Error()}
+	}
+	defer func() { _ = tr.Release(context.WithoutCancel(ctx), f) }()
+	cur, err := r.b.cfg.Raw.GetContent(ctx, layout.TagCurrentPath(e.Repo, e.Tag))
+	switch {
+	case err == nil && string(cur) == e.Digest.String():
+		return result{AlreadyThere, ""}
+	case err == nil:
+		return result{TagMoved, "the tag points at " + string(cur) + " now: left alone"}
+	case !layout.IsNotFound(err):
+		return result{RestoreFailed, "read tag: " + err.Error()}
+	}
+	// as Distribution's tag store writes a tag: its index entry, then current
+	link := []byte(e.Digest.String())
+	if err := r.b.cfg.Raw.PutContent(ctx, layout.TagIndexPath(e.Repo, e.Tag, e.Digest), link); err != nil {
+		return result{RestoreFailed, "write tag index: " + err.Error()}
+	}
+	if err := tr.Confirm(ctx, f, tagLease); err != nil {
+		return result{RestoreFailed, err.Error()}
+	}
+	if err := r.b.cfg.Raw.PutContent(ctx, layout.TagCurrentPath(e.Repo, e.Tag), link); err != nil {
+		return result{RestoreFailed, "write tag: " + err.Error()}
+	}
+	return result{Restored, ""}
+}
+
+// dropHolds drops every hold of the kind and repository k names on its
+// blob: the object is back, so every entry that removed it is done.
+func (r *restorer) dropHolds(ctx context.Context, k restoreKey) {
+	holds, err := r.b.Holds(ctx, k.d)
+	if err != nil {
+		return // the holds stay: they keep data longer, nothing more
+	}
+	for _, h := range holds {
+		if h.Kind == k.kind && h.Repo == k.repo {
+			_ = r.b.Drop(ctx, h)
+		}
+	}
+}
+
+// refs is what a manifest references: blobs (layers, config) and, in an
+// index, child manifests.
+type refs struct {
+	blobs     []descriptor
+	manifests []digest.Digest
+}
+
+type descriptor struct {
+	Digest digest.Digest `json:"digest"`
+	URLs   []string      `json:"urls"`
+}
+
+// referencesOf parses the references of an OCI or Docker manifest or
+// index (schema 2); a schema 1 manifest lists its layers as fsLayers.
+func referencesOf(payload []byte) (refs, error) {
+	var m struct {
+		Config    *descriptor  `json:"config"`
+		Layers    []descriptor `json:"layers"`
+		Blobs     []descriptor `json:"blobs"`
+		Manifests []descriptor `json:"manifests"`
+		FSLayers  []struct {
+			BlobSum digest.Digest `json:"blobSum"`
+		} `json:"fsLayers"`
+	}
+	if err := json.Unmarshal(payload, &m); err != nil {
+		return refs{}, fmt.Errorf("unparsable manifest: %w", err)
+	}
+	var out refs
+	if m.Config != nil {
+		out.blobs = append(out.blobs, *m.Config)
+	}
+	out.blobs = append(out.blobs, m.Layers...)
+	out.blobs = append(out.blobs, m.Blobs...)
+	for _, l := range m.FSLayers {
+		out.blobs = append(out.blobs, descriptor{Digest: l.BlobSum})
+	}
+	for _, c := range m.Manifests {
+		out.manifests = append(out.manifests, c.Digest)
+	}
+	for _, d := range out.blobs {
+		if !layout.ValidDigest(d.Digest) {
+			return refs{}, fmt.Errorf("references %q, not a sha256 digest", d.Digest)
+		}
+	}
+	for _, d := range out.manifests {
+		if !layout.ValidDigest(d) {
+			return refs{}, fmt.Errorf("references %q, not a sha256 digest", d)
+		}
+	}
+	return out, nil
+}
