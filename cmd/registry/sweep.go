@@ -295,7 +295,7 @@ func walkBlobShards(ctx context.Context, d storagedriver.StorageDriver, st *swee
 			case b.Unreadable != "":
 				unreadable(b.Dir, b.Unreadable)
 			case b.HasData: // reverse links without data: linkdb verify's business
-				blobs[b.Digest] = &blobEntry{size: b.Size, linked: b.Reverse > 0}
+				blobs[b.Digest] = &blobEntry{size: b.Size, linked: b.Reverse > 0 || b.Held > 0}
 			}
 		}})
 		if ctx.Err() != nil {

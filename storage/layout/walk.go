@@ -48,6 +48,9 @@ type Blob struct {
 	// Reverse counts the entries at its reverse link paths: link files,
 	// and anything else there (a directory), which still counts as a link.
 	Reverse int
+	// Held counts its trash holds (PathTrashHold): they keep its data
+	// like reverse links, but stand for no forward link.
+	Held int
 	// Unreadable is set when part of the directory could not be read: what
 	// it holds is unknown, so the blob must never be taken as unreferenced.
 	Unreadable string
@@ -125,6 +128,9 @@ func (w *shardWalk) visit(fi storagedriver.FileInfo) error {
 		if !fi.IsDir() {
 			w.cur.HasData, w.cur.Size = true, fi.Size()
 		}
+	case PathTrashHold:
+		w.begin(p.Digest)
+		w.cur.Held++
 	case PathReverseLink:
 		// A directory at a reverse link path counts too: it is never
 		// "no reverse link"; the visitor reports it.

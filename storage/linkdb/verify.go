@@ -202,7 +202,7 @@ func (v *verifier) blob(b *layout.Blob, computable bool) {
 		v.f.add(Problem{Kind: Unreadable, Path: b.Dir, Digest: b.Digest, Detail: b.Unreadable})
 		return // unknown, never unreferenced
 	}
-	if !b.HasData || b.Reverse > 0 || !computable {
+	if !b.HasData || b.Reverse > 0 || b.Held > 0 || !computable {
 		return
 	}
 	v.mu.Lock()
