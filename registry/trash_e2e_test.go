@@ -2,13 +2,16 @@ package registry_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/distribution/distribution/v3/configuration"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/registry"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/trash"
@@ -174,5 +177,52 @@ func TestE2ETrashPurgeFreesWhatItHeld(t *testing.T) {
 	code, b = g.collectRaw(t, repo, true)
 	if code != http.StatusOK {
 		t.Fatalf("dry run after purge: %d %s", code, b)
+	}
+}
+
+// TestE2ETrashPullOfADeletedTag: a pull of a tag retention deleted is
+// counted and answered 404; with trash.restoreonpull the tag is put back
+// and the pull served.
+func TestE2ETrashPullOfADeletedTag(t *testing.T) {
+	for _, restore := range []bool{false, true} {
+		t.Run(fmt.Sprintf("restoreonpull=%v", restore), func(t *testing.T) {
+			g := startTrash(t, trashCaches(t)["inmemory"], "1h", map[string]any{"restoreonpull": restore})
+			repo := fmt.Sprintf("svc/pull%v", restore)
+			vs := history(t, g, repo, 4, time.Now().Add(-400*day), day)
+			declare(t, g, "prod", img(repo, vs[3]))
+			p := g.preview(t, repo, `{"keep_newest":1,"rollback_slack":0,"min_age":"720h"}`)
+			rep := g.apply(t, repo, p.ID)
+			if len(rep.Deleted) != 3 || rep.Deleted[0].Trash == "" {
+				t.Fatalf("apply %+v", rep)
+			}
+			before := registry.TrashHits(repo, "tag")
+			code := registrytest.ManifestStatus(t, g.Registry, repo+":v000")
+			if hits := registry.TrashHits(repo, "tag") - before; hits != 1 {
+				t.Fatalf("trash hits of the pull: %v, want 1", hits)
+			}
+			if !restore {
+				if code != http.StatusNotFound {
+					t.Fatalf("pull of a deleted tag: %d, want 404", code)
+				}
+				if l := g.trashList(t, "plan="+p.ID); l.Total != 3 {
+					t.Fatalf("trash of the plan: %+v", l)
+				}
+				// a 404 for something never deleted is not a hit
+				if code := registrytest.ManifestStatus(t, g.Registry, repo+":never"); code != http.StatusNotFound || registry.TrashHits(repo, "tag")-before != 1 {
+					t.Fatalf("pull of an unknown tag: %d, hits %v", code, registry.TrashHits(repo, "tag")-before)
+				}
+				return
+			}
+			if code != http.StatusOK {
+				t.Fatalf("pull of a deleted tag with restoreonpull: %d, want 200", code)
+			}
+			desc := registrytest.AssertPullable(t, g.Registry, repo+":v000")
+			if desc.Digest.String() != vs[0].String() {
+				t.Fatalf("v000 restored at %s, want %s", desc.Digest, vs[0])
+			}
+			if l := g.trashList(t, "plan="+p.ID); l.Total != 2 {
+				t.Fatalf("after the restore on pull the plan's trash holds %d entries, want 2: %+v", l.Total, l.Entries)
+			}
+		})
 	}
 }

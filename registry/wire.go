@@ -109,6 +109,7 @@ func (s *Server) open(ctx context.Context) error {
 //	cross-site   refuses a /gc/v1/ write a browser sent for another site's page (gcapi.CrossSiteGuard)
 //	referrers    GET /v2/<name>/referrers/<digest>; index upkeep on manifest PUT and DELETE
 //	scope        the request scope the middleware records into; a refused write answers 503
+//	trash pulls  a pull that would answer 404 asks the trash index (one round trip); counted, logged, restored with trash.restoreonpull (trashpull.go)
 //	GC API       /gc/v1/...: one route table (registry/gcapi/routes.go), GET /gc/v1/status included
 //	sha256 only  refuses a link under another digest algorithm before Distribution sees it
 //	app          Distribution
@@ -121,6 +122,9 @@ func (s *Server) Handler(app http.Handler) http.Handler {
 	}
 	api := gcapi.New(s.gcConfig(h))
 	h = api
+	if s.trash != nil {
+		h = trashPulls(s.trash, s.opts.Trash.RestoreOnPull, h)
+	}
 	if s.on {
 		h = s.env.Handler(h)
 	}
