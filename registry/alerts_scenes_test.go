@@ -44,6 +44,7 @@ func runScenes(t *testing.T) []alertScene {
 		{"reclaimer off", sceneReclaimerOff},
 		{"reclaimer stalled", sceneStalled},
 		{"reverse-link write fails", sceneReverseLink},
+		{"pull of something in the trash", sceneTrashHit},
 	} {
 		t.Run(sc.name, func(t *testing.T) { out = append(out, sc.run(t, s)...) })
 	}
@@ -399,5 +400,23 @@ func sceneReverseLink(t *testing.T, s *scraper) []alertScene {
 	after := s.scrape(t)
 	return []alertScene{{name: "reverse link fails", scrapes: []scrape{before, after}, fire: map[string][]map[string]string{
 		"ReclaimReverseLinkErrors": {{"op": "put"}},
+	}}}
+}
+
+// A collect with the trash on removes an untagged manifest, then a client
+// pulls it by digest: 404, and a trash hit.
+func sceneTrashHit(t *testing.T, s *scraper) []alertScene {
+	opts := reclaimOptions(t, e2eWindow, "")
+	opts["trash"] = map[string]any{"keep": "1h"}
+	g := startScene(t, opts)
+	old := deletable(t, g, "trashhit/app")
+	g.collect(t, "trashhit/app")
+	before := s.scrape(t)
+	if code := registrytest.ManifestStatus(t, g.Registry, "trashhit/app@"+old.String()); code != http.StatusNotFound {
+		t.Fatalf("pull of a collected manifest: %d, want 404", code)
+	}
+	after := s.scrape(t)
+	return []alertScene{{name: "trash hit", scrapes: []scrape{before, after}, fire: map[string][]map[string]string{
+		"ReclaimTrashHit": {{"repository": "trashhit/app", "kind": "manifest"}},
 	}}}
 }

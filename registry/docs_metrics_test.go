@@ -20,7 +20,7 @@ var promqlWords = map[string]bool{
 	"sum": true, "max": true, "min": true, "by": true, "on": true, "and": true, "or": true, "unless": true,
 	"rate": true, "increase": true, "delta": true, "time": true, "histogram_quantile": true,
 	"le": true, "status": true, "dry_run": true, "kind": true, "reason": true, "result": true,
-	"op": true, "outcome": true, "cause": true, "instance": true, "caller": true,
+	"op": true, "outcome": true, "cause": true, "instance": true, "caller": true, "repository": true,
 }
 
 var (
