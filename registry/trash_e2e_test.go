@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/distribution/distribution/v3/configuration"
+	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry"
@@ -224,5 +225,53 @@ func TestE2ETrashPullOfADeletedTag(t *testing.T) {
 				t.Fatalf("after the restore on pull the plan's trash holds %d entries, want 2: %+v", l.Total, l.Entries)
 			}
 		})
+	}
+}
+
+// waitTrash polls until ok holds (the reclaimer ticks in the background),
+// for up to 30s.
+func waitTrash(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 30s for %s", what)
+		}
+	}
+}
+
+// TestE2ETrashReclaimerHoldsThenPurges: with the trash on, the reclaimer
+// holds a blob nothing links instead of deleting it, and purges it (its
+// data freed) once the entry expired.
+func TestE2ETrashReclaimerHoldsThenPurges(t *testing.T) {
+	opts := reclaimOptions(t, e2eWindow, "")
+	opts["trash"] = map[string]any{"keep": "5s"}
+	opts["reclaimer"] = map[string]any{"enabled": true, "interval": "50ms"}
+	g := completeGC(t, registrytest.Start(t, registrytest.WithStorageMiddleware("gchook", nil), registrytest.WithStorageMiddleware("reclaim", opts)))
+	dropKeysAtEnd(t, g, opts)
+	repo := "team/orphan"
+	m := push(t, g, repo+":v1", registrytest.Image(t, layer(t)))
+	untag(t, g, repo, m.String()) // the manifest DELETE: its blob is queued for review
+	g.settle(t)
+	data := layout.BlobDataPath(digest.Digest(m.String()))
+	var held reclaim.TrashEntry
+	waitTrash(t, "the reclaimer to hold the manifest blob", func() bool {
+		for _, e := range g.trashList(t, "digest="+m.String()).Entries {
+			held = e
+		}
+		return held.ID != ""
+	})
+	if held.Kind != reclaim.KindBlob || held.By != "reclaimer" || held.Repo != "" {
+		t.Fatalf("entry %+v", held)
+	}
+	if _, err := g.raw.Stat(t.Context(), data); err != nil {
+		t.Fatalf("a held blob's data: %v", err)
+	}
+	g.Age(t, 5*time.Second)
+	waitTrash(t, "the reclaimer to purge the expired entry", func() bool {
+		_, err := g.raw.Stat(t.Context(), data)
+		return layout.IsNotFound(err)
+	})
+	if l := g.trashList(t, ""); l.Total != 0 {
+		t.Fatalf("after the purge: %+v", l.Entries)
 	}
 }

@@ -30,13 +30,14 @@ type Config struct {
 	// fence check, the access record).
 	Driver storagedriver.StorageDriver
 	// Tracker fences a tag while a restore puts it back (the tag fence a
-	// retention delete takes).
+	// retention delete takes), and is the clock entries are timed by: the
+	// Redis server's, as access records and the reclaimer's purge are, so
+	// an entry removed on one instance expires by the same clock on all.
 	Tracker *redisstate.Tracker
 	Redis   redis.UniversalClient
 	Prefix  string
 	// Keep is how long an entry stays restorable; it must be positive.
 	Keep time.Duration
-	Now  func() time.Time // default time.Now
 }
 
 // Bin is the trash: it holds, lists, restores and purges.
@@ -53,10 +54,16 @@ func New(cfg Config) (*Bin, error) {
 	if cfg.Raw == nil || cfg.Driver == nil || cfg.Redis == nil || cfg.Tracker == nil {
 		return nil, errors.New("trash: Raw, Driver, Tracker and Redis are required")
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	return &Bin{cfg: cfg, idx: index{c: cfg.Redis, prefix: cfg.Prefix}}, nil
+}
+
+// now is the clock's time, or the local one when it cannot be read (a
+// few seconds of skew on an expiry days away).
+func (b *Bin) now(ctx context.Context) time.Time {
+	if t, err := b.cfg.Tracker.Now(ctx); err == nil {
+		return t.UTC()
+	}
+	return time.Now().UTC()
 }
 
 // Keep is how long an entry stays restorable.
@@ -67,7 +74,7 @@ func (b *Bin) Keep() time.Duration { return b.cfg.Keep }
 // round trip for the index (best effort: storage is the truth). It sets
 // the entry's ID, Removed and Expires.
 func (b *Bin) Hold(ctx context.Context, e reclaim.TrashEntry) (reclaim.TrashEntry, error) {
-	now := b.cfg.Now().UTC()
+	now := b.now(ctx)
 	var rnd [4]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return e, err
