@@ -23,7 +23,7 @@ import (
 
 // send sends body to path on r and returns the status, the Location header
 // and the response body.
-func send(t *testing.T, r *registrytest.Registry, method, path string, header http.Header, body []byte) (int, string, []byte) {
+func send(t testing.TB, r *registrytest.Registry, method, path string, header http.Header, body []byte) (int, string, []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, r.URL+path, bytes.NewReader(body))
 	if err != nil {
@@ -37,7 +37,7 @@ func send(t *testing.T, r *registrytest.Registry, method, path string, header ht
 }
 
 // roundTrip sends req and returns the status, the headers and the body.
-func roundTrip(t *testing.T, req *http.Request) (int, http.Header, []byte) {
+func roundTrip(t testing.TB, req *http.Request) (int, http.Header, []byte) {
 	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -45,7 +45,7 @@ type gcRegistry struct {
 	raw storagedriver.StorageDriver
 }
 
-func reclaimOptions(t *testing.T, window time.Duration, redisAddr string) map[string]any {
+func reclaimOptions(t testing.TB, window time.Duration, redisAddr string) map[string]any {
 	opts := map[string]any{
 		"window": window.String(),
 		"dedup":  "10ms",
@@ -79,7 +79,7 @@ func startGC(t *testing.T, opts ...registrytest.Option) *gcRegistry {
 
 // completeGC wraps r, which started empty with the reclaim middleware, and
 // marks its link database complete: it has been from the start.
-func completeGC(t *testing.T, r *registrytest.Registry) *gcRegistry {
+func completeGC(t testing.TB, r *registrytest.Registry) *gcRegistry {
 	t.Helper()
 	raw := rawDriver(t, r)
 	if err := linkdb.MarkLinkDBComplete(t.Context(), raw, time.Now()); err != nil {
@@ -92,24 +92,24 @@ func completeGC(t *testing.T, r *registrytest.Registry) *gcRegistry {
 // the Redis clock the window is timed by and the clock of the requests in
 // flight (registrytest.Registry.Age), by the window and a margin, as
 // sleeping through them used to.
-func (g *gcRegistry) settle(t *testing.T) {
+func (g *gcRegistry) settle(t testing.TB) {
 	t.Helper()
 	g.Age(t, e2eWindow+200*time.Millisecond)
 }
 
 // post sends an empty POST to path as g's user.
-func (g *gcRegistry) post(t *testing.T, path string) (int, []byte) {
+func (g *gcRegistry) post(t testing.TB, path string) (int, []byte) {
 	t.Helper()
 	code, _, body := g.send(t, http.MethodPost, path, "")
 	return code, body
 }
 
-func (g *gcRegistry) collectRaw(t *testing.T, repo string, dry bool) (int, []byte) {
+func (g *gcRegistry) collectRaw(t testing.TB, repo string, dry bool) (int, []byte) {
 	t.Helper()
 	return g.post(t, fmt.Sprintf("/gc/v1/repositories/%s/collect?dry_run=%v", repo, dry))
 }
 
-func decodeReport(t *testing.T, b []byte) *collector.Report {
+func decodeReport(t testing.TB, b []byte) *collector.Report {
 	t.Helper()
 	var rep collector.Report
 	if err := json.Unmarshal(b, &rep); err != nil {
@@ -121,7 +121,7 @@ func decodeReport(t *testing.T, b []byte) *collector.Report {
 // collect runs a dry run (which must change nothing), then a real run,
 // which must delete exactly what the dry run announced; it checks the link
 // database afterwards.
-func (g *gcRegistry) collect(t *testing.T, repo string) *collector.Report {
+func (g *gcRegistry) collect(t testing.TB, repo string) *collector.Report {
 	t.Helper()
 	before := g.tree(t)
 	code, body := g.collectRaw(t, repo, true)
@@ -154,7 +154,7 @@ func (g *gcRegistry) collect(t *testing.T, repo string) *collector.Report {
 }
 
 // tree lists every file under the storage root with its size.
-func (g *gcRegistry) tree(t *testing.T) string {
+func (g *gcRegistry) tree(t testing.TB) string {
 	t.Helper()
 	var lines []string
 	err := filepath.Walk(g.Root, func(p string, fi os.FileInfo, err error) error {
@@ -176,7 +176,7 @@ func (g *gcRegistry) tree(t *testing.T) string {
 // checkLinks walks the storage: every forward link has its reverse link
 // (invariant 2) and every reverse link its forward link (GC leaves no
 // stale one behind).
-func (g *gcRegistry) checkLinks(t *testing.T) {
+func (g *gcRegistry) checkLinks(t testing.TB) {
 	t.Helper()
 	ctx := t.Context()
 	links := linkdb.NewReverseLinks(g.raw)
@@ -275,7 +275,7 @@ func reasonOf(rep *collector.Report, kind reclaim.ObjectKind, h ggcrv1.Hash) str
 	return ""
 }
 
-func untag(t *testing.T, g *gcRegistry, repo, tag string) {
+func untag(t testing.TB, g *gcRegistry, repo, tag string) {
 	t.Helper()
 	resp := g.Do(t, http.MethodDelete, "/v2/"+repo+"/manifests/"+tag, nil)
 	resp.Body.Close()
@@ -284,7 +284,7 @@ func untag(t *testing.T, g *gcRegistry, repo, tag string) {
 	}
 }
 
-func layer(t *testing.T) ggcrv1.Layer {
+func layer(t testing.TB) ggcrv1.Layer {
 	t.Helper()
 	l, err := random.Layer(1024, types.OCILayer)
 	if err != nil {
@@ -293,7 +293,7 @@ func layer(t *testing.T) ggcrv1.Layer {
 	return l
 }
 
-func push(t *testing.T, g *gcRegistry, ref string, img ggcrv1.Image) ggcrv1.Hash {
+func push(t testing.TB, g *gcRegistry, ref string, img ggcrv1.Image) ggcrv1.Hash {
 	t.Helper()
 	if err := remote.Write(g.Ref(t, ref), img, g.Remote(t)...); err != nil {
 		t.Fatalf("push %s: %v", ref, err)
@@ -463,7 +463,7 @@ func TestE2ERecentlyPulledUntaggedManifestKept(t *testing.T) {
 }
 
 // rawDriver is the filesystem driver below the middleware.
-func rawDriver(t *testing.T, r *registrytest.Registry) storagedriver.StorageDriver {
+func rawDriver(t testing.TB, r *registrytest.Registry) storagedriver.StorageDriver {
 	t.Helper()
 	d, err := filesystem.FromParameters(map[string]any{"rootdirectory": r.Root})
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 
 // send makes one GC API request with an optional body, as g's user (or as
 // user:password when given).
-func (g *gcRegistry) send(t *testing.T, method, path, body string, user ...string) (int, http.Header, []byte) {
+func (g *gcRegistry) send(t testing.TB, method, path, body string, user ...string) (int, http.Header, []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, g.URL+path, strings.NewReader(body))
 	if err != nil {

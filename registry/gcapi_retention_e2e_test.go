@@ -47,7 +47,7 @@ func startRetention(t *testing.T, retentionOpts map[string]any) *gcRegistry {
 
 // dropKeysAtEnd deletes the test's keys (opts' prefix) when it ends: on a
 // shared Redis, leave none of them behind.
-func dropKeysAtEnd(t *testing.T, g *gcRegistry, opts map[string]any) {
+func dropKeysAtEnd(t testing.TB, g *gcRegistry, opts map[string]any) {
 	prefix, ok := opts["prefix"].(string)
 	if !ok {
 		return

@@ -23,7 +23,7 @@ import (
 
 // trashCaches are the descriptor caches the trash tests run on: the redis
 // one needs a real Redis (RECLAIM_TEST_REDIS_ADDR; CI has one).
-func trashCaches(t *testing.T) map[string]registrytest.Option {
+func trashCaches(t testing.TB) map[string]registrytest.Option {
 	out := map[string]registrytest.Option{"inmemory": registrytest.WithConfig(func(cfg *configuration.Configuration) {})}
 	if addr := os.Getenv("RECLAIM_TEST_REDIS_ADDR"); addr != "" {
 		out["redis"] = registrytest.WithConfig(func(cfg *configuration.Configuration) {
@@ -37,7 +37,7 @@ func trashCaches(t *testing.T) map[string]registrytest.Option {
 
 // startTrash starts a registry with GC on and the trash keeping entries
 // for keep.
-func startTrash(t *testing.T, cache registrytest.Option, keep string, extra map[string]any) *gcRegistry {
+func startTrash(t testing.TB, cache registrytest.Option, keep string, extra map[string]any) *gcRegistry {
 	t.Helper()
 	opts := reclaimOptions(t, e2eWindow, "")
 	tr := map[string]any{"keep": keep}
@@ -71,7 +71,7 @@ func (g *gcRegistry) trashList(t *testing.T, query string) trashListing {
 	return l
 }
 
-func (g *gcRegistry) restore(t *testing.T, query string) trash.RestoreReport {
+func (g *gcRegistry) restore(t testing.TB, query string) trash.RestoreReport {
 	t.Helper()
 	code, b := g.post(t, "/gc/v1/trash/restore?"+query)
 	if code != http.StatusOK {

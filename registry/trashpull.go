@@ -2,6 +2,7 @@ package registry
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"regexp"
 	"time"
@@ -56,7 +57,9 @@ func trashPulls(bin *trash.Bin, restoreOnPull bool, next http.Handler) http.Hand
 			return
 		}
 		metricTrashHits.WithLabelValues(repo, string(e.Kind)).Inc()
-		_ = bin.CountHit(ctx, e, time.Now())
+		// the day's hit count, after the answer when it is a 404: the
+		// client waits for the lookup's one round trip, not for this one
+		defer func() { _ = bin.CountHit(context.WithoutCancel(ctx), e, time.Now()) }()
 		log := logrus.WithFields(logrus.Fields{"repository": repo, "asked": name, "entry": e.ID, "kind": e.Kind,
 			"removed": e.Removed.Format(time.RFC3339), "by": e.By, "run": e.Run, "plan": e.Plan})
 		days := int(time.Since(e.Removed).Hours() / 24)
@@ -162,13 +165,14 @@ func (h *holdNotFound) Write(b []byte) (int, error) {
 	return h.ResponseWriter.Write(b)
 }
 
-// release sends the held 404 as it was written.
+// release sends the held 404 as it was written, flushed.
 func (h *holdNotFound) release() {
 	for k, v := range h.header {
 		h.ResponseWriter.Header()[k] = v
 	}
 	h.ResponseWriter.WriteHeader(h.status)
 	_, _ = h.ResponseWriter.Write(h.body.Bytes())
+	_ = http.NewResponseController(h.ResponseWriter).Flush()
 }
 
 // Flush passes a flush through once the answer is not a held 404.
