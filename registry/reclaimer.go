@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
+	"github.com/reclaim-registry/reclaim/gc"
+	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/gc/reclaimer"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/internal/metrics"
@@ -141,11 +143,23 @@ func observeTick(t reclaimer.TickReport) {
 	metricScrubFailed.Add(float64(t.Scrub.Failed))
 }
 
-// trashPurger is the trash as the reclaimer purges it; nil (no typed nil)
-// when it is off.
+// trashPurger is the trash's purge as the reclaimer runs it each tick;
+// nil when the trash is off.
 func (s *Server) trashPurger() reclaimer.TrashPurger {
 	if s.trash == nil {
 		return nil
 	}
-	return s.trash
+	return func(ctx context.Context, orphans *collector.Orphans, now time.Time, max int) ([]gc.Decision, int, error) {
+		rep, err := s.trash.PurgeExpired(ctx, orphans, now, max)
+		var freed []gc.Decision
+		for _, e := range rep.Entries {
+			if e.Error != "" {
+				logrus.WithField("component", "reclaimer").Warnf("reclaimer: trash purge %s: %s", e.Entry.ID, e.Error)
+			}
+			if e.Blob != nil && e.Blob.Deleted() {
+				freed = append(freed, *e.Blob)
+			}
+		}
+		return freed, len(rep.Entries), err
+	}
 }

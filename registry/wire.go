@@ -14,6 +14,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -86,7 +87,8 @@ func (s *Server) open(ctx context.Context) error {
 	}
 	if s.opts.Trash.Keep > 0 {
 		s.trash, err = trash.New(trash.Config{Raw: env.Raw, Driver: env.Driver, Tracker: env.Tracker,
-			Redis: env.Tracker.Client(), Prefix: s.opts.Prefix, Keep: s.opts.Trash.Keep})
+			Redis: env.Tracker.Client(), Prefix: s.opts.Prefix, Keep: s.opts.Trash.Keep,
+			Retryable: func(err error) bool { return errors.Is(err, middleware.ErrRetryable) }})
 		if err != nil {
 			return err
 		}

@@ -63,17 +63,20 @@ var allowed = map[string][]string{
 	"gc/internal/gctest": {"internal/config", "reclaim", "storage/layout", "storage/linkdb", "storage/middleware", "storage/storagetest"},
 
 	// retention: the domain, and its state in Redis
+	// recoverable deletion: holds on blobs, their Redis index, restore, purge
+	"trash": {"gc", "reclaim", "redisstate", "storage/layout", "storage/referrers"},
+
 	"retention":            {"internal/enum", "reclaim", "retention/inuse"},
 	"retention/inuse":      {},
 	"retention/redisstore": {"retention", "retention/inuse"},
 
 	// HTTP, and the binary
 	// registry: the Server, and wire.go, which builds everything below
-	"registry": {"gc/collector", "gc/reclaimer", "internal/config", "internal/metrics", "reclaim", "redisstate",
+	"registry": {"gc", "gc/collector", "gc/reclaimer", "internal/config", "internal/metrics", "reclaim", "redisstate",
 		"registry/accesscontrol", "registry/console", "registry/deletionevents", "registry/gcapi", "retention", "retention/redisstore",
-		"storage/budget", "storage/layout", "storage/linkdb", "storage/middleware", "storage/referrers"},
+		"storage/budget", "storage/layout", "storage/linkdb", "storage/middleware", "storage/referrers", "trash"},
 	// the GC API: handlers, route table, error table; no storage, no driver stack
-	"registry/gcapi":         {"gc/collector", "internal/config", "internal/crosssite", "internal/metrics", "reclaim", "reclaim/gcrun", "redisstate", "registry/accesscontrol", "retention", "retention/inuse", "retention/redisstore"},
+	"registry/gcapi":         {"gc/collector", "internal/config", "internal/crosssite", "internal/metrics", "reclaim", "reclaim/gcrun", "redisstate", "registry/accesscontrol", "retention", "retention/inuse", "retention/redisstore", "trash"},
 	"registry/accesscontrol": {},
 	// deletion events: what runs deleted, to Distribution's notification endpoints
 	"registry/deletionevents":     {"reclaim"},

@@ -36,6 +36,10 @@ type Config struct {
 	Tracker *redisstate.Tracker
 	Redis   redis.UniversalClient
 	Prefix  string
+	// Retryable says whether a link write Driver refused may succeed if
+	// tried again (the middleware's ErrRetryable: a GC fence held); nil:
+	// none is retried.
+	Retryable func(error) bool
 	// Keep is how long an entry stays restorable; it must be positive.
 	Keep time.Duration
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
-	"github.com/reclaim-registry/reclaim/storage/middleware"
 	"github.com/reclaim-registry/reclaim/storage/referrers"
 )
 
@@ -263,7 +262,7 @@ func (r *restorer) link(ctx context.Context, p string, d digest.Digest, optional
 	}
 	var err error
 	for attempt := range 5 {
-		if err = r.b.cfg.Driver.PutContent(ctx, p, []byte(d.String())); err == nil || !errors.Is(err, middleware.ErrRetryable) {
+		if err = r.b.cfg.Driver.PutContent(ctx, p, []byte(d.String())); err == nil || r.b.cfg.Retryable == nil || !r.b.cfg.Retryable(err) {
 			break
 		}
 		select {

@@ -12,7 +12,6 @@ import (
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
-	"github.com/reclaim-registry/reclaim/trash"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -409,10 +408,11 @@ func (r *Reclaimer) countFreed(ctx context.Context, bytes int64, objects int) {
 	_ = r.cfg.Freed.CountFreed(context.WithoutCancel(ctx), r.cfg.Now(), bytes, objects)
 }
 
-// TrashPurger purges expired trash entries (trash.Bin).
-type TrashPurger interface {
-	PurgeExpired(ctx context.Context, p trash.Purger, now time.Time, max int) (trash.PurgeReport, error)
-}
+// TrashPurger purges up to max expired trash entries at now, deleting a
+// blob's data only through orphans' checks (Orphans.Purge), and returns
+// the decisions on the blobs whose data it freed and how many entries it
+// purged (the registry wires trash.Bin.PurgeExpired).
+type TrashPurger func(ctx context.Context, orphans *collector.Orphans, now time.Time, max int) (freed []gc.Decision, purged int, err error)
 
 // purge removes expired trash entries; a blob whose data it frees counts
 // as a deletion of the tick (the trash's entry had announced its removal).
@@ -424,18 +424,10 @@ func (r *Reclaimer) purge(ctx context.Context, del *collector.Orphans, rep *Tick
 	if batch <= 0 {
 		batch = 100
 	}
-	pr, err := r.cfg.Trash.PurgeExpired(ctx, del, del.Now(), batch)
+	freed, purged, err := r.cfg.Trash(ctx, del, del.Now(), batch)
 	if err != nil {
 		r.cfg.Logf("reclaimer: trash purge: %v", err)
-		return
 	}
-	rep.Purged = len(pr.Entries)
-	for _, e := range pr.Entries {
-		if e.Error != "" {
-			r.cfg.Logf("reclaimer: trash purge %s: %s", e.Entry.ID, e.Error)
-		}
-		if e.Blob != nil && e.Blob.Deleted() {
-			rep.Decisions = append(rep.Decisions, *e.Blob)
-		}
-	}
+	rep.Purged = purged
+	rep.Decisions = append(rep.Decisions, freed...)
 }

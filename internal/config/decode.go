@@ -16,12 +16,7 @@ import (
 // and checks them. Keys are decoded in sorted order, so the same config
 // always reports the same bad option first.
 func decode(m map[string]any) (Options, error) {
-	var o Options
-	o.Retention.KeepNewest, o.Retention.RollbackSlack = 10, 3
-	o.Reclaimer.UsageRefresh = defaultUsageRefresh // absent: the default; 0 can be configured
-	o.Reclaimer.ScrubRepos = defaultScrubRepos     // likewise
-	o.GC.DryRunWait = defaultDryRunWait            // likewise
-	o.Budget = Budget{Rate: -1, InFlight: defaultBudgetInFlight}
+	o := presets()
 	var writeGrace time.Duration
 	err := decodeBlock(m, fields{
 		"prefix":        str(&o.Prefix),
@@ -95,6 +90,18 @@ func decode(m map[string]any) (Options, error) {
 		return Options{}, err
 	}
 	return o.WithDefaults()
+}
+
+// presets are the defaults of the options where 0 can be configured, so
+// WithDefaults cannot tell "absent" from 0: set before decoding.
+func presets() Options {
+	var o Options
+	o.Retention.KeepNewest, o.Retention.RollbackSlack = 10, 3
+	o.Reclaimer.UsageRefresh = defaultUsageRefresh
+	o.Reclaimer.ScrubRepos = defaultScrubRepos
+	o.GC.DryRunWait = defaultDryRunWait
+	o.Budget = Budget{Rate: -1, InFlight: defaultBudgetInFlight}
+	return o
 }
 
 // fields is a table of options: the setter of each key, in lower case, a

@@ -94,6 +94,9 @@ type cluster struct {
 	tracker *redisstate.Tracker
 	regs    []*registrytest.Registry
 	procs   []*registrytest.Process // nil entries for in-process instances
+	// trashKeep, when set, turns the trash on (trash.keep) in every
+	// instance started after it is set.
+	trashKeep string
 }
 
 // newCluster prepares an empty filesystem storage for instances on the
@@ -123,7 +126,11 @@ func newClusterOn(t *testing.T, raw storagedriver.StorageDriver, storage registr
 
 // reclaim is the storage middleware of every instance of c.
 func (c *cluster) reclaim() registrytest.Option {
-	return registrytest.WithStorageMiddleware("reclaim", middlewareOptions(c.redisAddrs, c.prefix))
+	opts := middlewareOptions(c.redisAddrs, c.prefix)
+	if c.trashKeep != "" {
+		opts["trash"] = map[string]any{"keep": c.trashKeep}
+	}
+	return registrytest.WithStorageMiddleware("reclaim", opts)
 }
 
 // startProcesses starts n `registry serve` processes on c's storage with
