@@ -186,3 +186,24 @@ func BenchmarkClassify(b *testing.B) {
 		}
 	}
 }
+
+// A trash hold classifies as one only with a well-formed entry id; any
+// other entry under _trash is PathOther, never a reverse link.
+func TestClassifyTrashHold(t *testing.T) {
+	d := digest.FromString("blob")
+	for _, tc := range []struct {
+		p    string
+		kind PathKind
+	}{
+		{TrashHoldPath(d, "1796575280053-111a5048"), PathTrashHold},
+		{TrashHoldPath(d, "1796575280053-111A5048"), PathOther},
+		{TrashHoldPath(d, "x-111a5048"), PathOther},
+		{TrashHoldPath(d, "1796575280053"), PathOther},
+		{TrashDir(d) + "/link", PathOther},
+		{TrashDir(d) + "/1796575280053-111a5048/extra/link", PathOther},
+	} {
+		if got := Classify(tc.p).Kind; got != tc.kind {
+			t.Errorf("%s: %v, want %v", tc.p, got, tc.kind)
+		}
+	}
+}
