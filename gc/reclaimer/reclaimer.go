@@ -340,8 +340,9 @@ func (r *Reclaimer) review(ctx context.Context, del *collector.Orphans, it recla
 	now, window := del.Now(), r.c.Window()
 	var qerr error
 	switch dec.Reason {
-	case reclaim.ReasonUnreferenced, reclaim.ReasonAlreadyGone, reclaim.ReasonLinkedElsewhere, reclaim.ReasonStillLinked:
-		// Deleted, or linked: a later unlink queues it again.
+	case reclaim.ReasonUnreferenced, reclaim.ReasonAlreadyGone, reclaim.ReasonLinkedElsewhere, reclaim.ReasonStillLinked, reclaim.ReasonInTrash:
+		// Deleted, or linked: a later unlink queues it again. Held in
+		// the trash: its purge deletes the data, not the queue.
 		done = true
 	case reclaim.ReasonRecentlyAccessed:
 		due := now.Add(window)
