@@ -2,6 +2,8 @@ package trash
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/storagetest/redistest"
 )
 
 func newBin(t *testing.T) (*Bin, *inmemory.Driver, *miniredis.Miniredis) {
@@ -140,3 +143,59 @@ func TestReferencesOf(t *testing.T) {
 		}
 	}
 }
+
+// docBytesPerEntry is the Redis memory of one trash entry's index (the
+// entry, its expiry, its name), as docs/operations.md states it.
+const docBytesPerEntry = 1100
+
+// TestMeasureIndexMemory holds 20,000 entries (manifests of 200
+// repositories) on a private redis-server and reads INFO memory's
+// used_memory before and after: the figure operators size Redis by.
+//
+//	go test ./trash -run TestMeasureIndexMemory -v
+func TestMeasureIndexMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a redis-server and writes 20,000 entries")
+	}
+	srv := redistest.StartRedisServer(t, redistest.Ephemeral())
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rc.Close() })
+	tr, err := redisstate.NewTracker(rc, redisstate.TrackerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{Raw: nopDriver{inmemory.New()}, Driver: inmemory.New(), Tracker: tr, Redis: rc, Keep: 7 * 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	used := func() int64 {
+		for _, l := range strings.Split(rc.Info(ctx, "memory").Val(), "\r\n") {
+			if v, ok := strings.CutPrefix(l, "used_memory:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		t.Fatal("no used_memory in INFO")
+		return 0
+	}
+	const n = 20_000
+	before := used()
+	for i := range n {
+		d := digest.FromString(fmt.Sprint(i))
+		if _, err := b.Hold(ctx, reclaim.TrashEntry{Kind: reclaim.KindManifest, Repo: fmt.Sprintf("group/repo%03d", i%200), Digest: d,
+			Size: 1234, Reason: "unreferenced", By: "gc", Run: "0123456789abcdef01234567"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	per := float64(used()-before) / n
+	t.Logf("Redis memory per trash entry: %.0f bytes (%d entries)", per, n)
+	if per > 2*docBytesPerEntry || per < docBytesPerEntry/2 {
+		t.Errorf("%.0f bytes per entry: docs/operations.md says %d; update it", per, docBytesPerEntry)
+	}
+}
+
+// nopDriver stores nothing: the measurement is of Redis alone.
+type nopDriver struct{ *inmemory.Driver }
+
+func (nopDriver) PutContent(context.Context, string, []byte) error { return nil }
