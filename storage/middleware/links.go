@@ -22,10 +22,11 @@ func linkObject(p layout.Path) reclaim.Object {
 // putLink writes a forward link: fence check, reverse link (unless this
 // request wrote it early, early.go; written only when it is not there
 // already, ensureReverse), a look at the data the link names (dataBehind),
-// forward link, then a look at the reverse link: a concurrent delete of the
-// same link may have removed it between the two writes (see unlink), and
-// may have removed the forward link too, in which case the reverse link
-// is taken back (reverseAfter).
+// forward link, then a look at the reverse link (lookAfter): a concurrent
+// delete of the same link may have removed it between the two writes (see
+// unlink), and may have removed the forward link too, in which case the
+// reverse link is taken back (reverseAfter). Inside a request the look runs
+// in the background until the request joins it (deferred.go).
 func (d *driver) putLink(ctx context.Context, path string, p layout.Path, content []byte) error {
 	l := linkObject(p)
 	rl := reclaim.RepoLink{Repo: l.Repo, Kind: l.Kind}
@@ -61,14 +62,42 @@ func (d *driver) putLink(ctx context.Context, path string, p layout.Path, conten
 	if err := d.StorageDriver.PutContent(ctx, path, content); err != nil {
 		return err
 	}
-	restored, deleted, err := d.reverseAfter(ctx, path, p.Digest, rl)
-	if err != nil || deleted {
+	look := func() (bool, error) {
+		deleted, err := d.lookAfter(ctx, path, p, checked)
+		d.linked(ctx, p.Digest, err)
+		return deleted, err
+	}
+	if s == nil {
+		_, err := look()
 		return err
 	}
-	if !restored && d.env.now().Sub(checked) < d.env.fresh() {
-		return nil
+	s.later(look)
+	return nil
+}
+
+// lookAfter is the writer's look once its forward link at path landed:
+// its reverse link (reverseAfter), then, when the link's protection may
+// have lapsed, the data it names (dataAfter).
+func (d *driver) lookAfter(ctx context.Context, path string, p layout.Path, checked time.Time) (deleted bool, err error) {
+	l := linkObject(p)
+	restored, deleted, err := d.reverseAfter(ctx, path, p.Digest, reclaim.RepoLink{Repo: l.Repo, Kind: l.Kind})
+	if err != nil || deleted {
+		return deleted, err
 	}
-	return d.dataAfter(ctx, path, p, l)
+	if !restored && d.env.now().Sub(checked) < d.env.fresh() {
+		return false, nil
+	}
+	return false, d.dataAfter(ctx, path, p, l)
+}
+
+// linked ends the wait for a link to blob, which this request may have
+// committed: a link written (err nil) needs no review, one that failed
+// leaves the blob to be queued now rather than when the request ends,
+// before the client hears of the failure.
+func (d *driver) linked(ctx context.Context, blob digest.Digest, err error) {
+	if s := scopeOf(ctx); s != nil && s.settle(blob, err == nil) {
+		d.env.enqueue(ctx, "commit", blob)
+	}
 }
 
 // reverseAfter is the writer's look of case 9, right after its forward

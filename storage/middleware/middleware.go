@@ -116,18 +116,21 @@ func (d *driver) PutContent(ctx context.Context, path string, content []byte) er
 	switch p.Kind {
 	case layout.PathLayerLink, layout.PathRevisionLink:
 		err := d.putLink(ctx, path, p, content)
-		if s := scopeOf(ctx); s != nil {
-			// A blob this request committed is now linked, or it never
-			// will be by this request: queue it now rather than at the
-			// request's end, before the client hears of the failure.
-			if s.settle(p.Digest, err == nil) {
-				d.env.enqueue(ctx, "commit", p.Digest)
-			}
+		if err != nil {
+			d.linked(ctx, p.Digest, err) // else when its look ends
 		}
 		return err
+	case layout.PathTagIndex:
+		d.startTagCheck(ctx, p.Repo, p.Digest) // the current link comes next
 	case layout.PathTagCurrent:
-		checked := d.env.now()
-		if err := d.checkTagTarget(ctx, p.Repo, content); err != nil {
+		// the revision link's look first: a link it withdrew keeps the
+		// tag's old value (deferred.go)
+		deleted, err := scopeOf(ctx).joinLooks()
+		if err != nil {
+			return err
+		}
+		checked, err := d.tagTarget(ctx, p.Repo, content, deleted)
+		if err != nil {
 			return err
 		}
 		if err := d.StorageDriver.PutContent(ctx, path, content); err != nil {

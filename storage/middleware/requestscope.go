@@ -136,6 +136,11 @@ type scope struct {
 	// early: reverse links this request writes ahead of their forward
 	// link (early.go)
 	early map[earlyKey]*earlyLink
+	// looks: the looks after this request's forward link writes, running
+	// until joined; tagCheck: the early Stat of the revision link a tag
+	// is about to name (deferred.go)
+	looks    []*look
+	tagCheck *tagCheck
 }
 
 func (s *scope) commit(e *Env, blob digest.Digest) {
@@ -276,6 +281,7 @@ func (e *Env) Handler(next http.Handler) http.Handler {
 		defer s.done(ctx)
 		next.ServeHTTP(rw, watchManifestPut(r.WithContext(ctx))) // index children: indexguard.go
 		rw.sendHeldAccepted()
+		_, _ = s.joinLooks() // joined at the status already; none outlives its request
 	})
 }
 
@@ -302,8 +308,15 @@ func (w *refusalWriter) WriteHeader(code int) {
 		return
 	}
 	w.wroteHeader = true
+	// The looks after this request's link writes end before the status
+	// is sent; one that failed fails the request, whatever Distribution
+	// answers (deferred.go).
+	_, lookErr := w.s.joinLooks()
+	if lookErr != nil && w.s.refused.Load() == nil {
+		w.s.refuse(refusedStorage)
+	}
 	why := w.s.refused.Load()
-	if code < 400 || why == nil {
+	if (code < 400 && lookErr == nil) || why == nil {
 		w.ResponseWriter.WriteHeader(code)
 		return
 	}
