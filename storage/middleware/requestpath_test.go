@@ -44,11 +44,17 @@ func forEachCache(t *testing.T, caches []string, f func(t *testing.T, a *testApp
 	})
 }
 
-// paused runs first until it reaches the call g pauses, runs meanwhile,
-// then lets first go on and returns its result.
+// paused runs first until it reaches the call g pauses (one g.Match
+// accepts, when set), runs meanwhile, then lets first go on and returns
+// its result.
 func paused[T any](t *testing.T, g *storagetest.Gate, first func() T, meanwhile func()) T {
 	t.Helper()
-	testHook.Set(t, func(ctx context.Context, m, p string) error { return g.Wait(ctx, m, p) })
+	testHook.Set(t, func(ctx context.Context, m, p string) error {
+		if g.Match != nil && !g.Match(ctx) {
+			return nil
+		}
+		return g.Wait(ctx, m, p)
+	})
 	ch := make(chan T, 1)
 	go func() { ch <- first() }()
 	select {
