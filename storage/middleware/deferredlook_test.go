@@ -82,42 +82,48 @@ func TestDeferredLookMeetsReclaimer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			forEachWindowCache(t, func(t *testing.T, a *testApp) {
-				hold := func(blob digest.Digest, fwd string, start func() int) int {
-					rl := reclaim.RepoLink{Repo: "r", Kind: reclaim.LinkLayer}
-					if strings.Contains(fwd, "/_manifests/") {
-						rl.Kind = reclaim.LinkManifest
-					}
-					// the first read of the reverse link after the forward
-					// link landed is the look's
-					var landed atomic.Bool
-					testHook.SetAfter(t, func(_ context.Context, method, path string, err error) {
-						if method == "PutContent" && strings.HasSuffix(path, fwd) && err == nil {
-							landed.Store(true)
-						}
-					})
-					g := storagetest.NewGate("GetContent", layout.ReverseLinkPath(blob, "r", rl.Kind))
-					g.Match = func(context.Context) bool { return landed.Load() }
-					reclaimed := false
-					code := paused(t, g, start, func() {
-						if err := a.env.Links.Delete(context.Background(), blob, rl); err != nil {
-							t.Fatal(err)
-						}
-						a.age(t)
-						reclaimed = a.reclaim(t, blob)
-					})
-					if !reclaimed {
-						t.Fatal("the reclaimer found a reverse link (the interleaving did not happen)")
-					}
-					if _, err := a.env.Raw.Stat(context.Background(), fwd); err == nil {
-						t.Error("the link to the reclaimed data was left behind (linkdb verify: broken_forward)")
-					}
-					return code
-				}
-				tc.run(t, a, hold)
+				tc.run(t, a, func(blob digest.Digest, fwd string, start func() int) int {
+					return a.heldLook(t, blob, fwd, start)
+				})
 				requireReverseLinks(t, a)
 			})
 		})
 	}
+}
+
+// heldLook runs start, a request that writes the forward link fwd to
+// blob, holding its look at the reverse link (the first read of it after
+// fwd landed) while the reverse link is removed and the reclaimer deletes
+// blob; it returns the request's status once the look went on.
+func (a *testApp) heldLook(t *testing.T, blob digest.Digest, fwd string, start func() int) int {
+	t.Helper()
+	rl := reclaim.RepoLink{Repo: "r", Kind: reclaim.LinkLayer}
+	if strings.Contains(fwd, "/_manifests/") {
+		rl.Kind = reclaim.LinkManifest
+	}
+	var landed atomic.Bool
+	testHook.SetAfter(t, func(_ context.Context, method, path string, err error) {
+		if method == "PutContent" && strings.HasSuffix(path, fwd) && err == nil {
+			landed.Store(true)
+		}
+	})
+	g := storagetest.NewGate("GetContent", layout.ReverseLinkPath(blob, "r", rl.Kind))
+	g.Match = func(context.Context) bool { return landed.Load() }
+	reclaimed := false
+	code := paused(t, g, start, func() {
+		if err := a.env.Links.Delete(context.Background(), blob, rl); err != nil {
+			t.Fatal(err)
+		}
+		a.age(t)
+		reclaimed = a.reclaim(t, blob)
+	})
+	if !reclaimed {
+		t.Fatal("the reclaimer found a reverse link (the interleaving did not happen)")
+	}
+	if _, err := a.env.Raw.Stat(context.Background(), fwd); err == nil {
+		t.Error("the link to the reclaimed data was left behind (linkdb verify: broken_forward)")
+	}
+	return code
 }
 
 // upload pushes data to repo as one blob (a POST, then a PUT with the
