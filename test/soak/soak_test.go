@@ -57,7 +57,11 @@ func soak(t *testing.T, addr, cache string) {
 	if cache == "redis" {
 		t.Cleanup(func() { cleanupDistributionCache(addr, distributionCacheDB) })
 	}
-	c.trashKeep = "1h" // the trash on: its judge below
+	if cache == "inmemory" {
+		// the trash on in one run (its judge below); the other deletes for
+		// good, as the S3 and fault soaks do
+		c.trashKeep = "1h"
+	}
 	c.startProcesses(t, 2, registrytest.WithHtpasswd("soak", "soak-password"), descriptorCache(addr, cache, distributionCacheDB))
 	ctx := context.Background()
 	// GC trusts the tracker only after it recorded for a full window.
@@ -89,7 +93,9 @@ func soak(t *testing.T, addr, cache string) {
 	judgeLinkDB(t, "after the final pass", run.after)
 	run.after = c.sweepLeftovers(ctx, t, run.after)
 	verifyAll(ctx, t, c.regs[1], soakRepos, w)
-	judgeTrash(ctx, t, c)
+	if c.trashKeep != "" {
+		judgeTrash(ctx, t, c)
+	}
 	w.report(ctx, t, run)
 	w.judgeSoak(t)
 }
