@@ -19,7 +19,9 @@ import (
 // the link database is verified, and after a final collect and reclaimer
 // pass no unreferenced blob is left. It runs once per blob descriptor cache
 // kind (subtests cache=inmemory and cache=redis, in parallel; both instances
-// of a subtest use the same kind, as a deployment does).
+// of a subtest use the same kind, as a deployment does). The inmemory run
+// has the trash on (trash.keep 1h): its deletions are holds, and judgeTrash
+// checks them.
 func TestSoak(t *testing.T) {
 	t.Parallel() // mostly waiting out windows: the soaks overlap
 	addr := storagetest.RealRedis()
