@@ -97,6 +97,16 @@ func TestE2ETrashRestoresACollect(t *testing.T) {
 			push(t, g, repo+":v1", registrytest.Image(t, layer(t))) // v1 moves: old is untagged
 			g.settle(t)
 
+			// the estimate says its bytes go to the trash first
+			code, _, b := g.send(t, http.MethodGet, "/gc/v1/repositories/"+repo+"/usage?refresh=true", "")
+			var u struct {
+				Reclaimable      int64 `json:"reclaimable_bytes"`
+				TrashKeepSeconds int64 `json:"trash_keep_seconds"`
+			}
+			if code != http.StatusOK || json.Unmarshal(b, &u) != nil || u.TrashKeepSeconds != 3600 {
+				t.Fatalf("usage with the trash on: %d %s", code, b)
+			}
+
 			rep := g.collect(t, repo)
 			if !contains(rep.ManifestsDeleted, oldD) || len(rep.LayersUnlinked) != 3 {
 				t.Fatalf("collect: manifests %v, layer links %v", rep.ManifestsDeleted, rep.LayersUnlinked)

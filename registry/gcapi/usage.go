@@ -5,8 +5,10 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
 )
 
@@ -82,7 +84,7 @@ func (h *API) repoUsage(w http.ResponseWriter, r *http.Request, repo string) err
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, u)
+		writeJSON(w, http.StatusOK, h.withTrash(u))
 		return nil
 	}
 	u, ok, err := b.Usage.Usage(ctx, repo)
@@ -95,8 +97,24 @@ func (h *API) repoUsage(w http.ResponseWriter, r *http.Request, repo string) err
 		}
 		return fmt.Errorf("%w: %s", errUsageUnknown, repo)
 	}
-	writeJSON(w, http.StatusOK, u)
+	writeJSON(w, http.StatusOK, h.withTrash(u))
 	return nil
+}
+
+// trashedUsage is a usage estimate while the trash is on: a collect moves
+// the reclaimable bytes to the trash, and they are freed only when its
+// entries expire, TrashKeepSeconds later (or are purged).
+type trashedUsage struct {
+	reclaim.Usage
+	TrashKeepSeconds int64 `json:"trash_keep_seconds,omitempty"`
+}
+
+func (h *API) withTrash(u reclaim.Usage) trashedUsage {
+	out := trashedUsage{Usage: u}
+	if h.backend.Trash != nil {
+		out.TrashKeepSeconds = int64(h.backend.Trash.Keep() / time.Second)
+	}
+	return out
 }
 
 func (h *API) topUsage(w http.ResponseWriter, r *http.Request) error {
