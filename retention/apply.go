@@ -35,12 +35,6 @@ type TagDelete struct {
 	Plan      string // the plan applied: the trash entry names it
 }
 
-// InUseChecker answers from the index as it is now whether a source
-// declares the image (retention/redisstore.InUse).
-type InUseChecker interface {
-	Contains(ctx context.Context, im inuse.Image) (bool, error)
-}
-
 // Why apply left a planned tag.
 const (
 	ChangedInUse    = "in_use"    // became in use since the plan
@@ -120,12 +114,16 @@ type Applier struct {
 	Tags      TagWriter
 	Manifests Manifests
 	Index     Index
-	InUse     InUseChecker
-	Pins      PinLister
-	Pulls     PullReader // nil: pulls are not recorded (Planner.Pulls)
-	MaxAge    time.Duration
-	Recheck   time.Duration
-	Now       func() time.Time
+	// InUse answers from the index as it is now whether a source
+	// declares the image (retention/redisstore.InUse).
+	InUse interface {
+		Contains(ctx context.Context, im inuse.Image) (bool, error)
+	}
+	Pins    PinLister
+	Pulls   PullReader // nil: pulls are not recorded (Planner.Pulls)
+	MaxAge  time.Duration
+	Recheck time.Duration
+	Now     func() time.Time
 	// Deletions is optional: it hears, once per apply and after its last
 	// delete, the tags it deleted (the deletion events). Nil: nobody.
 	Deletions reclaim.DeletionSink
