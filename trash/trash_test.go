@@ -199,3 +199,33 @@ func TestMeasureIndexMemory(t *testing.T) {
 type nopDriver struct{ *inmemory.Driver }
 
 func (nopDriver) PutContent(context.Context, string, []byte) error { return nil }
+
+// After Redis lost the index, Reindex finds every hold in storage again;
+// until then, holds keep their data and nothing is listed.
+func TestReindexAfterRedisLoss(t *testing.T) {
+	ctx := context.Background()
+	b, _, m := newBin(t)
+	var ids []string
+	for i := range 3 {
+		e, err := b.Hold(ctx, reclaim.TrashEntry{Kind: reclaim.KindLayerLink, Repo: "a/b", Digest: digest.FromString(fmt.Sprint(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, e.ID)
+	}
+	m.FlushAll()
+	if l, _ := b.List(ctx, Filter{}); len(l) != 0 {
+		t.Fatalf("after the flush: %+v", l)
+	}
+	rep, err := b.Reindex(ctx)
+	if err != nil || rep.Entries != 3 || len(rep.Unreadable) != 0 {
+		t.Fatalf("reindex: %+v %v", rep, err)
+	}
+	l, _ := b.List(ctx, Filter{Repo: "a/b"})
+	if len(l) != 3 {
+		t.Fatalf("after the reindex: %+v, want %v", l, ids)
+	}
+	if _, ok, _ := b.Lookup(ctx, "a/b", "blob:"+digest.FromString("1").String()); !ok {
+		t.Fatal("reindexed entry not found by its name")
+	}
+}
