@@ -16,6 +16,9 @@ type Deletion struct {
 	MediaType  string // a manifest's, when known
 	Size       int64  // bytes, when known
 	Reason     string // why it was deleted: a Reason's name, or "retention"
+	// Trash is the trash entry that holds it (trash.keep > 0): gone from
+	// /v2/, restorable by it until it expires; "" for a final delete.
+	Trash string
 }
 
 // Deletions is what one run (a collect, a reclaimer tick, a retention

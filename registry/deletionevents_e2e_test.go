@@ -273,3 +273,30 @@ func checkRetentionEvents(t *testing.T, got []deletionevents.Event, applied *ret
 		}
 	}
 }
+
+// With the trash on, a collect's events name the trash entry that holds
+// each removed object (restorable by it), and no blob event is sent: the
+// blobs' data stays in the trash.
+func TestE2EDeletionEventsNameTheTrashEntry(t *testing.T) {
+	audit := newEndpoint(t)
+	g := startTrash(t, withEndpoint("audit", audit.URL), "1h", nil)
+	push(t, g, "evtrash/app:latest", registrytest.Image(t, layer(t), layer(t)))
+	push(t, g, "evtrash/app:latest", registrytest.Image(t, layer(t)))
+	g.settle(t)
+	rep := g.collect(t, "evtrash/app")
+	if len(rep.BlobsDeleted) != 0 || len(rep.ManifestsDeleted) != 1 {
+		t.Fatalf("collect with the trash on: %+v", rep)
+	}
+	want := collectDeletions(rep)
+	got := audit.wait(t, len(want))
+	checkEvents(t, "audit", got, "gc", want)
+	entries := map[string]bool{}
+	for _, e := range g.trashList(t, "run="+rep.RunID).Entries {
+		entries[e.ID] = true
+	}
+	for _, e := range got {
+		if !entries[e.Reclaim.TrashEntry] {
+			t.Errorf("event %s %s names trash entry %q, not one of the run's %v", e.Reclaim.Kind, e.Target.Digest, e.Reclaim.TrashEntry, entries)
+		}
+	}
+}

@@ -179,7 +179,7 @@ func (a *Applier) announce(ctx context.Context, rep *ApplyReport) {
 	}
 	objs := make([]reclaim.Deletion, len(rep.Deleted))
 	for i, t := range rep.Deleted {
-		objs[i] = reclaim.Deletion{Kind: reclaim.KindTag, Repository: rep.Repository, Digest: t.Digest, Tag: t.Tag, Reason: "retention"}
+		objs[i] = reclaim.Deletion{Kind: reclaim.KindTag, Repository: rep.Repository, Digest: t.Digest, Tag: t.Tag, Reason: "retention", Trash: t.Trash}
 	}
 	a.Deletions.Deleted(context.WithoutCancel(ctx), reclaim.Deletions{Source: "retention", PlanID: rep.PlanID, Instance: a.Instance, Objects: objs})
 }

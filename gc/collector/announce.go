@@ -19,7 +19,7 @@ func (r *run) announce(ctx context.Context, s *gc.Snapshot) {
 		if d.Reason != reclaim.ReasonUnreferenced {
 			continue
 		}
-		o := reclaim.Deletion{Kind: d.Kind, Repository: r.pol.Repo, Digest: d.Digest, Size: d.Size, Reason: d.Reason.String()}
+		o := reclaim.Deletion{Kind: d.Kind, Repository: r.pol.Repo, Digest: d.Digest, Size: d.Size, Reason: d.Reason.String(), Trash: d.Trash}
 		if m := s.Revisions[d.Digest]; d.Kind == reclaim.KindManifest && m != nil {
 			o.MediaType = m.MediaType
 		}

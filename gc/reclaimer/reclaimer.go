@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -290,7 +291,8 @@ func (r *Reclaimer) tick(ctx context.Context, rep *TickReport) {
 		})
 	}
 	_ = g.Wait()
-	r.announce(ctx, decs)
+	freed := r.purge(ctx, del, rep)
+	r.announce(ctx, append(slices.Clip(decs), freed...)) // a purge's data delete is told too
 	r.settleDone(ctx, items, done, errs)
 	failed := 0
 	for i, d := range decs {
@@ -301,8 +303,7 @@ func (r *Reclaimer) tick(ctx context.Context, rep *TickReport) {
 			r.cfg.Logf("reclaimer: %s %s: %s", e.Reason, e.Digest, e.Detail)
 		}
 	}
-	rep.Decisions = decs
-	r.purge(ctx, del, rep)
+	rep.Decisions = append(decs, freed...)
 	if failed > 0 {
 		rep.Err = fmt.Errorf("%d of %d reviews failed (first: %s)", failed, len(decs), firstFailure(decs))
 		// one blip is not worth a backoff; a batch that failed entirely is
@@ -415,11 +416,11 @@ func (r *Reclaimer) countFreed(ctx context.Context, bytes int64, objects int) {
 // purged (the registry wires trash.Bin.PurgeExpired).
 type TrashPurger func(ctx context.Context, orphans *collector.Orphans, now time.Time, max int) (freed []gc.Decision, purged int, err error)
 
-// purge removes expired trash entries; a blob whose data it frees counts
-// as a deletion of the tick (the trash's entry had announced its removal).
-func (r *Reclaimer) purge(ctx context.Context, del *collector.Orphans, rep *TickReport) {
+// purge removes expired trash entries and returns the decisions on the
+// blobs whose data it freed: deletions of the tick, told like its own.
+func (r *Reclaimer) purge(ctx context.Context, del *collector.Orphans, rep *TickReport) []gc.Decision {
 	if r.cfg.Trash == nil {
-		return
+		return nil
 	}
 	batch := r.cfg.PurgeBatch
 	if batch <= 0 {
@@ -430,5 +431,5 @@ func (r *Reclaimer) purge(ctx context.Context, del *collector.Orphans, rep *Tick
 		r.cfg.Logf("reclaimer: trash purge: %v", err)
 	}
 	rep.Purged = purged
-	rep.Decisions = append(rep.Decisions, freed...)
+	return freed
 }

@@ -30,6 +30,10 @@ type Extension struct {
 	RunID    string             `json:"run_id,omitempty"`
 	PlanID   string             `json:"plan_id,omitempty"`
 	Instance string             `json:"instance,omitempty"`
+	// TrashEntry is set when the object went to the trash (trash.keep >
+	// 0): restorable by this id (POST /gc/v1/trash/restore) until it
+	// expires; without it the delete is final.
+	TrashEntry string `json:"trash_entry,omitempty"`
 }
 
 // Event is Distribution's event with the extension beside its fields.
@@ -127,5 +131,5 @@ func (s *Sink) event(now time.Time, d reclaim.Deletions, o reclaim.Deletion) Eve
 	e.Target.Repository, e.Target.Tag = o.Repository, o.Tag
 	e.Actor.Name = "reclaim " + d.Source
 	e.Source = s.source
-	return Event{Event: e, Reclaim: Extension{Source: d.Source, Kind: o.Kind, Reason: o.Reason, RunID: d.RunID, PlanID: d.PlanID, Instance: d.Instance}}
+	return Event{Event: e, Reclaim: Extension{Source: d.Source, Kind: o.Kind, Reason: o.Reason, RunID: d.RunID, PlanID: d.PlanID, Instance: d.Instance, TrashEntry: o.Trash}}
 }
