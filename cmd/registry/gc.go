@@ -382,6 +382,18 @@ func writeSummary(w io.Writer, r *collector.Report, verbose bool) {
 	list("layer links "+verb, digestStrings(r.LayersUnlinked))
 	list("blobs "+verb, digestStrings(r.BlobsDeleted))
 	fmt.Fprintf(w, "  %-22s %s\n", "bytes freed:", humanBytes(r.BytesFreed))
+	if len(r.BlobsInTrash) > 0 {
+		// held, not freed: the trash keeps their data (trash.keep > 0)
+		where, until := "in the trash", ""
+		if r.DryRun {
+			where = "to the trash"
+		}
+		if r.RestorableUntil != nil {
+			until = ", restorable until " + r.RestorableUntil.Local().Format(time.RFC3339)
+		}
+		list("blobs "+where, digestStrings(r.BlobsInTrash))
+		fmt.Fprintf(w, "  %-22s %s%s\n", "bytes in the trash:", humanBytes(r.BytesInTrash), until)
+	}
 	byReason := map[string]int{}
 	for _, k := range r.Kept {
 		byReason[k.Reason.String()]++

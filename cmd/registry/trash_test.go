@@ -157,3 +157,20 @@ func TestTrashCLIRequests(t *testing.T) {
 		t.Errorf("purge: exit %d %s %q", code, got.URL, out)
 	}
 }
+
+// With the trash on, a collect's summary says what it held instead of
+// freeing, so "bytes freed: 0 B" is not the whole story.
+func TestGCSummaryShowsTheTrash(t *testing.T) {
+	rep := sampleReport(false)
+	until := time.Date(2026, 12, 13, 3, 0, 0, 0, time.UTC)
+	rep.BlobsDeleted, rep.BytesFreed = nil, 0
+	rep.BlobsInTrash, rep.BytesInTrash, rep.RestorableUntil = rep.ManifestsDeleted, 2048, &until
+	var out strings.Builder
+	writeSummary(&out, &rep, false)
+	for _, want := range []string{"bytes freed:           0 B\n", "blobs in the trash:    1\n",
+		"bytes in the trash:    2.0 KiB (2048 bytes), restorable until " + until.Local().Format(time.RFC3339) + "\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, out.String())
+		}
+	}
+}
