@@ -129,9 +129,12 @@ func TestE2ETrashRestoresACollect(t *testing.T) {
 				t.Fatalf("trash of run %s: %d entries, want 4: %+v", rep.RunID, l.Total, l.Entries)
 			}
 			for _, e := range l.Entries {
-				if e.Repo != repo || e.By != "gc" || e.Reason != "unreferenced" || !e.Expires.After(e.Removed) {
+				if e.Repo != repo || e.By != "gc" || e.Reason != "unreferenced" || !e.Expires.After(e.Removed) || e.Size == 0 {
 					t.Fatalf("entry %+v", e)
 				}
+			}
+			if l.BytesHeld != rep.BytesInTrash {
+				t.Fatalf("the listing holds %d bytes, the collect moved %d to the trash", l.BytesHeld, rep.BytesInTrash)
 			}
 
 			res := g.restore(t, "run="+rep.RunID)

@@ -28,6 +28,9 @@ type deleter struct {
 	by, runID string
 	// purge: delete for good, holding nothing in the trash (Orphans.Purge).
 	purge bool
+	// sizes are the blob sizes the plan read, for the trash entries of
+	// layer links (whose size the snapshot does not know).
+	sizes map[digest.Digest]int64
 }
 
 // hold writes the trash's hold for an object about to be removed; the

@@ -28,6 +28,12 @@ func (dl *deleter) deletePhase(ctx context.Context, s *gc.Snapshot, p *gc.Outcom
 		}
 	}
 	removed := map[digest.Digest]bool{} // blobs whose link this run removed
+	dl.sizes = map[digest.Digest]int64{}
+	for _, dec := range p.Decisions {
+		if dec.Kind == reclaim.KindBlob && dec.Size > 0 {
+			dl.sizes[dec.Digest] = dec.Size
+		}
+	}
 	dl.log.step(ctx, gcrun.StepManifests)
 	deleted := dl.deleteManifests(ctx, s, p, rep, removed)
 	dl.log.step(ctx, gcrun.StepLayerLinks)
@@ -140,7 +146,7 @@ func (dl *deleter) deleteLayerBatch(ctx context.Context, s *gc.Snapshot, rep *Re
 	}
 	since := dl.readSincePlan(ctx, s, deleted)
 	gone := dl.deleteHeld(ctx, s, rep, reclaim.KindLayerLink, batch, held, since, func(l digest.Digest, h reclaim.Hold) gc.Decision {
-		return dl.deleteDir(ctx, reclaim.KindLayerLink, l, 0, layout.LayerLinkDir(dl.pol.Repo, l), h)
+		return dl.deleteDir(ctx, reclaim.KindLayerLink, l, dl.sizes[l], layout.LayerLinkDir(dl.pol.Repo, l), h)
 	})
 	for _, l := range gone {
 		removed[l] = true
