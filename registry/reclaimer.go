@@ -163,3 +163,15 @@ func (s *Server) trashPurger() reclaimer.TrashPurger {
 		return freed, len(rep.Entries), err
 	}
 }
+
+// reindexTrash writes the trash index again from storage, in the
+// background, within GC's storage budget.
+func (s *Server) reindexTrash() {
+	rep, err := s.trash.Reindex(middleware.ForGC(s.base))
+	log := logrus.WithField("component", "trash")
+	if err != nil {
+		log.WithError(err).Warn("reclaim: trash reindex at start (embedded Redis) failed: entries before the restart are not listed or purged; their data stays")
+		return
+	}
+	log.Infof("reclaim: trash reindexed at start (embedded Redis): %d entries from %d blobs", rep.Entries, rep.Blobs)
+}

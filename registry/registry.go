@@ -65,6 +65,9 @@ type Server struct {
 	closeOnce sync.Once
 }
 
+// Trash is the trash, nil while trash.keep is 0.
+func (s *Server) Trash() *trash.Bin { return s.trash }
+
 // Env is the storage Env, nil without the reclaim middleware.
 func (s *Server) Env() *middleware.Env { return s.env }
 

@@ -92,6 +92,11 @@ func (s *Server) open(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if env.Embedded {
+			// an embedded Redis starts empty: the holds in storage are
+			// the trash (`registry trash reindex` does this on a real one)
+			go s.reindexTrash()
+		}
 	}
 	if s.gc, err = newGC(env, s.opts, s.deletions, s.trash); err != nil {
 		return err

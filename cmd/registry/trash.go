@@ -81,7 +81,7 @@ func newTrashCommand() *cobra.Command {
 			"Exit codes: 0 done, 1 failure, 2 request rejected (also: the trash is off),\n" +
 			"3 unauthorized, 4 retry later, 5 done with some entries failed.",
 	}
-	root.AddCommand(newTrashListCommand(), newTrashRestoreCommand(), newTrashPurgeCommand())
+	root.AddCommand(newTrashListCommand(), newTrashRestoreCommand(), newTrashPurgeCommand(), newTrashReindexCommand())
 	return root
 }
 

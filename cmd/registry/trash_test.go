@@ -11,8 +11,11 @@ import (
 	"time"
 
 	"github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
+	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
+	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/registry"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
@@ -172,5 +175,32 @@ func TestGCSummaryShowsTheTrash(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// `registry trash reindex` on a storage whose holds the index lost (its
+// embedded Redis went with the process): every hold is indexed again.
+func TestTrashReindexCommand(t *testing.T) {
+	cfg := writeBadConfig(t, "trash:\n          keep: 168h")
+	conf, err := readConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := registry.New(t.Context(), conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if _, err := srv.Trash().Hold(t.Context(), reclaim.TrashEntry{Kind: reclaim.KindLayerLink, Repo: "a/b", Digest: digest.FromString(strconv.Itoa(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Close()
+	out, errOut, code := runTrash(t, "reindex", cfg)
+	if code != 0 || !strings.Contains(out, "2 entries indexed") {
+		t.Fatalf("reindex: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if out, _, code := runTrash(t, "reindex", writeBadConfig(t, "gc:\n          enabled: true")); code == 0 {
+		t.Fatalf("reindex with the trash off: exit 0\n%s", out)
 	}
 }
