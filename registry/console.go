@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
@@ -16,6 +18,7 @@ import (
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
+	"github.com/reclaim-registry/reclaim/trash"
 )
 
 // The operator console (registry/console) at /gc/console/, on the
@@ -25,7 +28,9 @@ import (
 // its repository; a run's page needs "pull" on its repository (an unknown
 // id and a run the caller may not pull are the same 404), and a preview
 // "delete" on it, as a dry-run collect through the GC API does. Both ask
-// for an authenticated caller first.
+// for an authenticated caller first. The trash page needs the catalog
+// access; a restore from it, what the GC API's restore needs (delete on
+// every repository it writes to).
 
 // newConsole serves the console in front of next, on the data the status
 // endpoint and the GC API read.
@@ -46,7 +51,39 @@ func (s *Server) newConsole(api *gcapi.API, next http.Handler) http.Handler {
 		Preview:      api.Preview,
 		Ranked:       ranked,
 		Retention:    c.retention(),
+		Trash:        c.trash(),
 	}, next)
+}
+
+// trash is the trash as the console shows it; nil when it is off. A
+// restore asks the GC API's checks (gcapi.API.AuthorizeRestore), then
+// calls the same Bin.Restore.
+func (c *consoleData) trash() *console.Trash {
+	bin := c.s.trash
+	if bin == nil {
+		return nil
+	}
+	sel := func(s console.RestoreSelector) trash.Selector {
+		return trash.Selector{Repo: s.Repo, Tag: s.Tag, Digest: digest.Digest(s.Digest), Run: s.Run, Plan: s.Plan}
+	}
+	return &console.Trash{
+		Keep:     bin.Keep(),
+		List:     func(ctx context.Context) ([]reclaim.TrashEntry, error) { return bin.List(ctx, trash.Filter{}) },
+		Held:     bin.Held,
+		Hits:     func(ctx context.Context, days int) (int64, error) { return bin.Hits(ctx, time.Now(), days) },
+		Validate: func(s console.RestoreSelector) error { return sel(s).Validate() },
+		Authorize: func(r *http.Request, s console.RestoreSelector) error {
+			return c.api.AuthorizeRestore(r, sel(s))
+		},
+		Restore: func(ctx context.Context, s console.RestoreSelector) ([]console.Restored, error) {
+			rep, err := bin.Restore(ctx, sel(s))
+			out := make([]console.Restored, 0, len(rep.Entries))
+			for _, e := range rep.Entries {
+				out = append(out, console.Restored{Entry: e.Entry, Outcome: e.Outcome, Detail: e.Detail})
+			}
+			return out, err
+		},
+	}
 }
 
 type consoleData struct {

@@ -11,6 +11,8 @@
 //	                                 catalog a page at a time (?last=); a preview button on each
 //	POST <prefix>preview             a dry-run collect of one repository: every object, decision, reason
 //	GET  <prefix>retention           the newest stored retention plans, their applies, aborted previews
+//	GET  <prefix>trash               what the trash holds, newest first (?repository=, ?run=, ?plan= filter)
+//	POST <prefix>trash/restore       puts back an entry (repository with tag or digest), a run's or a plan's
 //	GET  <prefix>static/...          the stylesheet and the auto-refresh script
 //
 // The templates and static files are embedded (go:embed). Pages work
@@ -27,6 +29,7 @@ import (
 	"io/fs"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
@@ -98,6 +101,43 @@ type Config struct {
 	// Retention lists the newest stored retention plans. Nil when
 	// retention is off: the page says so.
 	Retention func(ctx context.Context) ([]RetentionRow, error)
+	// Trash is the trash; nil when it is off (trash.keep is 0): the pages
+	// say deletions are final.
+	Trash *Trash
+}
+
+// Trash is what the console reads of the trash and how it restores.
+// Every function must be set.
+type Trash struct {
+	Keep time.Duration // how long an entry stays restorable
+	// List returns every entry, newest first.
+	List func(ctx context.Context) ([]reclaim.TrashEntry, error)
+	// Held counts the entries and the bytes they hold.
+	Held func(ctx context.Context) (entries int, bytes int64, err error)
+	// Hits counts the pulls of something in the trash in the last days
+	// days, today included.
+	Hits func(ctx context.Context, days int) (int64, error)
+	// Validate checks a selector as the GC API does; its error is shown
+	// on a 400 page.
+	Validate func(s RestoreSelector) error
+	// Authorize asks for what a restore of s needs, as the GC API's
+	// restore does (delete on every repository it writes to); its error
+	// goes to Deny.
+	Authorize func(r *http.Request, s RestoreSelector) error
+	// Restore puts back what s selects: what it did with each entry.
+	Restore func(ctx context.Context, s RestoreSelector) ([]Restored, error)
+}
+
+// RestoreSelector is what a restore puts back: a repository's tag or
+// digest, a GC run's entries, or a retention plan's.
+type RestoreSelector struct{ Repo, Tag, Digest, Run, Plan string }
+
+// Restored is what a restore did with one entry; Outcome is the trash's
+// word ("restored", "already_there", "tag_moved", "purged",
+// "not_linkable", "failed").
+type Restored struct {
+	Entry           reclaim.TrashEntry
+	Outcome, Detail string
 }
 
 // Handler serves the console under Prefix and passes anything else to next.
@@ -141,7 +181,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) route(w http.ResponseWriter, r *http.Request, rest string) {
-	post := rest == "preview"
+	post := rest == "preview" || rest == "trash/restore"
 	if post && r.Method != http.MethodPost || !post && r.Method != http.MethodGet && r.Method != http.MethodHead {
 		h.fail(w, r, http.StatusMethodNotAllowed, fmt.Errorf("%s is not allowed here", r.Method))
 		return
@@ -155,8 +195,12 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request, rest string) {
 		h.run(w, r, strings.TrimPrefix(rest, "runs/"))
 	case rest == "repositories":
 		h.repositories(w, r)
-	case post:
+	case rest == "preview":
 		h.preview(w, r)
+	case rest == "trash":
+		h.trash(w, r)
+	case rest == "trash/restore":
+		h.restore(w, r)
 	case rest == "retention":
 		h.retention(w, r)
 	default:

@@ -128,7 +128,12 @@ type runRow struct {
 	DurationMS               int64
 	Manifests, Layers, Blobs int
 	BytesFreed               int64
-	Errors                   int
+	// What the run moved to the trash (trash.keep > 0): gone from the
+	// registry, its bytes held, not freed, until RestorableUntil at least.
+	BlobsInTrash    int
+	BytesInTrash    int64
+	RestorableUntil *time.Time
+	Errors          int
 	FirstError               string
 	DiedIn                   string // the step an interrupted run died in
 	// Blockers are the preconditions a real run found, or a dry run would
@@ -149,7 +154,8 @@ type blockerRow struct {
 func rowOf(r *collector.Report) runRow {
 	row := runRow{ID: r.RunID, Repository: r.Repository, Status: r.Status, Abort: r.Abort, DryRun: r.DryRun,
 		Started: r.StartedAt, Manifests: len(r.ManifestsDeleted), Layers: len(r.LayersUnlinked),
-		Blobs: len(r.BlobsDeleted), BytesFreed: r.BytesFreed, Errors: len(r.Errors)}
+		Blobs: len(r.BlobsDeleted), BytesFreed: r.BytesFreed, Errors: len(r.Errors),
+		BlobsInTrash: len(r.BlobsInTrash), BytesInTrash: r.BytesInTrash, RestorableUntil: r.RestorableUntil}
 	for _, b := range r.Blockers {
 		row.Blockers = append(row.Blockers, blockerRow{Blocks: b.Blocks, Reason: fmt.Sprint(b.Reason), Detail: b.Detail, Until: b.Until})
 		row.BlocksRun = row.BlocksRun || b.Blocks == collector.BlocksRun
@@ -180,9 +186,10 @@ func (r runRow) refused() bool {
 
 // totals sums what real runs finished since a time deleted.
 type totals struct {
-	Deleted    int
-	BytesFreed int64
-	Runs       int
+	Deleted      int
+	BytesFreed   int64
+	BytesInTrash int64 // moved to the trash: held, not freed
+	Runs         int
 }
 
 func sumSince(runs []*collector.Report, since time.Time) totals {
@@ -194,6 +201,7 @@ func sumSince(runs []*collector.Report, since time.Time) totals {
 		t.Runs++
 		t.Deleted += len(r.ManifestsDeleted) + len(r.LayersUnlinked) + len(r.BlobsDeleted)
 		t.BytesFreed += r.BytesFreed
+		t.BytesInTrash += r.BytesInTrash
 	}
 	return t
 }
@@ -201,6 +209,7 @@ func sumSince(runs []*collector.Report, since time.Time) totals {
 // planRow is one object of a run: what was (or would be) done and why.
 type planRow struct {
 	Kind, Reason, Message, Detail string
+	Trash                         string // the trash entry that holds what was deleted
 	Digest                        digest.Digest
 	Deletes                       bool
 	Size                          int64
@@ -211,7 +220,7 @@ func planRows(decs []gc.Decision) []planRow {
 	rows := make([]planRow, 0, len(decs))
 	for _, d := range decs {
 		rows = append(rows, planRow{Kind: string(d.Kind), Reason: d.Reason.String(), Message: d.Reason.Message(),
-			Detail: d.Detail, Digest: d.Digest, Deletes: d.Deleted(), Size: d.Size, LastAccess: d.LastAccess})
+			Detail: d.Detail, Digest: d.Digest, Deletes: d.Deleted(), Size: d.Size, LastAccess: d.LastAccess, Trash: d.Trash})
 	}
 	return rows
 }

@@ -21,7 +21,7 @@ import (
 // page is one page's template set: the layout and the page's content.
 type page struct{ t *template.Template }
 
-var pageNames = []string{"overview", "runs", "run", "repositories", "preview", "retention", "error"}
+var pageNames = []string{"overview", "runs", "run", "repositories", "preview", "retention", "trash", "error"}
 
 func parsePages() map[string]*page {
 	out := map[string]*page{}
@@ -69,6 +69,7 @@ type overviewData struct {
 	Day      totals
 	Running  int
 	Ranking  ranking
+	Trash    trashState
 }
 
 // overviewTop is how many ranked repositories the overview's card shows.
@@ -90,14 +91,14 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	runs, err := h.cfg.Runs(r.Context())
 	now := time.Now()
 	d := overviewData{Overview: h.cfg.Overview(r.Context()), Hour: sumSince(runs, now.Add(-time.Hour)),
-		Day: sumSince(runs, now.Add(-24*time.Hour)), Ranking: h.ranked(r, "reclaimable", overviewTop)}
+		Day: sumSince(runs, now.Add(-24*time.Hour)), Ranking: h.ranked(r, "reclaimable", overviewTop), Trash: h.trashState(r)}
 	if err != nil {
 		d.Notes = append(d.Notes, runsNote(err))
 	}
 	pull := h.pullable(r)
 	for _, rep := range runs {
 		row := rowOf(rep)
-		row.ID = pull(row)
+		row.ID = pull(row.Repository, row.ID)
 		if rep.Status == gcrun.StatusRunning {
 			d.Running++
 		}
@@ -128,7 +129,7 @@ func (h *Handler) runs(w http.ResponseWriter, r *http.Request) {
 		if repo != "" && row.Repository != repo {
 			continue
 		}
-		row.ID = pull(row)
+		row.ID = pull(row.Repository, row.ID)
 		if status == "" || string(row.Status) == status || status == statusRefused && row.refused() {
 			rows = append(rows, row)
 		}
@@ -157,18 +158,18 @@ func statusFilters() []string {
 // The lists need only the catalog access, and a run's page pull on its
 // repository, so run ids are never shown to a caller who could not open
 // them: ids cannot be listed or probed. One question per repository.
-func (h *Handler) pullable(r *http.Request) func(runRow) string {
+func (h *Handler) pullable(r *http.Request) func(repo, id string) string {
 	may := map[string]bool{}
-	return func(row runRow) string {
-		ok, asked := may[row.Repository]
+	return func(repo, id string) string {
+		ok, asked := may[repo]
 		if !asked {
-			ok = h.cfg.Authorize(r, row.Repository, Pull) == nil
-			may[row.Repository] = ok
+			ok = h.cfg.Authorize(r, repo, Pull) == nil
+			may[repo] = ok
 		}
 		if !ok {
 			return ""
 		}
-		return row.ID
+		return id
 	}
 }
 

@@ -118,12 +118,26 @@ func (h *API) trashRestore(w http.ResponseWriter, r *http.Request) error {
 	if err := sel.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errBadRequest, err)
 	}
+	if err := h.AuthorizeRestore(r, sel); err != nil {
+		return err
+	}
+	rep, err := h.backend.Trash.Restore(r.Context(), sel)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, rep)
+	return nil
+}
+
+// AuthorizeRestore asks for what a restore of sel needs (sel is valid):
+// delete on every repository it writes to, checked before anything is
+// written; a run or plan with nothing in the trash, the catalog scope. The
+// console's restore asks it too.
+func (h *API) AuthorizeRestore(r *http.Request, sel trash.Selector) error {
 	bin, err := h.trashBin()
 	if err != nil {
 		return err
 	}
-	// Every repository the restore writes to must grant delete, checked
-	// before anything is written.
 	repos := []string{sel.Repo}
 	if sel.Repo == "" {
 		entries, err := bin.List(r.Context(), trash.Filter{Run: sel.Run, Plan: sel.Plan})
@@ -148,11 +162,6 @@ func (h *API) trashRestore(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	rep, err := bin.Restore(r.Context(), sel)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, rep)
 	return nil
 }
 
