@@ -24,6 +24,7 @@ import (
 // plans with their applies and an aborted preview, and the reclaimer off.
 type pagesFixture struct {
 	srv              *httptest.Server
+	h                *Handler
 	dry, big, abort  *collector.Report
 	reclaimerEnabled bool
 	estimatesOff     string // with the reclaimer on: why it makes no estimates
@@ -97,7 +98,7 @@ func newPagesFixture(t *testing.T) *pagesFixture {
 			}, nil
 		},
 	}, http.NotFoundHandler())
-	f.srv = httptest.NewServer(h)
+	f.h, f.srv = h, httptest.NewServer(h)
 	t.Cleanup(f.srv.Close)
 	return f
 }
