@@ -39,8 +39,8 @@ type fixture struct {
 }
 
 // startRegistry starts an empty registry with htpasswd auth, GC on and its
-// link database complete.
-func startRegistry(t *testing.T) *registrytest.Registry {
+// link database complete; each of with may change the reclaim options.
+func startRegistry(t *testing.T, with ...func(opts map[string]any)) *registrytest.Registry {
 	t.Helper()
 	opts := map[string]any{"window": window.String(), "dedup": "10ms", "gc": map[string]any{"enabled": true},
 		// On, so the overview shows it, but slow: it must not race the collects.
@@ -48,6 +48,9 @@ func startRegistry(t *testing.T) *registrytest.Registry {
 	if addr := os.Getenv("RECLAIM_TEST_REDIS_ADDR"); addr != "" {
 		opts["redis"] = map[string]any{"addrs": []any{addr}}
 		opts["prefix"] = fmt.Sprintf("console-test-%d:", time.Now().UnixNano())
+	}
+	for _, w := range with {
+		w(opts)
 	}
 	r := registrytest.Start(t, registrytest.WithHtpasswd(user, password), registrytest.WithStorageMiddleware("reclaim", opts))
 	if err := linkdb.MarkLinkDBComplete(t.Context(), r.Server.Env().Raw, time.Now()); err != nil {
