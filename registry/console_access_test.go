@@ -23,7 +23,15 @@ import (
 // (otherRun) in its Redis. get sends a request with grant ("" for none).
 func consoleScopes(t *testing.T) (get func(method, path, grant string, form url.Values) (*http.Response, string)) {
 	t.Helper()
-	conf := serverConfig(map[string]any{"window": "1s", "dedup": "10ms", "gc": map[string]any{"enabled": true}})
+	_, get = consoleServer(t, map[string]any{"window": "1s", "dedup": "10ms", "gc": map[string]any{"enabled": true}})
+	return get
+}
+
+// consoleServer is consoleScopes on the reclaim options opts, with its
+// server.
+func consoleServer(t *testing.T, opts map[string]any) (*Server, func(method, path, grant string, form url.Values) (*http.Response, string)) {
+	t.Helper()
+	conf := serverConfig(opts)
 	conf.Auth = configuration.Auth{"gcscopetest": configuration.Parameters{}}
 	s, err := New(context.Background(), conf)
 	if err != nil {
@@ -48,7 +56,7 @@ func consoleScopes(t *testing.T) (get func(method, path, grant string, form url.
 	}
 	srv := httptest.NewServer(s.Handler(http.NotFoundHandler()))
 	t.Cleanup(srv.Close)
-	return func(method, path, grant string, form url.Values) (*http.Response, string) {
+	return s, func(method, path, grant string, form url.Values) (*http.Response, string) {
 		var body io.Reader
 		if form != nil {
 			body = strings.NewReader(form.Encode())

@@ -134,8 +134,8 @@ type runRow struct {
 	BytesInTrash    int64
 	RestorableUntil *time.Time
 	Errors          int
-	FirstError               string
-	DiedIn                   string // the step an interrupted run died in
+	FirstError      string
+	DiedIn          string // the step an interrupted run died in
 	// Blockers are the preconditions a real run found, or a dry run would
 	// have found, not holding: a blocked dry run did no harm, but a real
 	// run now would be refused (Blocks "run") or delete no blob ("blobs").

@@ -235,7 +235,7 @@ func TestRunMovedToTrash(t *testing.T) {
 	if got := cell(t, rowOfRun(t, f.get(t, "runs"), f.big.RunID), "Freed"); got != "5.0 MiB moved 3.0 MiB to trash (restorable until "+when+")" {
 		t.Errorf("the Freed cell reads %q", got)
 	}
-	page := text(f.get(t, "runs/" + f.big.RunID))
+	page := text(f.get(t, "runs/"+f.big.RunID))
 	if !strings.Contains(page, "Freed 5.0 MiB (5242880 bytes) Moved to trash 2 blobs, 3.0 MiB (3145728 bytes), held, not freed; restorable until "+when) {
 		t.Errorf("the run's facts: %.1500s", page)
 	}
