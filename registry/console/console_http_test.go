@@ -50,15 +50,16 @@ func send(t *testing.T, base, method, path string, form url.Values, anonymous bo
 
 func TestConsoleHTTP(t *testing.T) {
 	r := startRegistry(t)
-	for _, path := range []string{"", "runs", "repositories", "retention", "runs/0123456789abcdef01234567"} {
+	for _, path := range []string{"", "runs", "repositories", "retention", "trash", "runs/0123456789abcdef01234567"} {
 		resp, _ := send(t, r.URL, http.MethodGet, path, nil, true, nil)
 		if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") == "" {
 			t.Errorf("anonymous GET %s: %d, WWW-Authenticate %q; want 401 with a challenge", path, resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
 		}
 	}
-	resp, _ := send(t, r.URL, http.MethodPost, "preview", url.Values{"repository": {"team/app"}}, true, nil)
-	if resp.StatusCode != http.StatusUnauthorized {
-		t.Errorf("anonymous preview: %d, want 401", resp.StatusCode)
+	for path, form := range map[string]url.Values{"preview": {"repository": {"team/app"}}, "trash/restore": {"run": {"0123456789abcdef01234567"}}} {
+		if resp, _ := send(t, r.URL, http.MethodPost, path, form, true, nil); resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("anonymous POST %s: %d, want 401", path, resp.StatusCode)
+		}
 	}
 
 	resp, body := send(t, r.URL, http.MethodGet, "", nil, false, nil)
