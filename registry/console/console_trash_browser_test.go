@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
@@ -77,8 +78,17 @@ func TestConsoleTrashInBrowser(t *testing.T) {
 	if code := registrytest.ManifestStatus(t, r, "team/app@"+m); code != http.StatusOK {
 		t.Errorf("after the restore, the manifest answers %d; want 200", code)
 	}
-	// v3's layer is purged meanwhile: restoring the rest of the run puts
-	// back what it can and says what it could not
+	checkRestoreRun(t, b, r, base, v3)
+}
+
+// checkRestoreRun purges v3's layer, then restores the rest of the run on
+// the Trash page: it puts back what it can and says what it could not.
+func checkRestoreRun(t *testing.T, b *browser, r *registrytest.Registry, base string, v3 v1.Image) {
+	t.Helper()
+	d3, err := v3.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
 	layers, err := v3.Layers()
 	if err != nil {
 		t.Fatal(err)
