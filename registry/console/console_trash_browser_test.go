@@ -63,7 +63,7 @@ func TestConsoleTrashInBrowser(t *testing.T) {
 
 	b.open(base + "runs/" + rep.RunID)
 	b.sees("#moved-to-trash", plural(len(rep.BlobsInTrash), "blob"), "held, not freed", "restorable until")
-	b.sees("#plan", "to trash", "restorable: in the trash")
+	b.sees("#plan", "to trash", "in the trash")
 	b.shoot("trash-run")
 
 	b.open(base + "trash")
