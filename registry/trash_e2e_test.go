@@ -145,6 +145,9 @@ func TestE2ETrashRestoresACollect(t *testing.T) {
 			if l := g.trashList(t, "repository="+repo); l.Total != 0 {
 				t.Fatalf("after the restore the trash still holds %+v", l.Entries)
 			}
+			if len(res.AlsoRestored) != 0 {
+				t.Fatalf("a run's restore names every entry itself, also restored: %+v", res.AlsoRestored)
+			}
 			g.checkLinks(t)
 		})
 	}
@@ -286,5 +289,28 @@ func TestE2ETrashReclaimerHoldsThenPurges(t *testing.T) {
 	})
 	if l := g.trashList(t, ""); l.Total != 0 {
 		t.Fatalf("after the purge: %+v", l.Entries)
+	}
+}
+
+// A restore of one manifest by digest brings its layers and config back
+// too, and its answer names their entries (also_restored).
+func TestE2ETrashRestoreByDigestBringsItsLayers(t *testing.T) {
+	g := startTrash(t, trashCaches(t)["inmemory"], "1h", nil)
+	repo := "team/digest"
+	old := registrytest.Image(t, layer(t), layer(t))
+	oldD := push(t, g, repo+":v1", old)
+	push(t, g, repo+":v1", registrytest.Image(t, layer(t)))
+	g.settle(t)
+	rep := g.collect(t, repo)
+	if !contains(rep.ManifestsDeleted, oldD) {
+		t.Fatalf("collect: %+v", rep.ManifestsDeleted)
+	}
+	res := g.restore(t, "repository="+repo+"&digest="+oldD.String())
+	if res.Restored != 1 || res.Left != 0 || len(res.AlsoRestored) != 3 {
+		t.Fatalf("restore by digest: %+v", res)
+	}
+	registrytest.AssertPullable(t, g.Registry, repo+"@"+oldD.String())
+	if l := g.trashList(t, "repository="+repo); l.Total != 0 {
+		t.Fatalf("after the restore: %+v", l.Entries)
 	}
 }

@@ -77,6 +77,10 @@ type RestoreReport struct {
 	// Left the others, which stay in the trash.
 	Restored int `json:"restored"`
 	Left     int `json:"left"`
+	// AlsoRestored are entries the selection did not name whose objects
+	// came back with it (a manifest's layer links, an index's children):
+	// their holds are dropped too.
+	AlsoRestored []reclaim.TrashEntry `json:"also_restored,omitempty"`
 }
 
 // tagLease bounds how long a restore that died holds a tag's fence.
@@ -99,7 +103,10 @@ func (b *Bin) Restore(ctx context.Context, s Selector) (RestoreReport, error) {
 	}
 	order := map[reclaim.ObjectKind]int{reclaim.KindLayerLink: 0, reclaim.KindManifest: 1, reclaim.KindTag: 2, reclaim.KindBlob: 3}
 	slices.SortStableFunc(entries, func(a, b reclaim.TrashEntry) int { return order[a.Kind] - order[b.Kind] })
-	r := &restorer{b: b, done: map[restoreKey]result{}}
+	r := &restorer{b: b, done: map[restoreKey]result{}, selected: map[string]bool{}}
+	for _, e := range entries {
+		r.selected[e.ID] = true
+	}
 	rep := RestoreReport{Entries: []RestoredEntry{}}
 	for _, e := range entries {
 		res := r.entry(ctx, e)
@@ -113,6 +120,7 @@ func (b *Bin) Restore(ctx context.Context, s Selector) (RestoreReport, error) {
 		}
 		rep.Entries = append(rep.Entries, RestoredEntry{Entry: e, Outcome: res.outcome, Detail: res.detail})
 	}
+	rep.AlsoRestored = r.also
 	return rep, nil
 }
 
@@ -169,8 +177,10 @@ type result struct{ outcome, detail string }
 
 // restorer restores the objects of one Restore, each once.
 type restorer struct {
-	b    *Bin
-	done map[restoreKey]result
+	b        *Bin
+	done     map[restoreKey]result
+	selected map[string]bool      // the ids the selection named
+	also     []reclaim.TrashEntry // entries dropped beside them
 }
 
 func (r *restorer) entry(ctx context.Context, e reclaim.TrashEntry) result {
@@ -325,8 +335,8 @@ func (r *restorer) dropHolds(ctx context.Context, k restoreKey) {
 		return // the holds stay: they keep data longer, nothing more
 	}
 	for _, h := range holds {
-		if h.Kind == k.kind && h.Repo == k.repo {
-			_ = r.b.Drop(ctx, h)
+		if h.Kind == k.kind && h.Repo == k.repo && r.b.Drop(ctx, h) == nil && !r.selected[h.ID] {
+			r.also = append(r.also, h)
 		}
 	}
 }
