@@ -150,8 +150,9 @@ func (h *API) AuthorizeRestore(r *http.Request, sel trash.Selector) error {
 				repos = append(repos, e.Repo)
 			}
 		}
-		if len(entries) == 0 {
-			// nothing to restore is the same answer for everyone
+		if len(repos) == 0 {
+			// nothing to restore (or only blobs no repository linked) is
+			// the same answer for everyone with the catalog scope
 			if err := h.access.AuthorizeCatalog(r); err != nil {
 				return err
 			}
