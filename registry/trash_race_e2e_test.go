@@ -1,0 +1,546 @@
+package registry_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	ggcrv1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/registry/registrytest"
+	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/storagetest"
+	"github.com/reclaim-registry/reclaim/trash"
+)
+
+// The trash's interleavings (docs/gc-protocol.md, "The trash"), each
+// forced with storage hooks through HTTP on both descriptor caches: no
+// order loses data that is restored, and a restore never leaves a link to
+// data that is gone.
+
+// trashed pushes an image to repo:v1, untags it and collects repo with the
+// trash on: the image's manifest and its three layer links are held.
+func trashed(t *testing.T, g *gcRegistry, repo string) (ggcrv1.Image, digest.Digest, string) {
+	t.Helper()
+	img := registrytest.Image(t, layer(t), layer(t))
+	d := push(t, g, repo+":v1", img)
+	push(t, g, repo+":v1", registrytest.Image(t, layer(t)))
+	g.settle(t)
+	rep := g.collect(t, repo)
+	if !contains(rep.ManifestsDeleted, d) || len(rep.LayersUnlinked) != 3 {
+		t.Fatalf("collect: manifests %v, layer links %v", rep.ManifestsDeleted, rep.LayersUnlinked)
+	}
+	return img, digest.Digest(d.String()), rep.RunID
+}
+
+func (g *gcRegistry) purge(t *testing.T) trash.PurgeReport {
+	t.Helper()
+	code, b := g.post(t, "/gc/v1/trash/purge?older_than=0s")
+	var pr trash.PurgeReport
+	if code != http.StatusOK || json.Unmarshal(b, &pr) != nil {
+		t.Fatalf("purge: %d %s", code, b)
+	}
+	return pr
+}
+
+// wantNoLoss checks what a restore said against storage: an entry put
+// back has its data; whatever happened, every forward link has its data
+// and its reverse link (g.checkLinks: no broken_forward).
+func wantNoLoss(t *testing.T, g *gcRegistry, rep trash.RestoreReport) {
+	t.Helper()
+	wantDataOf(t, g, rep)
+	g.checkLinks(t)
+}
+
+// wantDataOf checks that every entry the restore put back has its data.
+func wantDataOf(t *testing.T, g *gcRegistry, rep trash.RestoreReport) {
+	t.Helper()
+	for _, e := range rep.Entries {
+		if e.Outcome != trash.Restored && e.Outcome != trash.AlreadyThere {
+			continue
+		}
+		if _, err := g.raw.Stat(t.Context(), layout.BlobDataPath(e.Entry.Digest)); err != nil {
+			t.Errorf("entry %s (%s %s) restored, but its data: %v", e.Entry.ID, e.Entry.Kind, e.Entry.Digest, err)
+		}
+	}
+}
+
+func outcomeOf(rep trash.RestoreReport, kind reclaim.ObjectKind, d digest.Digest) string {
+	for _, e := range rep.Entries {
+		if e.Entry.Kind == kind && e.Entry.Digest == d {
+			return e.Outcome
+		}
+	}
+	return ""
+}
+
+// A purge paused right after it dropped a hold, before it fences the
+// blob; a restore of the run meanwhile puts everything back: the purge's
+// re-check under the fence then finds the links and frees nothing.
+func TestE2ETrashRestoreVsPurgeAfterItsDrop(t *testing.T) {
+	for cache, opt := range trashCaches(t) {
+		t.Run(cache, func(t *testing.T) {
+			g := startTrash(t, opt, "1h", nil)
+			repo := "team/app"
+			_, d, run := trashed(t, g, repo)
+			g.settle(t)
+			dropped := storagetest.NewGate("Delete", "/_repositories/_trash/")
+			gcHook.SetAfter(t, dropped.WaitAfter)
+			purged := make(chan trash.PurgeReport, 1)
+			go func() { purged <- g.purge(t) }()
+			<-dropped.Reached
+			rep := g.restore(t, "run="+run)
+			dropped.Release()
+			pr := <-purged
+			if rep.Restored != 4 || rep.Left != 0 {
+				t.Fatalf("restore while the purge was paused: %+v", rep)
+			}
+			if pr.BlobsFreed != 0 {
+				t.Fatalf("the purge freed %d blobs of a restored image: %+v", pr.BlobsFreed, pr)
+			}
+			registrytest.AssertPullable(t, g.Registry, repo+"@"+d.String())
+			wantNoLoss(t, g, rep)
+		})
+	}
+}
+
+// A restore paused right after it wrote the reverse link of its first
+// layer link, before the forward link; a whole purge runs meanwhile: the
+// reverse link keeps that blob, the rest is freed, and the restore then
+// answers purged for what it cannot put back, leaving no link to missing
+// data.
+func TestE2ETrashRestoreVsPurgeAfterItsReverseLink(t *testing.T) {
+	for cache, opt := range trashCaches(t) {
+		t.Run(cache, func(t *testing.T) {
+			g := startTrash(t, opt, "1h", nil)
+			repo := "team/app"
+			_, d, run := trashed(t, g, repo)
+			g.settle(t)
+			reverse := storagetest.NewGate("PutContent", "/_repositories/"+repo+"/_layers/link")
+			gcHook.SetAfter(t, reverse.WaitAfter)
+			restored := make(chan trash.RestoreReport, 1)
+			go func() { restored <- g.restore(t, "run="+run) }()
+			<-reverse.Reached
+			pr := g.purge(t)
+			reverse.Release()
+			rep := <-restored
+			if pr.BlobsFreed != 3 {
+				t.Fatalf("purge while a restore held one blob's reverse link: %d blobs freed, want 3: %+v", pr.BlobsFreed, pr)
+			}
+			if o := outcomeOf(rep, reclaim.KindManifest, d); o != trash.PurgedAlready {
+				t.Fatalf("restore of the purged manifest: %q, want purged: %+v", o, rep)
+			}
+			if rep.Restored != 1 {
+				t.Fatalf("restore: %d put back, want the one layer link it had written: %+v", rep.Restored, rep)
+			}
+			if code := registrytest.ManifestStatus(t, g.Registry, repo+"@"+d.String()); code != http.StatusNotFound {
+				t.Fatalf("pull of the purged manifest: %d", code)
+			}
+			wantNoLoss(t, g, rep)
+		})
+	}
+}
+
+// A purge paused holding a blob's GC fence, right before it deletes the
+// data; a restore of the run meanwhile finds the data there (its Stat),
+// and is paused right after that look while the purge deletes the data.
+// The restore's link write then finds the blob collected: it answers
+// purged for it (not failed), and no link to the deleted data is left.
+func TestE2ETrashRestoreVsPurgeUnderItsFence(t *testing.T) {
+	for cache, opt := range trashCaches(t) {
+		t.Run(cache, func(t *testing.T) {
+			g := startTrash(t, opt, "1h", nil)
+			repo := "team/app"
+			img, d, run := trashed(t, g, repo)
+			g.settle(t)
+			first := blobsOf(t, img)[0]
+			fenced, releasePurge := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			setHook(t, func(_ context.Context, method, path string) error {
+				if method == "Delete" && path == layout.BlobDir(first) {
+					once.Do(func() { close(fenced); <-releasePurge })
+				}
+				return nil
+			})
+			var armed atomic.Bool // only the restore's calls: the purge is paused when it is set
+			looked := storagetest.NewGate("Stat", layout.BlobDataPath(first))
+			looked.Match = func(context.Context) bool { return armed.Load() }
+			gcHook.SetAfter(t, looked.WaitAfter)
+			purged := make(chan trash.PurgeReport, 1)
+			go func() { purged <- g.purge(t) }()
+			<-fenced
+			armed.Store(true)
+			restored := make(chan trash.RestoreReport, 1)
+			go func() { restored <- g.restore(t, "run="+run) }()
+			<-looked.Reached
+			close(releasePurge)
+			pr := <-purged
+			looked.Release()
+			rep := <-restored
+			t.Logf("purge: %d freed; restore: %+v", pr.BlobsFreed, rep)
+			if pr.BlobsFreed == 0 {
+				t.Fatalf("the purge freed nothing (the interleaving did not happen): %+v", pr)
+			}
+			if o := outcomeOf(rep, reclaim.KindLayerLink, first); o != trash.PurgedAlready {
+				t.Errorf("restore of the blob the purge deleted under the restore: %q, want purged: %+v", o, rep)
+			}
+			if o := outcomeOf(rep, reclaim.KindManifest, d); o != trash.PurgedAlready {
+				t.Errorf("restore of the manifest: %q, want purged: %+v", o, rep)
+			}
+			wantNoLoss(t, g, rep)
+		})
+	}
+}
+
+// trashedTag pushes v000 (older) and v001 to repo and applies a retention
+// plan keeping the newest: v000's tag is held. It returns v000's digest
+// and the plan id.
+func trashedTag(t *testing.T, g *gcRegistry, repo string) (digest.Digest, string) {
+	t.Helper()
+	vs := history(t, g, repo, 2, time.Now().Add(-400*day), day)
+	declare(t, g, "prod", img(repo, vs[1]))
+	p := g.preview(t, repo, `{"keep_newest":1,"rollback_slack":0,"min_age":"1h"}`)
+	wantCandidates(t, p, vs[:1])
+	g.apply(t, repo, p.ID)
+	if tagged(t, g, repo, tagName(0)) {
+		t.Fatalf("apply left %s", tagName(0))
+	}
+	return vs[0], p.ID
+}
+
+func (g *gcRegistry) tagTarget(t *testing.T, repo, tag string) string {
+	t.Helper()
+	b, err := g.raw.GetContent(t.Context(), layout.TagCurrentPath(repo, tag))
+	if err != nil {
+		t.Fatalf("tag %s:%s: %v", repo, tag, err)
+	}
+	return string(b)
+}
+
+// A client pushed the tag again after retention removed it: the restore
+// leaves the push's tag and answers tag_moved; the entry stays.
+func TestE2ETrashRestoreAfterTagRepushed(t *testing.T) {
+	for cache, opt := range trashCaches(t) {
+		t.Run(cache, func(t *testing.T) {
+			g := startTrash(t, opt, "1h", nil)
+			repo := "svc/app"
+			_, _ = trashedTag(t, g, repo)
+			pushed := push(t, g, repo+":"+tagName(0), registrytest.Image(t, layer(t)))
+			rep := g.restore(t, "repository="+repo+"&tag="+tagName(0))
+			if len(rep.Entries) != 1 || rep.Entries[0].Outcome != trash.TagMoved || rep.Left != 1 {
+				t.Fatalf("restore of a re-pushed tag: %+v", rep)
+			}
+			if got := g.tagTarget(t, repo, tagName(0)); got != pushed.String() {
+				t.Fatalf("the restore moved the pushed tag to %s", got)
+			}
+			if l := g.trashList(t, "repository="+repo+"&tag="+tagName(0)); l.Total != 1 {
+				t.Fatalf("the tag_moved entry should stay: %+v", l)
+			}
+		})
+	}
+}
+
+// A push of the tag races the restore's tag write: the restore read the
+// tag absent under the tag's fence and is paused there; the push writes
+// the tag and checks the fence. Either the push answered 201 and its tag
+// is what stays, or it answered 503 and the restored tag is there: never a
+// 201 for a tag that is gone.
+func TestE2ETrashRestoreVsTagPush(t *testing.T) {
+	for cache, opt := range trashCaches(t) {
+		t.Run(cache, func(t *testing.T) {
+			g := startTrash(t, opt, "1h", nil)
+			repo, tag := "svc/app", tagName(0)
+			old, _ := trashedTag(t, g, repo)
+			read := storagetest.NewGate("GetContent", layout.TagCurrentPath(repo, tag))
+			tagWritten := make(chan struct{})
+			var once sync.Once
+			gcHook.SetAfter(t, func(ctx context.Context, method, path string, err error) {
+				if method == "PutContent" && path == layout.TagCurrentPath(repo, tag) {
+					once.Do(func() { close(tagWritten) })
+				}
+				read.WaitAfter(ctx, method, path, err)
+			})
+			restored := make(chan trash.RestoreReport, 1)
+			go func() { restored <- g.restore(t, "repository="+repo+"&tag="+tag) }()
+			<-read.Reached
+			moved := registrytest.Image(t, layer(t))
+			pushed := make(chan error, 1)
+			go func() {
+				pushed <- remote.Write(g.Ref(t, repo+":"+tag), moved,
+					append(g.Remote(t), remote.WithRetryBackoff(remote.Backoff{Duration: time.Millisecond, Steps: 1}))...)
+			}()
+			var pushErr error
+			pushDone := false
+			select {
+			case <-tagWritten: // the push wrote the tag and checks the tag's fence
+			case pushErr = <-pushed:
+				pushDone = true
+			}
+			read.Release()
+			rep := <-restored
+			if !pushDone {
+				pushErr = <-pushed
+			}
+			t.Logf("push: %v; restore: %+v", pushErr, rep)
+			got := g.tagTarget(t, repo, tag)
+			if pushErr == nil {
+				if got != digestOf(t, moved).String() {
+					t.Fatalf("the push of %s was acknowledged, and the tag now points at %s (restore: %+v)", tag, got, rep)
+				}
+				registrytest.AssertPullable(t, g.Registry, repo+":"+tag)
+				return
+			}
+			var te *transport.Error
+			if !errors.As(pushErr, &te) || te.StatusCode != http.StatusServiceUnavailable {
+				t.Fatalf("push during the restore: %v, want 201 or 503", pushErr)
+			}
+			if got != old.String() || rep.Restored != 1 {
+				t.Fatalf("push refused, but the tag points at %s (restored %s): %+v", got, old, rep)
+			}
+			registrytest.AssertPullable(t, g.Registry, repo+":"+tag)
+		})
+	}
+}
+
+// A restore paused before the revision link of its manifest (its layer
+// links are back) while a collect of the same repository deletes another
+// untagged image: the restored layer links, which no manifest references
+// yet, were touched by the restore, so the collect keeps them
+// (recently_accessed) exactly as against a push; the image pulls.
+func TestE2ETrashRestoreVsCollect(t *testing.T) {
+	for cache, opt := range trashCaches(t) {
+		t.Run(cache, func(t *testing.T) {
+			g := startTrash(t, opt, "1h", nil)
+			repo := "team/app"
+			img, d, run := trashed(t, g, repo)
+			otherImg := registrytest.Image(t, layer(t))
+			other := push(t, g, repo+"@"+digestOf(t, otherImg).String(), otherImg)
+			g.settle(t)
+			manifest := storagetest.NewGate("PutContent", layout.RevisionLinkPath(repo, d))
+			setHook(t, manifest.Wait)
+			restored := make(chan trash.RestoreReport, 1)
+			go func() { restored <- g.restore(t, "run="+run) }()
+			<-manifest.Reached
+			code, body := g.collectRaw(t, repo, false)
+			manifest.Release()
+			rep := <-restored
+			if code != http.StatusOK {
+				t.Fatalf("collect: %d %s", code, body)
+			}
+			crep := decodeReport(t, body)
+			if !contains(crep.ManifestsDeleted, other) {
+				t.Fatalf("the collect should have deleted the other untagged image (the interleaving did not happen): %+v", crep.ManifestsDeleted)
+			}
+			for _, b := range blobsOf(t, img) {
+				h := ggcrv1.Hash{Algorithm: "sha256", Hex: b.Encoded()}
+				if contains(crep.LayersUnlinked, h) {
+					t.Errorf("the collect unlinked %s while the restore put it back: %+v", b, crep)
+				}
+			}
+			if rep.Restored != 4 || rep.Left != 0 {
+				t.Fatalf("restore: %+v", rep)
+			}
+			registrytest.AssertPullable(t, g.Registry, repo+"@"+d.String())
+			wantNoLoss(t, g, rep)
+		})
+	}
+}
+
+var errCrash = errors.New("test: the process died here")
+
+// A collect "dies" between the hold and the delete of a manifest (the
+// delete fails and so does the drop of its hold): the manifest is still
+// linked and held. It still pulls; the next collect removes it (a second
+// hold), and a restore by digest puts it back and drops both holds.
+func TestE2ETrashCrashWhileMovingIn(t *testing.T) {
+	for cache, opt := range trashCaches(t) {
+		t.Run(cache, func(t *testing.T) {
+			g := startTrash(t, opt, "1h", nil)
+			repo := "team/app"
+			img := registrytest.Image(t, layer(t))
+			d := digest.Digest(push(t, g, repo+":v1", img).String())
+			push(t, g, repo+":v1", registrytest.Image(t, layer(t)))
+			g.settle(t)
+			// the manifest's delete fails, and so does the drop of its hold
+			setHook(t, func(_ context.Context, method, path string) error {
+				if method == "Delete" && (path == layout.RevisionDir(repo, d) || strings.HasPrefix(path, layout.TrashDir(d))) {
+					return errCrash
+				}
+				return nil
+			})
+			code, body := g.collectRaw(t, repo, false)
+			if code != http.StatusOK {
+				t.Fatalf("collect: %d %s", code, body)
+			}
+			if r := reasonOf(decodeReport(t, body), reclaim.KindManifest, ggcrv1.Hash{Algorithm: "sha256", Hex: d.Encoded()}); r != "delete_failed" {
+				t.Fatalf("the manifest's delete: %q, want delete_failed", r)
+			}
+			if l := g.trashList(t, "repository="+repo+"&digest="+d.String()); l.Total != 1 {
+				t.Fatalf("holds left by the dead delete: %+v", l)
+			}
+			registrytest.AssertPullable(t, g.Registry, repo+"@"+d.String())
+			setHook(t, func(context.Context, string, string) error { return nil })
+			g.settle(t) // the pull above is older than the window
+			rep2 := g.collect(t, repo)
+			if !contains(rep2.ManifestsDeleted, ggcrv1.Hash{Algorithm: "sha256", Hex: d.Encoded()}) {
+				t.Fatalf("second collect: %+v", rep2.ManifestsDeleted)
+			}
+			rep := g.restore(t, "repository="+repo+"&digest="+d.String())
+			if outcomeOf(rep, reclaim.KindManifest, d) != trash.Restored || rep.Left != 0 {
+				t.Fatalf("restore: %+v", rep)
+			}
+			registrytest.AssertPullable(t, g.Registry, repo+"@"+d.String())
+			if l := g.trashList(t, "repository="+repo+"&digest="+d.String()); l.Total != 0 {
+				t.Fatalf("holds left after the restore: %+v", l)
+			}
+			wantNoLoss(t, g, rep)
+		})
+	}
+}
+
+// A restore "dies" halfway: the write of its second layer link fails.
+// What it wrote is consistent (reverse link before forward link), the
+// entries it did not finish stay, and a second restore finishes it.
+func TestE2ETrashCrashDuringRestore(t *testing.T) {
+	for cache, opt := range trashCaches(t) {
+		t.Run(cache, func(t *testing.T) {
+			g := startTrash(t, opt, "1h", nil)
+			repo := "team/app"
+			_, d, run := trashed(t, g, repo)
+			var mu sync.Mutex
+			links := 0
+			setHook(t, func(_ context.Context, method, path string) error {
+				if method != "PutContent" || layout.Classify(path).Kind != layout.PathLayerLink {
+					return nil
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if links++; links == 2 {
+					return errCrash
+				}
+				return nil
+			})
+			first := g.restore(t, "run="+run)
+			if first.Left == 0 || outcomeOf(first, reclaim.KindManifest, d) != trash.RestoreFailed {
+				t.Fatalf("restore with a failing link write: %+v", first)
+			}
+			// the failed write's reverse link stays (a leak, never a
+			// loss) until the second restore writes its forward link
+			wantDataOf(t, g, first)
+			if l := g.trashList(t, "run="+run); l.Total != first.Left {
+				t.Fatalf("after the failed restore %d entries stay, want %d: %+v", l.Total, first.Left, l.Entries)
+			}
+			second := g.restore(t, "run="+run)
+			if second.Left != 0 || outcomeOf(second, reclaim.KindManifest, d) != trash.Restored {
+				t.Fatalf("second restore: %+v", second)
+			}
+			registrytest.AssertPullable(t, g.Registry, repo+"@"+d.String())
+			wantNoLoss(t, g, second)
+		})
+	}
+}
+
+// Redis loses every key of the registry while entries exist: a purge
+// finds nothing to purge (it purges only what the index names) and frees
+// nothing; a restore by repository and digest reads the holds in storage
+// and puts the image back.
+func TestE2ETrashRedisLost(t *testing.T) {
+	for cache, opt := range trashCaches(t) {
+		t.Run(cache, func(t *testing.T) {
+			g := startTrash(t, opt, "1h", nil)
+			repo := "team/app"
+			img, d, _ := trashed(t, g, repo)
+			c := g.Server.Env().Tracker.Client()
+			prefix := trashPrefix(t, g)
+			if err := storagetest.ScanKeys(t.Context(), c, prefix+"*", func(k string) error { return c.Del(t.Context(), k).Err() }); err != nil {
+				t.Fatal(err)
+			}
+			if l := g.trashList(t, ""); l.Total != 0 {
+				t.Fatalf("the index survived: %+v", l)
+			}
+			g.settle(t)
+			// the purge is refused (the tracker lost its epoch too) or
+			// finds nothing in the index: either way it frees nothing
+			code, b := g.post(t, "/gc/v1/trash/purge?older_than=0s")
+			var pr trash.PurgeReport
+			if code == http.StatusOK && (json.Unmarshal(b, &pr) != nil || len(pr.Entries) != 0) || code != http.StatusOK && code != http.StatusServiceUnavailable {
+				t.Fatalf("purge with the index lost: %d %s", code, b)
+			}
+			for _, b := range blobsOf(t, img) {
+				if _, err := g.raw.Stat(t.Context(), layout.BlobDataPath(b)); err != nil {
+					t.Fatalf("data of %s after the purge: %v", b, err)
+				}
+			}
+			rep := g.restore(t, "repository="+repo+"&digest="+d.String())
+			if outcomeOf(rep, reclaim.KindManifest, d) != trash.Restored || rep.Left != 0 {
+				t.Fatalf("restore from the holds in storage: %+v", rep)
+			}
+			registrytest.AssertPullable(t, g.Registry, repo+"@"+d.String())
+			wantNoLoss(t, g, rep)
+		})
+	}
+}
+
+// trashPrefix is the Redis key prefix of g: the one whose trash index
+// holds g's entries.
+func trashPrefix(t *testing.T, g *gcRegistry) string {
+	t.Helper()
+	l := g.trashList(t, "")
+	if l.Total == 0 {
+		t.Fatal("no entries to find the prefix by")
+	}
+	c := g.Server.Env().Tracker.Client()
+	var prefix string
+	err := storagetest.ScanKeys(t.Context(), c, "*trash:entries", func(k string) error {
+		if ok, err := c.HExists(t.Context(), k, l.Entries[0].ID).Result(); err == nil && ok {
+			prefix = strings.TrimSuffix(k, "trash:entries")
+		}
+		return nil
+	})
+	if err != nil || prefix == "" {
+		t.Fatalf("prefix of entry %s: %q %v", l.Entries[0].ID, prefix, err)
+	}
+	return prefix
+}
+
+// Retention removes tags with the trash on; a restore of its plan puts
+// every tag back at the digest it pointed at, and the images pull.
+func TestE2ETrashRestoresARetentionPlan(t *testing.T) {
+	for cache, opt := range trashCaches(t) {
+		t.Run(cache, func(t *testing.T) {
+			g := startTrash(t, opt, "1h", nil)
+			repo := "svc/app"
+			vs := history(t, g, repo, 4, time.Now().Add(-400*day), day)
+			declare(t, g, "prod", img(repo, vs[3]))
+			p := g.preview(t, repo, `{"keep_newest":1,"rollback_slack":0,"min_age":"1h"}`)
+			wantCandidates(t, p, vs[:3])
+			g.apply(t, repo, p.ID)
+			for i := range 3 {
+				if tagged(t, g, repo, tagName(i)) {
+					t.Fatalf("apply left %s", tagName(i))
+				}
+			}
+			rep := g.restore(t, "plan="+p.ID)
+			if rep.Restored != 3 || rep.Left != 0 {
+				t.Fatalf("restore of plan %s: %+v", p.ID, rep)
+			}
+			for i := range 3 {
+				if got := g.tagTarget(t, repo, tagName(i)); got != vs[i].String() {
+					t.Fatalf("%s restored to %s, want %s", tagName(i), got, vs[i])
+				}
+				registrytest.AssertPullable(t, g.Registry, repo+":"+tagName(i))
+			}
+			wantNoLoss(t, g, rep)
+		})
+	}
+}
