@@ -163,22 +163,33 @@ func TestE2ETrashRestoreVsPurgeUnderItsFence(t *testing.T) {
 			repo := "team/app"
 			img, d, run := trashed(t, g, repo)
 			g.settle(t)
-			first := blobsOf(t, img)[0]
+			var first digest.Digest // the blob whose data the purge deletes first
 			fenced, releasePurge := make(chan struct{}), make(chan struct{})
 			var once sync.Once
 			setHook(t, func(_ context.Context, method, path string) error {
-				if method == "Delete" && path == layout.BlobDir(first) {
-					once.Do(func() { close(fenced); <-releasePurge })
+				if method != "Delete" {
+					return nil
+				}
+				for _, b := range blobsOf(t, img) {
+					if path == layout.BlobDir(b) {
+						once.Do(func() { first = b; close(fenced); <-releasePurge })
+					}
 				}
 				return nil
 			})
 			var armed atomic.Bool // only the restore's calls: the purge is paused when it is set
-			looked := storagetest.NewGate("Stat", layout.BlobDataPath(first))
-			looked.Match = func(context.Context) bool { return armed.Load() }
-			gcHook.SetAfter(t, looked.WaitAfter)
+			var looked *storagetest.Gate
+			gcHook.SetAfter(t, func(ctx context.Context, method, path string, err error) {
+				if armed.Load() {
+					looked.WaitAfter(ctx, method, path, err)
+				}
+			})
 			purged := make(chan trash.PurgeReport, 1)
 			go func() { purged <- g.purge(t) }()
 			<-fenced
+			// the restore's first look at that data (a Stat, or the read
+			// of a manifest), right after it found it there
+			looked = storagetest.NewGate("", layout.BlobDataPath(first))
 			armed.Store(true)
 			restored := make(chan trash.RestoreReport, 1)
 			go func() { restored <- g.restore(t, "run="+run) }()
@@ -191,8 +202,10 @@ func TestE2ETrashRestoreVsPurgeUnderItsFence(t *testing.T) {
 			if pr.BlobsFreed == 0 {
 				t.Fatalf("the purge freed nothing (the interleaving did not happen): %+v", pr)
 			}
-			if o := outcomeOf(rep, reclaim.KindLayerLink, first); o != trash.PurgedAlready {
-				t.Errorf("restore of the blob the purge deleted under the restore: %q, want purged: %+v", o, rep)
+			for _, e := range rep.Entries {
+				if e.Outcome == trash.RestoreFailed {
+					t.Errorf("entry %s %s: failed (%s); the purge won, so it is purged", e.Entry.Kind, e.Entry.Digest, e.Detail)
+				}
 			}
 			if o := outcomeOf(rep, reclaim.KindManifest, d); o != trash.PurgedAlready {
 				t.Errorf("restore of the manifest: %q, want purged: %+v", o, rep)

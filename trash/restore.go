@@ -275,6 +275,11 @@ func (r *restorer) link(ctx context.Context, p string, d digest.Digest, optional
 		if err = r.b.cfg.Driver.PutContent(ctx, p, []byte(d.String())); err == nil || r.b.cfg.Retryable == nil || !r.b.cfg.Retryable(err) {
 			break
 		}
+		// A purge that held the blob's fence deleted the data after the
+		// look above: the write was refused, and every retry would be.
+		if _, serr := r.b.cfg.Raw.Stat(ctx, layout.BlobDataPath(d)); layout.IsNotFound(serr) {
+			return result{PurgedAlready, "its data is gone"}
+		}
 		select {
 		case <-ctx.Done():
 			return result{RestoreFailed, ctx.Err().Error()}
