@@ -369,6 +369,51 @@ func TestE2ETrashRestoreVsCollect(t *testing.T) {
 	}
 }
 
+// A restore that stalls for longer than the window between its layer
+// links and its manifest (paused at its read of the manifest's data, after
+// the run's layer links went back) while a collect of the
+// repository finds those layer links unreferenced and older than the
+// window, and removes them (into the trash again). The restore must not
+// then answer restored for an image whose layers 404: it looks at its
+// references again right before the revision link, as a manifest PUT does
+// (case 11), and puts back what is gone.
+func TestE2ETrashSlowRestoreVsCollect(t *testing.T) {
+	for cache, opt := range trashCaches(t) {
+		t.Run(cache, func(t *testing.T) {
+			g := startTrash(t, opt, "1h", nil)
+			repo := "team/app"
+			_, d, run := trashed(t, g, repo)
+			g.settle(t)
+			manifest := storagetest.NewGate("GetContent", layout.BlobDataPath(d))
+			setHook(t, manifest.Wait)
+			restored := make(chan trash.RestoreReport, 1)
+			go func() { restored <- g.restore(t, "run="+run) }()
+			<-manifest.Reached
+			g.settle(t) // the restore stalls for longer than the window
+			code, body := g.collectRaw(t, repo, false)
+			manifest.Release()
+			rep := <-restored
+			if code != http.StatusOK {
+				t.Fatalf("collect: %d %s", code, body)
+			}
+			if crep := decodeReport(t, body); len(crep.LayersUnlinked) != 3 {
+				t.Fatalf("the collect should have unlinked the three restored layer links (the interleaving did not happen): %+v", crep.LayersUnlinked)
+			}
+			t.Logf("restore: %+v", rep)
+			if outcomeOf(rep, reclaim.KindManifest, d) == trash.Restored {
+				registrytest.AssertPullable(t, g.Registry, repo+"@"+d.String())
+			} else if again := g.restore(t, "repository="+repo+"&digest="+d.String()); outcomeOf(again, reclaim.KindManifest, d) != trash.Restored {
+				t.Fatalf("restore again: %+v", again)
+			}
+			registrytest.AssertPullable(t, g.Registry, repo+"@"+d.String())
+			if l := g.trashList(t, "repository="+repo); l.Total != 0 {
+				t.Fatalf("entries left after the image is back: %+v", l.Entries)
+			}
+			g.checkLinks(t)
+		})
+	}
+}
+
 var errCrash = errors.New("test: the process died here")
 
 // A collect "dies" between the hold and the delete of a manifest (the

@@ -249,12 +249,57 @@ func (r *restorer) manifestOnce(ctx context.Context, repo string, m digest.Diges
 			return result{res.outcome, fmt.Sprintf("child manifest %s: %s", c, res.detail)}
 		}
 	}
+	if res := r.refsStillLinked(ctx, repo, refs); res.outcome != Restored {
+		return res
+	}
 	if res := r.link(ctx, layout.RevisionLinkPath(repo, m), m, false); res.outcome != Restored {
 		return res
 	}
 	if subject, desc, ok, err := referrers.Of(payload, m, ""); err == nil && ok {
 		if err := referrers.New(r.b.cfg.Raw).Add(ctx, repo, subject, desc); err != nil {
 			return result{RestoreFailed, "referrers index entry: " + err.Error()}
+		}
+	}
+	return result{Restored, ""}
+}
+
+// refsStillLinked looks again, right before m's revision link, at the
+// links of what m references, and puts back any that is gone. Each was
+// protected for a window from its write (or its check), and nothing
+// referenced it until the revision link: a restore slower than that (a
+// large run, a slow store) may have met a collect that removed it
+// meanwhile, and would answer restored for an image that 404s. The look
+// goes through the middleware, so it is a fence-checked touch that
+// protects it for a window from now, as a manifest PUT re-checks its
+// references before its revision link (docs/gc-protocol.md, case 11).
+func (r *restorer) refsStillLinked(ctx context.Context, repo string, refs refs) result {
+	// look puts k back with put when its link at p is gone
+	look := func(k restoreKey, p string, put func() result) result {
+		_, err := r.b.cfg.Driver.Stat(ctx, p)
+		switch {
+		case err == nil:
+			return result{Restored, ""}
+		case !layout.IsNotFound(err):
+			return result{RestoreFailed, fmt.Sprintf("look at %s again: %v", k.d, err)}
+		}
+		res := put()
+		if res.outcome == Restored {
+			r.dropHolds(ctx, k) // the collect's: what it removed is back
+		}
+		return res
+	}
+	for _, l := range refs.blobs {
+		p := layout.LayerLinkPath(repo, l.Digest)
+		put := func() result { return r.link(ctx, p, l.Digest, len(l.URLs) > 0) }
+		if res := look(restoreKey{reclaim.KindLayerLink, repo, l.Digest}, p, put); res.outcome != Restored {
+			return result{res.outcome, fmt.Sprintf("blob %s, looked at again: %s", l.Digest, res.detail)}
+		}
+	}
+	for _, c := range refs.manifests {
+		// a child removed meanwhile may have lost its own references too
+		put := func() result { return r.manifestOnce(ctx, repo, c) }
+		if res := look(restoreKey{reclaim.KindManifest, repo, c}, layout.RevisionLinkPath(repo, c), put); res.outcome != Restored {
+			return result{res.outcome, fmt.Sprintf("child manifest %s, looked at again: %s", c, res.detail)}
 		}
 	}
 	return result{Restored, ""}
