@@ -384,8 +384,8 @@ func (d *driver) tagWritten(ctx context.Context, path string, p layout.Path, con
 		return nil
 	}
 	scopeOf(ctx).refuse(refusedTagDelete)
-	rlog.From(ctx).WithField("tag", p.Tag).Info("reclaim: tag write refused, a retention delete of the tag ran while it was written")
-	return fmt.Errorf("%w: tag %s of %s was deleted while it was written", ErrRetryable, p.Tag, p.Repo)
+	rlog.From(ctx).WithField("tag", p.Tag).Info("reclaim: tag write refused, a retention delete or a trash restore of the tag ran while it was written")
+	return fmt.Errorf("%w: tag %s of %s was deleted or restored by GC while it was written", ErrRetryable, p.Tag, p.Repo)
 }
 
 // committed queues a blob just written into the blob store for review,
