@@ -358,21 +358,27 @@ func (h *Handler) repositories(w http.ResponseWriter, r *http.Request) {
 		Data: map[string]any{"Names": names, "Last": last, "Next": next, "Ranking": h.ranked(r, by, pageSize)}})
 }
 
-func (h *Handler) preview(w http.ResponseWriter, r *http.Request) {
-	// The browser sends the registry's credentials with a POST another
-	// site's page makes, so a preview could be triggered from elsewhere.
+// postForm admits a console POST (what: "a preview", "a restore"): the
+// browser sends the registry's credentials with a POST another site's
+// page makes, so it must come from the console's own pages; then its
+// small form is read, and the caller must be authenticated (an anonymous
+// caller gets the challenge, not a verdict on what it sent). false: the
+// answer is written.
+func (h *Handler) postForm(w http.ResponseWriter, r *http.Request, what string) bool {
 	if err := crosssite.Origin(r); err != nil {
-		h.fail(w, r, http.StatusForbidden, fmt.Errorf("a preview must be asked for from the console's own pages (%v)", err))
-		return
+		h.fail(w, r, http.StatusForbidden, fmt.Errorf("%s must be asked for from the console's own pages (%v)", what, err))
+		return false
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4096)
 	if err := r.ParseForm(); err != nil {
 		h.fail(w, r, http.StatusBadRequest, err)
-		return
+		return false
 	}
-	// authentication first: an anonymous caller gets the challenge, not a
-	// verdict on the name
-	if !h.allowed(w, r, "", Authenticated) {
+	return h.allowed(w, r, "", Authenticated)
+}
+
+func (h *Handler) preview(w http.ResponseWriter, r *http.Request) {
+	if !h.postForm(w, r, "a preview") {
 		return
 	}
 	repo := r.PostForm.Get("repository")

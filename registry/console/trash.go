@@ -2,12 +2,10 @@ package console
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"slices"
 	"time"
 
-	"github.com/reclaim-registry/reclaim/internal/crosssite"
 	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
@@ -180,18 +178,7 @@ func (d *trashData) addToGroup(groups map[[2]string]int, row trashRow) {
 }
 
 func (h *Handler) restore(w http.ResponseWriter, r *http.Request) {
-	// as the preview: the browser sends the registry's credentials with a
-	// POST another site's page makes
-	if err := crosssite.Origin(r); err != nil {
-		h.fail(w, r, http.StatusForbidden, fmt.Errorf("a restore must be asked for from the console's own pages (%v)", err))
-		return
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, 4096)
-	if err := r.ParseForm(); err != nil {
-		h.fail(w, r, http.StatusBadRequest, err)
-		return
-	}
-	if !h.allowed(w, r, "", Authenticated) {
+	if !h.postForm(w, r, "a restore") {
 		return
 	}
 	t := h.cfg.Trash
