@@ -205,13 +205,10 @@ func newTrashRestoreCommand() *cobra.Command {
 			"  registry trash restore --repository team/app --tag v1",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			body, err := f.do(cmd, http.MethodPost, "trash/restore", sel.query())
+			var rep trashRestoreReport
+			body, err := f.call(cmd, http.MethodPost, "trash/restore", sel.query(), &rep)
 			if err != nil {
 				return err
-			}
-			var rep trashRestoreReport
-			if err := json.Unmarshal(body, &rep); err != nil {
-				return &exitError{exitFailure, fmt.Errorf("decode report: %w", err)}
 			}
 			w := cmd.OutOrStdout()
 			if f.json {
@@ -264,13 +261,10 @@ func newTrashPurgeCommand() *cobra.Command {
 		Example: "  registry trash purge --older-than 72h",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			body, err := f.do(cmd, http.MethodPost, "trash/purge", url.Values{"older_than": {olderThan.String()}})
+			var rep trashPurgeReport
+			body, err := f.call(cmd, http.MethodPost, "trash/purge", url.Values{"older_than": {olderThan.String()}}, &rep)
 			if err != nil {
 				return err
-			}
-			var rep trashPurgeReport
-			if err := json.Unmarshal(body, &rep); err != nil {
-				return &exitError{exitFailure, fmt.Errorf("decode report: %w", err)}
 			}
 			w := cmd.OutOrStdout()
 			failed := 0
@@ -303,4 +297,16 @@ func newTrashPurgeCommand() *cobra.Command {
 
 func init() {
 	distregistry.RootCmd.AddCommand(newTrashCommand())
+}
+
+// call sends the request and decodes its answer into v; body is the
+// answer as sent, for --json.
+func (f *gcClientFlags) call(cmd *cobra.Command, method, path string, q url.Values, v any) (body []byte, err error) {
+	if body, err = f.do(cmd, method, path, q); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return nil, &exitError{exitFailure, fmt.Errorf("decode the answer: %w", err)}
+	}
+	return body, nil
 }
