@@ -314,3 +314,28 @@ func TestE2ETrashRestoreByDigestBringsItsLayers(t *testing.T) {
 		t.Fatalf("after the restore: %+v", l.Entries)
 	}
 }
+
+// A 404 the trash looked at is sent as Distribution wrote it, with its
+// Content-Length, for GET and HEAD, hit or miss (the OCI conformance suite
+// checks the header).
+func TestE2ETrashLookedAt404KeepsItsHeaders(t *testing.T) {
+	g := startTrash(t, trashCaches(t)["inmemory"], "1h", nil)
+	repo := "team/headers"
+	old := push(t, g, repo+":v1", registrytest.Image(t, layer(t)))
+	push(t, g, repo+":v1", registrytest.Image(t, layer(t)))
+	g.settle(t)
+	g.collect(t, repo)
+	for _, path := range []string{
+		"/v2/" + repo + "/manifests/" + old.String(),                    // a hit
+		"/v2/" + repo + "/blobs/" + digest.FromString("never").String(), // a miss
+		"/v2/" + repo + "/manifests/never",                              // a miss by tag
+	} {
+		for _, method := range []string{http.MethodGet, http.MethodHead} {
+			resp := g.Do(t, method, path, nil)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNotFound || resp.Header.Get("Content-Length") == "" || resp.Header.Get("Content-Type") == "" {
+				t.Errorf("%s %s: %d, headers %v", method, path, resp.StatusCode, resp.Header)
+			}
+		}
+	}
+}

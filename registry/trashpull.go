@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -87,6 +88,9 @@ func trashName(repo, what, ref string) (string, string, trash.Selector) {
 		return "", "", trash.Selector{}
 	}
 	d := digest.Digest(ref)
+	if layout.ValidDigest(d) && d.Algorithm() != digest.SHA256 {
+		return "", "", trash.Selector{} // only sha256 is ever linked, so held (digests.go)
+	}
 	switch {
 	case what == "blobs" && layout.ValidDigest(d):
 		return repo, "blob:" + ref, trash.Selector{Repo: repo, Digest: d}
@@ -169,6 +173,11 @@ func (h *holdNotFound) Write(b []byte) (int, error) {
 func (h *holdNotFound) release() {
 	for k, v := range h.header {
 		h.ResponseWriter.Header()[k] = v
+	}
+	if h.ResponseWriter.Header().Get("Content-Length") == "" {
+		// as net/http sets it for an answer written whole; the flush
+		// below would otherwise send the body chunked, without it
+		h.ResponseWriter.Header().Set("Content-Length", strconv.Itoa(h.body.Len()))
 	}
 	h.ResponseWriter.WriteHeader(h.status)
 	_, _ = h.ResponseWriter.Write(h.body.Bytes())
