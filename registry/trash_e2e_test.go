@@ -88,69 +88,66 @@ func (g *gcRegistry) restore(t testing.TB, query string) trash.RestoreReport {
 // untagged image from /v2/ exactly as without it, frees nothing, and the
 // restore of its run makes it pull again byte for byte.
 func TestE2ETrashRestoresACollect(t *testing.T) {
-	for cache, opt := range trashCaches(t) {
-		t.Run(cache, func(t *testing.T) {
-			g := startTrash(t, opt, "1h", nil)
-			repo := "team/app"
-			old := registrytest.Image(t, layer(t), layer(t))
-			oldD := push(t, g, repo+":v1", old)
-			push(t, g, repo+":v1", registrytest.Image(t, layer(t))) // v1 moves: old is untagged
-			g.settle(t)
+	onEachCache(t, func(t *testing.T, g *gcRegistry) {
+		repo := "team/app"
+		old := registrytest.Image(t, layer(t), layer(t))
+		oldD := push(t, g, repo+":v1", old)
+		push(t, g, repo+":v1", registrytest.Image(t, layer(t))) // v1 moves: old is untagged
+		g.settle(t)
 
-			// the estimate says its bytes go to the trash first
-			code, _, b := g.send(t, http.MethodGet, "/gc/v1/repositories/"+repo+"/usage?refresh=true", "")
-			var u struct {
-				Reclaimable      int64 `json:"reclaimable_bytes"`
-				TrashKeepSeconds int64 `json:"trash_keep_seconds"`
-			}
-			if code != http.StatusOK || json.Unmarshal(b, &u) != nil || u.TrashKeepSeconds != 3600 {
-				t.Fatalf("usage with the trash on: %d %s", code, b)
-			}
+		// the estimate says its bytes go to the trash first
+		code, _, b := g.send(t, http.MethodGet, "/gc/v1/repositories/"+repo+"/usage?refresh=true", "")
+		var u struct {
+			Reclaimable      int64 `json:"reclaimable_bytes"`
+			TrashKeepSeconds int64 `json:"trash_keep_seconds"`
+		}
+		if code != http.StatusOK || json.Unmarshal(b, &u) != nil || u.TrashKeepSeconds != 3600 {
+			t.Fatalf("usage with the trash on: %d %s", code, b)
+		}
 
-			rep := g.collect(t, repo)
-			if !contains(rep.ManifestsDeleted, oldD) || len(rep.LayersUnlinked) != 3 {
-				t.Fatalf("collect: manifests %v, layer links %v", rep.ManifestsDeleted, rep.LayersUnlinked)
+		rep := g.collect(t, repo)
+		if !contains(rep.ManifestsDeleted, oldD) || len(rep.LayersUnlinked) != 3 {
+			t.Fatalf("collect: manifests %v, layer links %v", rep.ManifestsDeleted, rep.LayersUnlinked)
+		}
+		if len(rep.BlobsDeleted) != 0 || rep.BytesFreed != 0 || len(rep.BlobsInTrash) != 4 || rep.BytesInTrash == 0 || rep.RestorableUntil == nil {
+			t.Fatalf("collect with the trash on: deleted %v (%d bytes), in trash %v (%d bytes), until %v",
+				rep.BlobsDeleted, rep.BytesFreed, rep.BlobsInTrash, rep.BytesInTrash, rep.RestorableUntil)
+		}
+		if code := registrytest.ManifestStatus(t, g.Registry, repo+"@"+oldD.String()); code != http.StatusNotFound {
+			t.Fatalf("pull of the collected manifest: %d, want 404 as without the trash", code)
+		}
+		for _, b := range blobsOf(t, old) {
+			if _, err := g.raw.Stat(t.Context(), layout.BlobDataPath(b)); err != nil {
+				t.Fatalf("data of %s: %v (the trash must keep it)", b, err)
 			}
-			if len(rep.BlobsDeleted) != 0 || rep.BytesFreed != 0 || len(rep.BlobsInTrash) != 4 || rep.BytesInTrash == 0 || rep.RestorableUntil == nil {
-				t.Fatalf("collect with the trash on: deleted %v (%d bytes), in trash %v (%d bytes), until %v",
-					rep.BlobsDeleted, rep.BytesFreed, rep.BlobsInTrash, rep.BytesInTrash, rep.RestorableUntil)
-			}
-			if code := registrytest.ManifestStatus(t, g.Registry, repo+"@"+oldD.String()); code != http.StatusNotFound {
-				t.Fatalf("pull of the collected manifest: %d, want 404 as without the trash", code)
-			}
-			for _, b := range blobsOf(t, old) {
-				if _, err := g.raw.Stat(t.Context(), layout.BlobDataPath(b)); err != nil {
-					t.Fatalf("data of %s: %v (the trash must keep it)", b, err)
-				}
-			}
+		}
 
-			l := g.trashList(t, "run="+rep.RunID)
-			if l.Total != 4 { // the manifest and its three layer links
-				t.Fatalf("trash of run %s: %d entries, want 4: %+v", rep.RunID, l.Total, l.Entries)
+		l := g.trashList(t, "run="+rep.RunID)
+		if l.Total != 4 { // the manifest and its three layer links
+			t.Fatalf("trash of run %s: %d entries, want 4: %+v", rep.RunID, l.Total, l.Entries)
+		}
+		for _, e := range l.Entries {
+			if e.Repo != repo || e.By != "gc" || e.Reason != "unreferenced" || !e.Expires.After(e.Removed) || e.Size == 0 {
+				t.Fatalf("entry %+v", e)
 			}
-			for _, e := range l.Entries {
-				if e.Repo != repo || e.By != "gc" || e.Reason != "unreferenced" || !e.Expires.After(e.Removed) || e.Size == 0 {
-					t.Fatalf("entry %+v", e)
-				}
-			}
-			if l.BytesHeld != rep.BytesInTrash {
-				t.Fatalf("the listing holds %d bytes, the collect moved %d to the trash", l.BytesHeld, rep.BytesInTrash)
-			}
+		}
+		if l.BytesHeld != rep.BytesInTrash {
+			t.Fatalf("the listing holds %d bytes, the collect moved %d to the trash", l.BytesHeld, rep.BytesInTrash)
+		}
 
-			res := g.restore(t, "run="+rep.RunID)
-			if res.Restored != 4 || res.Left != 0 {
-				t.Fatalf("restore: %+v", res)
-			}
-			registrytest.AssertPullable(t, g.Registry, repo+"@"+oldD.String())
-			if l := g.trashList(t, "repository="+repo); l.Total != 0 {
-				t.Fatalf("after the restore the trash still holds %+v", l.Entries)
-			}
-			if len(res.AlsoRestored) != 0 {
-				t.Fatalf("a run's restore names every entry itself, also restored: %+v", res.AlsoRestored)
-			}
-			g.checkLinks(t)
-		})
-	}
+		res := g.restore(t, "run="+rep.RunID)
+		if res.Restored != 4 || res.Left != 0 {
+			t.Fatalf("restore: %+v", res)
+		}
+		registrytest.AssertPullable(t, g.Registry, repo+"@"+oldD.String())
+		if l := g.trashList(t, "repository="+repo); l.Total != 0 {
+			t.Fatalf("after the restore the trash still holds %+v", l.Entries)
+		}
+		if len(res.AlsoRestored) != 0 {
+			t.Fatalf("a run's restore names every entry itself, also restored: %+v", res.AlsoRestored)
+		}
+		g.checkLinks(t)
+	})
 }
 
 // TestE2ETrashPurgeFreesWhatItHeld: a purge deletes the data the entries
@@ -337,5 +334,13 @@ func TestE2ETrashLookedAt404KeepsItsHeaders(t *testing.T) {
 				t.Errorf("%s %s: %d, headers %v", method, path, resp.StatusCode, resp.Header)
 			}
 		}
+	}
+}
+
+// onEachCache runs body as a subtest per descriptor cache, on a fresh
+// registry with the trash on (trash.keep 1h).
+func onEachCache(t *testing.T, body func(t *testing.T, g *gcRegistry)) {
+	for cache, opt := range trashCaches(t) {
+		t.Run(cache, func(t *testing.T) { body(t, startTrash(t, opt, "1h", nil)) })
 	}
 }

@@ -87,30 +87,27 @@ func outcomeOf(rep trash.RestoreReport, kind reclaim.ObjectKind, d digest.Digest
 // blob; a restore of the run meanwhile puts everything back: the purge's
 // re-check under the fence then finds the links and frees nothing.
 func TestE2ETrashRestoreVsPurgeAfterItsDrop(t *testing.T) {
-	for cache, opt := range trashCaches(t) {
-		t.Run(cache, func(t *testing.T) {
-			g := startTrash(t, opt, "1h", nil)
-			repo := "team/app"
-			_, d, run := trashed(t, g, repo)
-			g.settle(t)
-			dropped := storagetest.NewGate("Delete", "/_repositories/_trash/")
-			gcHook.SetAfter(t, dropped.WaitAfter)
-			purged := make(chan trash.PurgeReport, 1)
-			go func() { purged <- g.purge(t) }()
-			<-dropped.Reached
-			rep := g.restore(t, "run="+run)
-			dropped.Release()
-			pr := <-purged
-			if rep.Restored != 4 || rep.Left != 0 {
-				t.Fatalf("restore while the purge was paused: %+v", rep)
-			}
-			if pr.BlobsFreed != 0 {
-				t.Fatalf("the purge freed %d blobs of a restored image: %+v", pr.BlobsFreed, pr)
-			}
-			registrytest.AssertPullable(t, g.Registry, repo+"@"+d.String())
-			wantNoLoss(t, g, rep)
-		})
-	}
+	onEachCache(t, func(t *testing.T, g *gcRegistry) {
+		repo := "team/app"
+		_, d, run := trashed(t, g, repo)
+		g.settle(t)
+		dropped := storagetest.NewGate("Delete", "/_repositories/_trash/")
+		gcHook.SetAfter(t, dropped.WaitAfter)
+		purged := make(chan trash.PurgeReport, 1)
+		go func() { purged <- g.purge(t) }()
+		<-dropped.Reached
+		rep := g.restore(t, "run="+run)
+		dropped.Release()
+		pr := <-purged
+		if rep.Restored != 4 || rep.Left != 0 {
+			t.Fatalf("restore while the purge was paused: %+v", rep)
+		}
+		if pr.BlobsFreed != 0 {
+			t.Fatalf("the purge freed %d blobs of a restored image: %+v", pr.BlobsFreed, pr)
+		}
+		registrytest.AssertPullable(t, g.Registry, repo+"@"+d.String())
+		wantNoLoss(t, g, rep)
+	})
 }
 
 // A restore paused right after it wrote the reverse link of its first
@@ -119,35 +116,32 @@ func TestE2ETrashRestoreVsPurgeAfterItsDrop(t *testing.T) {
 // answers purged for what it cannot put back, leaving no link to missing
 // data.
 func TestE2ETrashRestoreVsPurgeAfterItsReverseLink(t *testing.T) {
-	for cache, opt := range trashCaches(t) {
-		t.Run(cache, func(t *testing.T) {
-			g := startTrash(t, opt, "1h", nil)
-			repo := "team/app"
-			_, d, run := trashed(t, g, repo)
-			g.settle(t)
-			reverse := storagetest.NewGate("PutContent", "/_repositories/"+repo+"/_layers/link")
-			gcHook.SetAfter(t, reverse.WaitAfter)
-			restored := make(chan trash.RestoreReport, 1)
-			go func() { restored <- g.restore(t, "run="+run) }()
-			<-reverse.Reached
-			pr := g.purge(t)
-			reverse.Release()
-			rep := <-restored
-			if pr.BlobsFreed != 3 {
-				t.Fatalf("purge while a restore held one blob's reverse link: %d blobs freed, want 3: %+v", pr.BlobsFreed, pr)
-			}
-			if o := outcomeOf(rep, reclaim.KindManifest, d); o != trash.PurgedAlready {
-				t.Fatalf("restore of the purged manifest: %q, want purged: %+v", o, rep)
-			}
-			if rep.Restored != 1 {
-				t.Fatalf("restore: %d put back, want the one layer link it had written: %+v", rep.Restored, rep)
-			}
-			if code := registrytest.ManifestStatus(t, g.Registry, repo+"@"+d.String()); code != http.StatusNotFound {
-				t.Fatalf("pull of the purged manifest: %d", code)
-			}
-			wantNoLoss(t, g, rep)
-		})
-	}
+	onEachCache(t, func(t *testing.T, g *gcRegistry) {
+		repo := "team/app"
+		_, d, run := trashed(t, g, repo)
+		g.settle(t)
+		reverse := storagetest.NewGate("PutContent", "/_repositories/"+repo+"/_layers/link")
+		gcHook.SetAfter(t, reverse.WaitAfter)
+		restored := make(chan trash.RestoreReport, 1)
+		go func() { restored <- g.restore(t, "run="+run) }()
+		<-reverse.Reached
+		pr := g.purge(t)
+		reverse.Release()
+		rep := <-restored
+		if pr.BlobsFreed != 3 {
+			t.Fatalf("purge while a restore held one blob's reverse link: %d blobs freed, want 3: %+v", pr.BlobsFreed, pr)
+		}
+		if o := outcomeOf(rep, reclaim.KindManifest, d); o != trash.PurgedAlready {
+			t.Fatalf("restore of the purged manifest: %q, want purged: %+v", o, rep)
+		}
+		if rep.Restored != 1 {
+			t.Fatalf("restore: %d put back, want the one layer link it had written: %+v", rep.Restored, rep)
+		}
+		if code := registrytest.ManifestStatus(t, g.Registry, repo+"@"+d.String()); code != http.StatusNotFound {
+			t.Fatalf("pull of the purged manifest: %d", code)
+		}
+		wantNoLoss(t, g, rep)
+	})
 }
 
 // A purge paused holding a blob's GC fence, right before it deletes the
@@ -156,62 +150,59 @@ func TestE2ETrashRestoreVsPurgeAfterItsReverseLink(t *testing.T) {
 // The restore's link write then finds the blob collected: it answers
 // purged for it (not failed), and no link to the deleted data is left.
 func TestE2ETrashRestoreVsPurgeUnderItsFence(t *testing.T) {
-	for cache, opt := range trashCaches(t) {
-		t.Run(cache, func(t *testing.T) {
-			g := startTrash(t, opt, "1h", nil)
-			repo := "team/app"
-			img, d, run := trashed(t, g, repo)
-			g.settle(t)
-			var first digest.Digest // the blob whose data the purge deletes first
-			fenced, releasePurge := make(chan struct{}), make(chan struct{})
-			var once sync.Once
-			setHook(t, func(_ context.Context, method, path string) error {
-				if method != "Delete" {
-					return nil
-				}
-				for _, b := range blobsOf(t, img) {
-					if path == layout.BlobDir(b) {
-						once.Do(func() { first = b; close(fenced); <-releasePurge })
-					}
-				}
+	onEachCache(t, func(t *testing.T, g *gcRegistry) {
+		repo := "team/app"
+		img, d, run := trashed(t, g, repo)
+		g.settle(t)
+		var first digest.Digest // the blob whose data the purge deletes first
+		fenced, releasePurge := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		setHook(t, func(_ context.Context, method, path string) error {
+			if method != "Delete" {
 				return nil
-			})
-			var armed atomic.Bool // only the restore's calls: the purge is paused when it is set
-			var looked *storagetest.Gate
-			gcHook.SetAfter(t, func(ctx context.Context, method, path string, err error) {
-				if armed.Load() {
-					looked.WaitAfter(ctx, method, path, err)
-				}
-			})
-			purged := make(chan trash.PurgeReport, 1)
-			go func() { purged <- g.purge(t) }()
-			<-fenced
-			// the restore's first look at that data (a Stat, or the read
-			// of a manifest), right after it found it there
-			looked = storagetest.NewGate("", layout.BlobDataPath(first))
-			armed.Store(true)
-			restored := make(chan trash.RestoreReport, 1)
-			go func() { restored <- g.restore(t, "run="+run) }()
-			<-looked.Reached
-			close(releasePurge)
-			pr := <-purged
-			looked.Release()
-			rep := <-restored
-			t.Logf("purge: %d freed; restore: %+v", pr.BlobsFreed, rep)
-			if pr.BlobsFreed == 0 {
-				t.Fatalf("the purge freed nothing (the interleaving did not happen): %+v", pr)
 			}
-			for _, e := range rep.Entries {
-				if e.Outcome == trash.RestoreFailed {
-					t.Errorf("entry %s %s: failed (%s); the purge won, so it is purged", e.Entry.Kind, e.Entry.Digest, e.Detail)
+			for _, b := range blobsOf(t, img) {
+				if path == layout.BlobDir(b) {
+					once.Do(func() { first = b; close(fenced); <-releasePurge })
 				}
 			}
-			if o := outcomeOf(rep, reclaim.KindManifest, d); o != trash.PurgedAlready {
-				t.Errorf("restore of the manifest: %q, want purged: %+v", o, rep)
-			}
-			wantNoLoss(t, g, rep)
+			return nil
 		})
-	}
+		var armed atomic.Bool // only the restore's calls: the purge is paused when it is set
+		var looked *storagetest.Gate
+		gcHook.SetAfter(t, func(ctx context.Context, method, path string, err error) {
+			if armed.Load() {
+				looked.WaitAfter(ctx, method, path, err)
+			}
+		})
+		purged := make(chan trash.PurgeReport, 1)
+		go func() { purged <- g.purge(t) }()
+		<-fenced
+		// the restore's first look at that data (a Stat, or the read
+		// of a manifest), right after it found it there
+		looked = storagetest.NewGate("", layout.BlobDataPath(first))
+		armed.Store(true)
+		restored := make(chan trash.RestoreReport, 1)
+		go func() { restored <- g.restore(t, "run="+run) }()
+		<-looked.Reached
+		close(releasePurge)
+		pr := <-purged
+		looked.Release()
+		rep := <-restored
+		t.Logf("purge: %d freed; restore: %+v", pr.BlobsFreed, rep)
+		if pr.BlobsFreed == 0 {
+			t.Fatalf("the purge freed nothing (the interleaving did not happen): %+v", pr)
+		}
+		for _, e := range rep.Entries {
+			if e.Outcome == trash.RestoreFailed {
+				t.Errorf("entry %s %s: failed (%s); the purge won, so it is purged", e.Entry.Kind, e.Entry.Digest, e.Detail)
+			}
+		}
+		if o := outcomeOf(rep, reclaim.KindManifest, d); o != trash.PurgedAlready {
+			t.Errorf("restore of the manifest: %q, want purged: %+v", o, rep)
+		}
+		wantNoLoss(t, g, rep)
+	})
 }
 
 // trashedTag pushes v000 (older) and v001 to repo and applies a retention
@@ -242,24 +233,21 @@ func (g *gcRegistry) tagTarget(t *testing.T, repo, tag string) string {
 // A client pushed the tag again after retention removed it: the restore
 // leaves the push's tag and answers tag_moved; the entry stays.
 func TestE2ETrashRestoreAfterTagRepushed(t *testing.T) {
-	for cache, opt := range trashCaches(t) {
-		t.Run(cache, func(t *testing.T) {
-			g := startTrash(t, opt, "1h", nil)
-			repo := "svc/app"
-			_, _ = trashedTag(t, g, repo)
-			pushed := push(t, g, repo+":"+tagName(0), registrytest.Image(t, layer(t)))
-			rep := g.restore(t, "repository="+repo+"&tag="+tagName(0))
-			if len(rep.Entries) != 1 || rep.Entries[0].Outcome != trash.TagMoved || rep.Left != 1 {
-				t.Fatalf("restore of a re-pushed tag: %+v", rep)
-			}
-			if got := g.tagTarget(t, repo, tagName(0)); got != pushed.String() {
-				t.Fatalf("the restore moved the pushed tag to %s", got)
-			}
-			if l := g.trashList(t, "repository="+repo+"&tag="+tagName(0)); l.Total != 1 {
-				t.Fatalf("the tag_moved entry should stay: %+v", l)
-			}
-		})
-	}
+	onEachCache(t, func(t *testing.T, g *gcRegistry) {
+		repo := "svc/app"
+		_, _ = trashedTag(t, g, repo)
+		pushed := push(t, g, repo+":"+tagName(0), registrytest.Image(t, layer(t)))
+		rep := g.restore(t, "repository="+repo+"&tag="+tagName(0))
+		if len(rep.Entries) != 1 || rep.Entries[0].Outcome != trash.TagMoved || rep.Left != 1 {
+			t.Fatalf("restore of a re-pushed tag: %+v", rep)
+		}
+		if got := g.tagTarget(t, repo, tagName(0)); got != pushed.String() {
+			t.Fatalf("the restore moved the pushed tag to %s", got)
+		}
+		if l := g.trashList(t, "repository="+repo+"&tag="+tagName(0)); l.Total != 1 {
+			t.Fatalf("the tag_moved entry should stay: %+v", l)
+		}
+	})
 }
 
 // A push of the tag races the restore's tag write: the restore read the
@@ -268,60 +256,57 @@ func TestE2ETrashRestoreAfterTagRepushed(t *testing.T) {
 // overwritten by the restore's: it answers 503 (its retry moves the tag),
 // never 201 for a tag that is gone.
 func TestE2ETrashRestoreVsTagPush(t *testing.T) {
-	for cache, opt := range trashCaches(t) {
-		t.Run(cache, func(t *testing.T) {
-			g := startTrash(t, opt, "1h", nil)
-			repo, tag := "svc/app", tagName(0)
-			old, _ := trashedTag(t, g, repo)
-			read := storagetest.NewGate("GetContent", layout.TagCurrentPath(repo, tag))
-			tagWritten := make(chan struct{})
-			var once sync.Once
-			gcHook.SetAfter(t, func(ctx context.Context, method, path string, err error) {
-				if method == "PutContent" && path == layout.TagCurrentPath(repo, tag) {
-					once.Do(func() { close(tagWritten) })
-				}
-				read.WaitAfter(ctx, method, path, err)
-			})
-			restored := make(chan trash.RestoreReport, 1)
-			go func() { restored <- g.restore(t, "repository="+repo+"&tag="+tag) }()
-			<-read.Reached
-			moved := registrytest.Image(t, layer(t))
-			pushed := make(chan error, 1)
-			go func() {
-				pushed <- remote.Write(g.Ref(t, repo+":"+tag), moved,
-					append(g.Remote(t), remote.WithRetryBackoff(remote.Backoff{Duration: time.Millisecond, Steps: 1}))...)
-			}()
-			var pushErr error
-			pushDone := false
-			select {
-			case <-tagWritten: // the push wrote the tag and checks the tag's fence
-			case pushErr = <-pushed:
-				pushDone = true
+	onEachCache(t, func(t *testing.T, g *gcRegistry) {
+		repo, tag := "svc/app", tagName(0)
+		old, _ := trashedTag(t, g, repo)
+		read := storagetest.NewGate("GetContent", layout.TagCurrentPath(repo, tag))
+		tagWritten := make(chan struct{})
+		var once sync.Once
+		gcHook.SetAfter(t, func(ctx context.Context, method, path string, err error) {
+			if method == "PutContent" && path == layout.TagCurrentPath(repo, tag) {
+				once.Do(func() { close(tagWritten) })
 			}
-			read.Release()
-			rep := <-restored
-			if !pushDone {
-				pushErr = <-pushed
-			}
-			t.Logf("push: %v; restore: %+v", pushErr, rep)
-			got := g.tagTarget(t, repo, tag)
-			if pushErr == nil {
-				t.Fatalf("the push of %s was acknowledged, and the tag now points at %s (restore: %+v)", tag, got, rep)
-			}
-			var te *transport.Error
-			if !errors.As(pushErr, &te) || te.StatusCode != http.StatusServiceUnavailable {
-				t.Fatalf("push during the restore: %v, want 503", pushErr)
-			}
-			if got != old.String() || rep.Restored != 1 {
-				t.Fatalf("push refused, but the tag points at %s (restored %s): %+v", got, old, rep)
-			}
-			registrytest.AssertPullable(t, g.Registry, repo+":"+tag)
-			if d := push(t, g, repo+":"+tag, moved); g.tagTarget(t, repo, tag) != d.String() {
-				t.Fatalf("the retried push did not move %s", tag)
-			}
-			registrytest.AssertPullable(t, g.Registry, repo+":"+tag)
+			read.WaitAfter(ctx, method, path, err)
 		})
-	}
+		restored := make(chan trash.RestoreReport, 1)
+		go func() { restored <- g.restore(t, "repository="+repo+"&tag="+tag) }()
+		<-read.Reached
+		moved := registrytest.Image(t, layer(t))
+		pushed := make(chan error, 1)
+		go func() {
+			pushed <- remote.Write(g.Ref(t, repo+":"+tag), moved,
+				append(g.Remote(t), remote.WithRetryBackoff(remote.Backoff{Duration: time.Millisecond, Steps: 1}))...)
+		}()
+		var pushErr error
+		pushDone := false
+		select {
+		case <-tagWritten: // the push wrote the tag and checks the tag's fence
+		case pushErr = <-pushed:
+			pushDone = true
+		}
+		read.Release()
+		rep := <-restored
+		if !pushDone {
+			pushErr = <-pushed
+		}
+		t.Logf("push: %v; restore: %+v", pushErr, rep)
+		got := g.tagTarget(t, repo, tag)
+		if pushErr == nil {
+			t.Fatalf("the push of %s was acknowledged, and the tag now points at %s (restore: %+v)", tag, got, rep)
+		}
+		var te *transport.Error
+		if !errors.As(pushErr, &te) || te.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("push during the restore: %v, want 503", pushErr)
+		}
+		if got != old.String() || rep.Restored != 1 {
+			t.Fatalf("push refused, but the tag points at %s (restored %s): %+v", got, old, rep)
+		}
+		registrytest.AssertPullable(t, g.Registry, repo+":"+tag)
+		if d := push(t, g, repo+":"+tag, moved); g.tagTarget(t, repo, tag) != d.String() {
+			t.Fatalf("the retried push did not move %s", tag)
+		}
+		registrytest.AssertPullable(t, g.Registry, repo+":"+tag)
+	})
 }
 
 // A restore paused before the revision link of its manifest (its layer
@@ -330,42 +315,39 @@ func TestE2ETrashRestoreVsTagPush(t *testing.T) {
 // yet, were touched by the restore, so the collect keeps them
 // (recently_accessed) exactly as against a push; the image pulls.
 func TestE2ETrashRestoreVsCollect(t *testing.T) {
-	for cache, opt := range trashCaches(t) {
-		t.Run(cache, func(t *testing.T) {
-			g := startTrash(t, opt, "1h", nil)
-			repo := "team/app"
-			img, d, run := trashed(t, g, repo)
-			otherImg := registrytest.Image(t, layer(t))
-			other := push(t, g, repo+"@"+digestOf(t, otherImg).String(), otherImg)
-			g.settle(t)
-			manifest := storagetest.NewGate("PutContent", layout.RevisionLinkPath(repo, d))
-			setHook(t, manifest.Wait)
-			restored := make(chan trash.RestoreReport, 1)
-			go func() { restored <- g.restore(t, "run="+run) }()
-			<-manifest.Reached
-			code, body := g.collectRaw(t, repo, false)
-			manifest.Release()
-			rep := <-restored
-			if code != http.StatusOK {
-				t.Fatalf("collect: %d %s", code, body)
+	onEachCache(t, func(t *testing.T, g *gcRegistry) {
+		repo := "team/app"
+		img, d, run := trashed(t, g, repo)
+		otherImg := registrytest.Image(t, layer(t))
+		other := push(t, g, repo+"@"+digestOf(t, otherImg).String(), otherImg)
+		g.settle(t)
+		manifest := storagetest.NewGate("PutContent", layout.RevisionLinkPath(repo, d))
+		setHook(t, manifest.Wait)
+		restored := make(chan trash.RestoreReport, 1)
+		go func() { restored <- g.restore(t, "run="+run) }()
+		<-manifest.Reached
+		code, body := g.collectRaw(t, repo, false)
+		manifest.Release()
+		rep := <-restored
+		if code != http.StatusOK {
+			t.Fatalf("collect: %d %s", code, body)
+		}
+		crep := decodeReport(t, body)
+		if !contains(crep.ManifestsDeleted, other) {
+			t.Fatalf("the collect should have deleted the other untagged image (the interleaving did not happen): %+v", crep.ManifestsDeleted)
+		}
+		for _, b := range blobsOf(t, img) {
+			h := ggcrv1.Hash{Algorithm: "sha256", Hex: b.Encoded()}
+			if contains(crep.LayersUnlinked, h) {
+				t.Errorf("the collect unlinked %s while the restore put it back: %+v", b, crep)
 			}
-			crep := decodeReport(t, body)
-			if !contains(crep.ManifestsDeleted, other) {
-				t.Fatalf("the collect should have deleted the other untagged image (the interleaving did not happen): %+v", crep.ManifestsDeleted)
-			}
-			for _, b := range blobsOf(t, img) {
-				h := ggcrv1.Hash{Algorithm: "sha256", Hex: b.Encoded()}
-				if contains(crep.LayersUnlinked, h) {
-					t.Errorf("the collect unlinked %s while the restore put it back: %+v", b, crep)
-				}
-			}
-			if rep.Restored != 4 || rep.Left != 0 {
-				t.Fatalf("restore: %+v", rep)
-			}
-			registrytest.AssertPullable(t, g.Registry, repo+"@"+d.String())
-			wantNoLoss(t, g, rep)
-		})
-	}
+		}
+		if rep.Restored != 4 || rep.Left != 0 {
+			t.Fatalf("restore: %+v", rep)
+		}
+		registrytest.AssertPullable(t, g.Registry, repo+"@"+d.String())
+		wantNoLoss(t, g, rep)
+	})
 }
 
 // A restore that stalls for longer than the window between its layer
@@ -377,38 +359,35 @@ func TestE2ETrashRestoreVsCollect(t *testing.T) {
 // references again right before the revision link, as a manifest PUT does
 // (case 11), and puts back what is gone.
 func TestE2ETrashSlowRestoreVsCollect(t *testing.T) {
-	for cache, opt := range trashCaches(t) {
-		t.Run(cache, func(t *testing.T) {
-			g := startTrash(t, opt, "1h", nil)
-			repo := "team/app"
-			_, d, run := trashed(t, g, repo)
-			g.settle(t)
-			manifest := storagetest.NewGate("GetContent", layout.BlobDataPath(d))
-			setHook(t, manifest.Wait)
-			restored := make(chan trash.RestoreReport, 1)
-			go func() { restored <- g.restore(t, "run="+run) }()
-			<-manifest.Reached
-			g.settle(t) // the restore stalls for longer than the window
-			code, body := g.collectRaw(t, repo, false)
-			manifest.Release()
-			rep := <-restored
-			if code != http.StatusOK {
-				t.Fatalf("collect: %d %s", code, body)
-			}
-			if crep := decodeReport(t, body); len(crep.LayersUnlinked) != 3 {
-				t.Fatalf("the collect should have unlinked the three restored layer links (the interleaving did not happen): %+v", crep.LayersUnlinked)
-			}
-			t.Logf("restore: %+v", rep)
-			if outcomeOf(rep, reclaim.KindManifest, d) == trash.Restored {
-				registrytest.AssertPullable(t, g.Registry, repo+"@"+d.String())
-			} else if again := g.restore(t, "repository="+repo+"&digest="+d.String()); outcomeOf(again, reclaim.KindManifest, d) != trash.Restored {
-				t.Fatalf("restore again: %+v", again)
-			}
+	onEachCache(t, func(t *testing.T, g *gcRegistry) {
+		repo := "team/app"
+		_, d, run := trashed(t, g, repo)
+		g.settle(t)
+		manifest := storagetest.NewGate("GetContent", layout.BlobDataPath(d))
+		setHook(t, manifest.Wait)
+		restored := make(chan trash.RestoreReport, 1)
+		go func() { restored <- g.restore(t, "run="+run) }()
+		<-manifest.Reached
+		g.settle(t) // the restore stalls for longer than the window
+		code, body := g.collectRaw(t, repo, false)
+		manifest.Release()
+		rep := <-restored
+		if code != http.StatusOK {
+			t.Fatalf("collect: %d %s", code, body)
+		}
+		if crep := decodeReport(t, body); len(crep.LayersUnlinked) != 3 {
+			t.Fatalf("the collect should have unlinked the three restored layer links (the interleaving did not happen): %+v", crep.LayersUnlinked)
+		}
+		t.Logf("restore: %+v", rep)
+		if outcomeOf(rep, reclaim.KindManifest, d) == trash.Restored {
 			registrytest.AssertPullable(t, g.Registry, repo+"@"+d.String())
-			if l := g.trashList(t, "repository="+repo); l.Total != 0 {
-				t.Fatalf("entries left after the image is back: %+v", l.Entries)
-			}
-			g.checkLinks(t)
-		})
-	}
+		} else if again := g.restore(t, "repository="+repo+"&digest="+d.String()); outcomeOf(again, reclaim.KindManifest, d) != trash.Restored {
+			t.Fatalf("restore again: %+v", again)
+		}
+		registrytest.AssertPullable(t, g.Registry, repo+"@"+d.String())
+		if l := g.trashList(t, "repository="+repo); l.Total != 0 {
+			t.Fatalf("entries left after the image is back: %+v", l.Entries)
+		}
+		g.checkLinks(t)
+	})
 }
