@@ -117,17 +117,9 @@ func (f *pagesFixture) do(t *testing.T, method, path string, body io.Reader) str
 	if body != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("%s %s: %d\n%s", method, path, resp.StatusCode, b)
+	code, b := roundTrip(t, req)
+	if code != http.StatusOK {
+		t.Fatalf("%s %s: %d\n%s", method, path, code, b)
 	}
 	return string(b)
 }
@@ -350,4 +342,19 @@ func TestPlural(t *testing.T) {
 			t.Errorf("plural(%v, %q) = %q, want %q", c.n, c.noun, got, c.want)
 		}
 	}
+}
+
+// roundTrip sends req and returns the status and the whole body.
+func roundTrip(t *testing.T, req *http.Request) (int, []byte) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
 }

@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -84,16 +83,8 @@ func (f *pagesFixture) post(t *testing.T, path string, form url.Values, header h
 		req.Header = http.Header{}
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	code, b := roundTrip(t, req)
+	return code, string(b)
 }
 
 // The Trash page lists the entries newest first with what each holds, why
