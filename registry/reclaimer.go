@@ -156,6 +156,9 @@ func (s *Server) trashPurger() reclaimer.TrashPurger {
 			if e.Error != "" {
 				logrus.WithField("component", "reclaimer").Warnf("reclaimer: trash purge %s: %s", e.Entry.ID, e.Error)
 			}
+			for _, d := range e.Errors {
+				logrus.WithField("component", "reclaimer").Warnf("reclaimer: trash purge %s: %s %s: %s", e.Entry.ID, d.Reason, d.Digest, d.Detail)
+			}
 			if e.Blob != nil && e.Blob.Deleted() {
 				freed = append(freed, *e.Blob)
 			}

@@ -25,6 +25,9 @@ type Purged struct {
 	// deleted (its data freed), or kept with the reason (another link or
 	// hold, an access within the window, a failed check).
 	Blob *gc.Decision `json:"blob,omitempty"`
+	// Errors are failures beside the blob's decision (its fence not
+	// released, a descriptor cache not evicted).
+	Errors []gc.Decision `json:"errors,omitempty"`
 	// Error is set when the hold could not be removed: the entry stays.
 	Error string `json:"error,omitempty"`
 }
@@ -80,8 +83,8 @@ func (b *Bin) purge(ctx context.Context, p Purger, entries []reclaim.TrashEntry,
 				r.Error = err.Error()
 				break
 			}
-			dec, _ := p.Purge(ctx, e.Digest)
-			r.Blob = &dec
+			dec, errs := p.Purge(ctx, e.Digest)
+			r.Blob, r.Errors = &dec, errs
 			if dec.Deleted() {
 				rep.BytesFreed += r.Blob.Size
 				rep.BlobsFreed++
