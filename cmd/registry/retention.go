@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"time"
@@ -92,11 +93,9 @@ func newRetentionPreviewCommand() *cobra.Command {
 				return err
 			}
 			for _, repo := range args {
-				out, err := f.send(cmd, http.MethodPost, "repositories/"+repo+"/retention/preview", nil, body)
-				if err != nil {
-					return err
-				}
-				if err := printPlan(cmd, &f, out); err != nil {
+				var plan retention.Plan
+				if err := f.answer(cmd, http.MethodPost, "repositories/"+repo+"/retention/preview", nil, body, &plan,
+					func(w io.Writer) { writePlan(w, &plan, f.verbose) }); err != nil {
 					return err
 				}
 			}
@@ -107,19 +106,11 @@ func newRetentionPreviewCommand() *cobra.Command {
 	return cmd
 }
 
-func printPlan(cmd *cobra.Command, f *gcClientFlags, out []byte) error {
-	w := cmd.OutOrStdout()
-	if f.json {
-		_, err := w.Write(out)
-		return err
-	}
-	var plan retention.Plan
-	if err := json.Unmarshal(out, &plan); err != nil {
-		return &exitError{exitFailure, fmt.Errorf("decode plan: %w", err)}
-	}
+// writePlan prints a plan's summary, and with verbose every version.
+func writePlan(w io.Writer, plan *retention.Plan, verbose bool) {
 	if plan.Skip != nil {
 		fmt.Fprintf(w, "%s: plan %s skipped (%s): %s\n", plan.Repository, plan.ID, plan.Skip.Reason, plan.Skip.Detail)
-		return nil
+		return
 	}
 	tags := 0
 	for _, c := range plan.Candidates {
@@ -127,12 +118,11 @@ func printPlan(cmd *cobra.Command, f *gcClientFlags, out []byte) error {
 	}
 	fmt.Fprintf(w, "%s: plan %s: %d versions to delete (%d tags), %d kept, %d over the cap, %d dropped (now in use)\n",
 		plan.Repository, plan.ID, len(plan.Candidates), tags, len(plan.Kept), plan.Trimmed, len(plan.Dropped))
-	if f.verbose {
+	if verbose {
 		for _, e := range append(append([]retention.Entry{}, plan.Candidates...), plan.Kept...) {
 			fmt.Fprintf(w, "  %-20s %s %s %v\n", e.Reason, e.Time.Format(time.DateOnly), e.Digest, e.Tags)
 		}
 	}
-	return nil
 }
 
 func newRetentionApplyCommand() *cobra.Command {
@@ -153,18 +143,8 @@ func newRetentionApplyCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out, err := f.send(cmd, http.MethodPost, "repositories/"+args[0]+"/retention/plans/"+args[1]+"/apply", nil, body)
-			if err != nil {
-				return err
-			}
 			var rep retention.ApplyReport
-			if err := json.Unmarshal(out, &rep); err != nil {
-				return &exitError{exitFailure, fmt.Errorf("decode report: %w", err)}
-			}
-			w := cmd.OutOrStdout()
-			if f.json {
-				w.Write(out) //nolint:errcheck
-			} else {
+			err = f.answer(cmd, http.MethodPost, "repositories/"+args[0]+"/retention/plans/"+args[1]+"/apply", nil, body, &rep, func(w io.Writer) {
 				fmt.Fprintf(w, "%s: plan %s: %d tags deleted, %d left\n", rep.Repository, rep.PlanID, len(rep.Deleted), len(rep.Skipped))
 				for _, s := range rep.Skipped {
 					fmt.Fprintf(w, "  left %s (%s) %s\n", s.Tag, s.Reason, s.Detail)
@@ -172,6 +152,9 @@ func newRetentionApplyCommand() *cobra.Command {
 				if rep.InUseChanged {
 					fmt.Fprintf(w, "  %s (%d manifests now in use, %d no longer)\n", rep.InUseNote, len(rep.InUseAdded), len(rep.InUseRemoved))
 				}
+			})
+			if err != nil {
+				return err
 			}
 			return applyExit(&rep)
 		},

@@ -112,20 +112,8 @@ func newTrashListCommand() *cobra.Command {
 			if limit > 0 {
 				q.Set("limit", strconv.Itoa(limit))
 			}
-			body, err := f.do(cmd, http.MethodGet, "trash", q)
-			if err != nil {
-				return err
-			}
-			if f.json {
-				_, err := cmd.OutOrStdout().Write(body)
-				return err
-			}
 			var l trashListing
-			if err := json.Unmarshal(body, &l); err != nil {
-				return &exitError{exitFailure, fmt.Errorf("decode listing: %w", err)}
-			}
-			writeTrashTable(cmd.OutOrStdout(), &l)
-			return nil
+			return f.answer(cmd, http.MethodGet, "trash", q, nil, &l, func(w io.Writer) { writeTrashTable(w, &l) })
 		},
 	})
 	sel.bind(cmd)
@@ -206,18 +194,14 @@ func newTrashRestoreCommand() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var rep trashRestoreReport
-			body, err := f.call(cmd, http.MethodPost, "trash/restore", sel.query(), &rep)
-			if err != nil {
-				return err
-			}
-			w := cmd.OutOrStdout()
-			if f.json {
-				w.Write(body) //nolint:errcheck
-			} else {
+			err := f.answer(cmd, http.MethodPost, "trash/restore", sel.query(), nil, &rep, func(w io.Writer) {
 				fmt.Fprintf(w, "restored %d, left %d\n", rep.Restored, rep.Left)
 				for _, e := range rep.Entries {
 					fmt.Fprintf(w, "  %-13s %-10s %s %s%s\n", e.Outcome, e.Entry.Kind, e.Entry.Repo, entryName(e.Entry), suffix(e.Detail))
 				}
+			})
+			if err != nil {
+				return err
 			}
 			failed := 0
 			for _, e := range rep.Entries {
@@ -262,26 +246,24 @@ func newTrashPurgeCommand() *cobra.Command {
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var rep trashPurgeReport
-			body, err := f.call(cmd, http.MethodPost, "trash/purge", url.Values{"older_than": {olderThan.String()}}, &rep)
+			err := f.answer(cmd, http.MethodPost, "trash/purge", url.Values{"older_than": {olderThan.String()}}, nil, &rep, func(w io.Writer) {
+				fmt.Fprintf(w, "purged %d entries, freed %s (%d blobs)\n", len(rep.Entries), humanBytes(rep.BytesFreed), rep.BlobsFreed)
+				for _, e := range rep.Entries {
+					switch {
+					case e.Error != "":
+						fmt.Fprintf(w, "  error %s %s: %s\n", e.Entry.ID, e.Entry.Digest, e.Error)
+					case e.Blob != nil && !e.Blob.Deleted() && (f.verbose || e.Blob.Reason != reclaim.ReasonInTrash):
+						fmt.Fprintf(w, "  kept %s (%s)%s\n", e.Entry.Digest, e.Blob.Reason, suffix(e.Blob.Detail))
+					}
+				}
+			})
 			if err != nil {
 				return err
 			}
-			w := cmd.OutOrStdout()
 			failed := 0
-			if f.json {
-				w.Write(body) //nolint:errcheck
-			} else {
-				fmt.Fprintf(w, "purged %d entries, freed %s (%d blobs)\n", len(rep.Entries), humanBytes(rep.BytesFreed), rep.BlobsFreed)
-			}
 			for _, e := range rep.Entries {
-				switch {
-				case e.Error != "":
+				if e.Error != "" {
 					failed++
-					if !f.json {
-						fmt.Fprintf(w, "  error %s %s: %s\n", e.Entry.ID, e.Entry.Digest, e.Error)
-					}
-				case !f.json && e.Blob != nil && !e.Blob.Deleted() && (f.verbose || e.Blob.Reason != reclaim.ReasonInTrash):
-					fmt.Fprintf(w, "  kept %s (%s)%s\n", e.Entry.Digest, e.Blob.Reason, suffix(e.Blob.Detail))
 				}
 			}
 			if failed > 0 {
@@ -299,14 +281,22 @@ func init() {
 	distregistry.RootCmd.AddCommand(newTrashCommand())
 }
 
-// call sends the request and decodes its answer into v; body is the
-// answer as sent, for --json.
-func (f *gcClientFlags) call(cmd *cobra.Command, method, path string, q url.Values, v any) (body []byte, err error) {
-	if body, err = f.do(cmd, method, path, q); err != nil {
-		return nil, err
+// answer sends the request (body: JSON, or nil), decodes its answer into
+// v and prints it: as sent with --json, else through human. The caller
+// judges v for the exit code afterwards.
+func (f *gcClientFlags) answer(cmd *cobra.Command, method, path string, q url.Values, body []byte, v any, human func(io.Writer)) error {
+	out, err := f.send(cmd, method, path, q, body)
+	if err != nil {
+		return err
 	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return nil, &exitError{exitFailure, fmt.Errorf("decode the answer: %w", err)}
+	if err := json.Unmarshal(out, v); err != nil {
+		return &exitError{exitFailure, fmt.Errorf("decode the answer: %w", err)}
 	}
-	return body, nil
+	w := cmd.OutOrStdout()
+	if f.json {
+		_, err := w.Write(out)
+		return err
+	}
+	human(w)
+	return nil
 }
