@@ -30,6 +30,7 @@ var allowed = map[string][]string{
 	"internal/crosssite": {},
 	"internal/enum":      {}, // the one shape of a closed set of words
 	"internal/metrics":   {},
+	"internal/pause":     {}, // the wait of every retry, poll and interval loop
 	"internal/rlog":      {},
 
 	// the storage tree, the referrers index and the link database
@@ -42,7 +43,7 @@ var allowed = map[string][]string{
 	"storage/storagetest/redistest":         {},
 	"storage/storagetest/s3test":            {},
 	// GC's storage budget: a driver wrapper, knows no Redis and no layout
-	"storage/budget": {"internal/metrics"},
+	"storage/budget": {"internal/metrics", "internal/pause"},
 
 	// every piece of Redis state
 	"redisstate": {"internal/enum", "internal/metrics", "internal/rlog", "reclaim", "reclaim/gcrun", "storage/layout"},
@@ -51,20 +52,20 @@ var allowed = map[string][]string{
 	"redisstate/pulls": {"reclaim"},
 
 	// the storage-driver middleware, its Env and request scope
-	"storage/middleware": {"internal/config", "internal/metrics", "internal/rlog", "reclaim", "redisstate", "redisstate/pulls",
+	"storage/middleware": {"internal/config", "internal/metrics", "internal/pause", "internal/rlog", "reclaim", "redisstate", "redisstate/pulls",
 		"storage/budget", "storage/layout", "storage/linkdb", "storage/referrers"},
 
 	// garbage collection: the pure decision, a run's I/O around it, and
 	// the background reclaimer on the collector's deletion step
 	"gc":           {"reclaim"},
-	"gc/collector": {"gc", "reclaim", "reclaim/gcrun", "storage/layout"},
-	"gc/reclaimer": {"gc", "gc/collector", "reclaim", "storage/layout"},
+	"gc/collector": {"gc", "internal/pause", "reclaim", "reclaim/gcrun", "storage/layout"},
+	"gc/reclaimer": {"gc", "gc/collector", "internal/pause", "reclaim", "storage/layout"},
 	// the fixtures the collector's and the reclaimer's tests share
 	"gc/internal/gctest": {"internal/config", "reclaim", "storage/layout", "storage/linkdb", "storage/middleware", "storage/storagetest"},
 
 	// retention: the domain, and its state in Redis
 	// recoverable deletion: holds on blobs, their Redis index, restore, purge
-	"trash": {"gc", "reclaim", "redisstate", "storage/layout", "storage/referrers"},
+	"trash": {"gc", "internal/pause", "reclaim", "redisstate", "storage/layout", "storage/referrers"},
 
 	"retention":            {"internal/enum", "reclaim", "retention/inuse"},
 	"retention/inuse":      {},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/internal/pause"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/referrers"
@@ -325,10 +326,8 @@ func (r *restorer) link(ctx context.Context, p string, d digest.Digest, optional
 		if _, serr := r.b.cfg.Raw.Stat(ctx, layout.BlobDataPath(d)); layout.IsNotFound(serr) {
 			return result{PurgedAlready, "its data is gone"}
 		}
-		select {
-		case <-ctx.Done():
-			return result{RestoreFailed, ctx.Err().Error()}
-		case <-time.After(time.Duration(attempt+1) * 200 * time.Millisecond):
+		if err := pause.For(ctx, time.Duration(attempt+1)*200*time.Millisecond); err != nil {
+			return result{RestoreFailed, err.Error()}
 		}
 	}
 	switch {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/internal/pause"
 	"github.com/reclaim-registry/reclaim/reclaim"
 )
 
@@ -38,16 +39,7 @@ type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
 
-func (realClock) Wait(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+func (realClock) Wait(ctx context.Context, d time.Duration) bool { return pause.For(ctx, d) == nil }
 
 // guardedDelete confirms h, then runs del while h keeps fencing the object.
 // A renewer confirms h every lease/3; del's context is cancelled as soon as

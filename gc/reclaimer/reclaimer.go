@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/gc/collector"
+	"github.com/reclaim-registry/reclaim/internal/pause"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"golang.org/x/sync/errgroup"
 )
@@ -181,12 +182,7 @@ func (r *Reclaimer) Run(ctx context.Context) {
 		return
 	}
 	wait := r.cfg.Interval
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
+	for pause.For(ctx, wait) == nil {
 		rep := r.Tick(ctx)
 		wait = r.next(rep)
 	}

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/reclaim-registry/reclaim/internal/pause"
 )
 
 type ctxKey struct{}
@@ -79,7 +81,7 @@ type Stats struct {
 
 // New returns a budget of opts.
 func New(opts Options) *Budget {
-	b := &Budget{opts: opts, now: time.Now, sleep: sleepCtx}
+	b := &Budget{opts: opts, now: time.Now, sleep: pause.For}
 	if opts.InFlight > 0 {
 		b.sem = make(chan struct{}, opts.InFlight)
 	}
@@ -101,17 +103,6 @@ func (b *Budget) Limit() float64 {
 	defer b.mu.Unlock()
 	b.refill(b.now())
 	return b.limit
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // refill grows the tokens and, after a cut, the limit, to now. mu held.

@@ -8,6 +8,7 @@ import (
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/internal/pause"
 	"github.com/reclaim-registry/reclaim/internal/rlog"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
@@ -146,10 +147,8 @@ func (d *driver) guardWait(ctx context.Context, blob digest.Digest, links []recl
 			return nil, refuse(ctx, blob, err)
 		}
 		waited = true
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(d.env.opts.FencePoll):
+		if err := pause.For(ctx, d.env.opts.FencePoll); err != nil {
+			return nil, err
 		}
 	}
 }

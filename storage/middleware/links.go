@@ -8,6 +8,7 @@ import (
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/internal/pause"
 	"github.com/reclaim-registry/reclaim/internal/rlog"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
@@ -370,10 +371,8 @@ func (d *driver) tagWritten(ctx context.Context, path string, p layout.Path, con
 			return refuse(ctx, m, fmt.Errorf("%w: tag %s of %s is being deleted", reclaim.ErrFenced, p.Tag, p.Repo))
 		}
 		waited = true
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(d.env.opts.FencePoll):
+		if err := pause.For(ctx, d.env.opts.FencePoll); err != nil {
+			return err
 		}
 	}
 	if !waited {
