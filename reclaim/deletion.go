@@ -22,9 +22,10 @@ type Deletion struct {
 }
 
 // Deletions is what one run (a collect, a reclaimer tick, a retention
-// apply) removed, in the order it removed them.
+// apply, a purge of the trash through the API) removed, in the order it
+// removed them.
 type Deletions struct {
-	Source   string // "gc", "reclaimer" or "retention"
+	Source   string // "gc", "reclaimer", "retention" or "trash"
 	RunID    string // the GC run's id, the tick's
 	PlanID   string // the plan applied, if any
 	Instance string // the process that deleted

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -297,6 +298,47 @@ func TestE2EDeletionEventsNameTheTrashEntry(t *testing.T) {
 	for _, e := range got {
 		if !entries[e.Reclaim.TrashEntry] {
 			t.Errorf("event %s %s names trash entry %q, not one of the run's %v", e.Reclaim.Kind, e.Target.Digest, e.Reclaim.TrashEntry, entries)
+		}
+	}
+}
+
+// A purge through the API deletes data for good: each blob it freed is
+// told once, source "trash", without a trash entry, after the collect's
+// own events (which named their entries); a blob the purge kept (a layer
+// another manifest links) is not told.
+func TestE2EDeletionEventsForAPurge(t *testing.T) {
+	audit := newEndpoint(t)
+	g := startTrash(t, withEndpoint("audit", audit.URL), "1h", nil)
+	shared := layer(t)
+	push(t, g, "evpurge/app:latest", registrytest.Image(t, shared, layer(t)))
+	push(t, g, "evpurge/app:latest", registrytest.Image(t, shared))
+	g.settle(t)
+	rep := g.collect(t, "evpurge/app")
+	collected := collectDeletions(rep)
+	audit.wait(t, len(collected))
+	g.settle(t)
+	pr := g.purge(t)
+	var want []deletion
+	for _, p := range pr.Entries {
+		if p.Blob != nil && p.Blob.Deleted() {
+			want = append(want, deletion{kind: reclaim.KindBlob, digest: p.Blob.Digest})
+		}
+	}
+	if len(want) != pr.BlobsFreed || len(want) == 0 {
+		t.Fatalf("purge freed %d blobs, %d decisions say deleted: %+v", pr.BlobsFreed, len(want), pr)
+	}
+	got := audit.wait(t, len(collected)+len(want))
+	checkEvents(t, "audit", got, "trash", want)
+	for _, e := range got {
+		if e.Reclaim.Source != "trash" {
+			continue
+		}
+		if e.Reclaim.TrashEntry != "" || !strings.HasPrefix(e.Reclaim.RunID, "purge-") || e.Reclaim.Instance == "" {
+			t.Errorf("purge event %s: trash entry %q, run %q, instance %q; want no entry, a purge- id and the instance",
+				e.Target.Digest, e.Reclaim.TrashEntry, e.Reclaim.RunID, e.Reclaim.Instance)
+		}
+		if e.Target.Digest.String() == digestOf(t, shared).String() {
+			t.Errorf("the shared layer %s, still linked, was told deleted", e.Target.Digest)
 		}
 	}
 }

@@ -39,6 +39,20 @@ type PurgeReport struct {
 	BlobsFreed int      `json:"blobs_freed"`
 }
 
+// Freed is the blobs whose data the purge deleted, in the order it
+// purged them: what deletion events tell (no trash entry: the delete is
+// final). An entry whose blob stayed (another link or hold, an access
+// within the window) is not among them.
+func (r PurgeReport) Freed() []reclaim.Deletion {
+	var out []reclaim.Deletion
+	for _, p := range r.Entries {
+		if p.Blob != nil && p.Blob.Deleted() {
+			out = append(out, reclaim.Deletion{Kind: reclaim.KindBlob, Digest: p.Blob.Digest, Size: p.Blob.Size, Reason: p.Blob.Reason.String()})
+		}
+	}
+	return out
+}
+
 // PurgeExpired purges up to max entries whose expiry has passed at now,
 // oldest expiry first (the reclaimer's tick, bounded per tick).
 func (b *Bin) PurgeExpired(ctx context.Context, p Purger, now time.Time, max int) (PurgeReport, error) {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/registry/accesscontrol"
@@ -103,6 +104,9 @@ type Config struct {
 	RedisHealth func() any
 	// Trash serves /gc/v1/trash; nil while trash.keep is 0.
 	Trash *trash.Bin
+	// Deletions hears the blobs a purge of the trash deleted (source
+	// "trash"), as it hears a collect's; nil: no deletion events.
+	Deletions reclaim.DeletionSink
 	// Next serves every request outside /gc/v1/.
 	Next http.Handler
 }

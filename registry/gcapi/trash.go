@@ -1,12 +1,14 @@
 package gcapi
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
@@ -195,6 +197,12 @@ func (h *API) trashPurge(w http.ResponseWriter, r *http.Request) error {
 	rep, err := bin.PurgeRemovedBefore(r.Context(), orphans, orphans.Now().Add(-age), maxPurge)
 	if err != nil {
 		return err
+	}
+	if freed := rep.Freed(); len(freed) > 0 && h.backend.Deletions != nil {
+		// The data is gone now: told once, after the purge's last delete,
+		// as a collect tells its deletes (docs/events.md).
+		h.backend.Deletions.Deleted(context.WithoutCancel(r.Context()), reclaim.Deletions{Source: "trash",
+			RunID: "purge-" + uuid.NewString(), Instance: h.backend.Collector.Instance(), Objects: freed})
 	}
 	writeJSON(w, http.StatusOK, rep)
 	return nil
