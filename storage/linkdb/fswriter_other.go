@@ -14,3 +14,6 @@ import (
 func newFSLinkWriter(_ context.Context, d storagedriver.StorageDriver, _ string) (linkWriter, error) {
 	return driverWriter{d}, nil
 }
+
+// readsOf is d: only Linux has the filesystem writer, and its reads.
+func readsOf(_ linkWriter, d storagedriver.StorageDriver) storagedriver.StorageDriver { return d }

@@ -179,6 +179,7 @@ func Rebuild(ctx context.Context, d storagedriver.StorageDriver, opts RebuildOpt
 		return nil, err
 	}
 	defer w.close()
+	d = readsOf(w, d) // with the filesystem writer: its reads too (fsreads_linux.go)
 	if opts.wrapWriter != nil {
 		w = opts.wrapWriter(w)
 	}
