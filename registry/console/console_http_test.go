@@ -36,15 +36,7 @@ func send(t *testing.T, base, method, path string, form url.Values, anonymous bo
 	if !anonymous {
 		req.SetBasicAuth(user, password)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, b := fetch(t, req)
 	return resp, string(b)
 }
 

@@ -186,6 +186,14 @@ func (f *fixture) send(t *testing.T, method, path, body string) (int, []byte) {
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	resp, b := fetch(t, req)
+	return resp.StatusCode, b
+}
+
+// fetch sends req and returns the response (its body read and closed)
+// and the whole body.
+func fetch(t *testing.T, req *http.Request) (*http.Response, []byte) {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -195,5 +203,5 @@ func (f *fixture) send(t *testing.T, method, path, body string) (int, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, b
+	return resp, b
 }
