@@ -51,7 +51,7 @@ const (
 	referrersQueryLastKey = "last"
 )
 
-var referrersIndexErrors = metrics.CounterVec("referrers", "index_errors_total", "Referrers index updates that failed (op: add, remove, read); the index is repaired by linkdb rebuild.", "op")
+var referrersIndexErrors = metrics.CounterVec("referrers", "index_errors_total", "Referrers index updates that failed (op: follow, read); the index is repaired by linkdb rebuild.", "op")
 
 // referrersLog is logrus, like Distribution's own logging (its request
 // context logger is internal to it).
@@ -61,18 +61,21 @@ var referrersLog = logrus.WithField("component", "referrers")
 type referrersIndex interface {
 	Add(ctx context.Context, repo string, subject digest.Digest, desc v1.Descriptor) error
 	Remove(ctx context.Context, repo string, subject, referrer digest.Digest) error
+	Follow(ctx context.Context, repo string, subject digest.Digest, desc v1.Descriptor) (bool, error)
 	Page(ctx context.Context, repo string, subject digest.Digest, opts referrers.PageOptions) ([]v1.Descriptor, bool, error)
 }
 
-// referrersBackend is what the handler reads and writes: the index,
+// referrersBackend is what the handler reads and writes: the index, and
 // manifest payloads by digest (to learn the subject of a manifest being
-// deleted), and whether a repository links a manifest (to re-check the index
-// against concurrent pushes and deletes).
+// deleted).
 type referrersBackend struct {
 	index    referrersIndex
 	manifest func(ctx context.Context, d digest.Digest) ([]byte, error)
-	linked   func(ctx context.Context, repo string, d digest.Digest) (bool, error)
 }
+
+// errNotAManifest: the blob is larger than any manifest Distribution
+// accepts, so it has no subject.
+var errNotAManifest = errors.New("not a manifest")
 
 // backendFromDriver reads and writes on the storage driver the registry
 // stores into, below any middleware: the index is Reclaim's own
@@ -92,17 +95,9 @@ func backendFromDriver(d storagedriver.StorageDriver) *referrersBackend {
 				return nil, err
 			}
 			if len(b) > referrers.MaxManifestSize {
-				return nil, fmt.Errorf("blob %s is larger than a manifest can be", dg)
+				return nil, fmt.Errorf("%w: blob %s is larger than a manifest can be", errNotAManifest, dg)
 			}
 			return b, nil
-		},
-		linked: func(ctx context.Context, repo string, dg digest.Digest) (bool, error) {
-			_, err := d.Stat(ctx, layout.RevisionLinkPath(repo, dg))
-			var nf storagedriver.PathNotFoundError
-			if errors.As(err, &nf) {
-				return false, nil
-			}
-			return err == nil, err
 		},
 	}
 }
@@ -149,7 +144,7 @@ func (h *referrersHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if m := manifestRoute.FindStringSubmatch(p); m != nil {
 		switch r.Method {
 		case http.MethodPut:
-			h.putManifest(w, r, m[1])
+			h.putManifest(w, r, m[1], m[2])
 			return
 		case http.MethodDelete:
 			if d, err := digest.Parse(m[2]); err == nil {

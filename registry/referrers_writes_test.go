@@ -83,19 +83,32 @@ func TestReferrersPutPassThrough(t *testing.T) {
 }
 
 // raceHandler is the referrers handler in front of a fake Distribution that
-// answers status for every request, over an in-memory index, with the
-// revision link reported as linked.
+// answers status for every request, over an in-memory index, and leaves
+// the revision link of payload in repository "a" there (linked) or not, as
+// a racing PUT or DELETE on another instance would have.
 func raceHandler(t *testing.T, status int, payload []byte, linked bool) (http.Handler, *referrers.Index) {
 	t.Helper()
 	d := inmemory.New()
-	if err := d.PutContent(t.Context(), layout.BlobDataPath(digest.FromBytes(payload)), payload); err != nil {
+	dgst := digest.FromBytes(payload)
+	if err := d.PutContent(t.Context(), layout.BlobDataPath(dgst), payload); err != nil {
 		t.Fatal(err)
 	}
 	b := backendFromDriver(d)
-	b.linked = func(context.Context, string, digest.Digest) (bool, error) { return linked, nil }
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Docker-Content-Digest", digest.FromBytes(payload).String())
+		link := layout.RevisionLinkPath("a", dgst)
+		var err error
+		if linked {
+			err = d.PutContent(r.Context(), link, []byte(dgst))
+		} else if err = d.Delete(r.Context(), link); layout.IsNotFound(err) {
+			err = nil
+		}
+		if err != nil {
+			t.Error(err)
+		}
+		if status == http.StatusCreated {
+			w.Header().Set("Docker-Content-Digest", dgst.String())
+		}
 		w.WriteHeader(status)
 	})
 	h := newReferrersHandler(&configuration.Configuration{}, b, &accesscontrol.Control{}, next)
@@ -122,7 +135,13 @@ func TestReferrersPutDeleteRace(t *testing.T) {
 		{"PUT indexes a linked manifest", http.MethodPut, http.StatusCreated, true, 1, false},
 		{"DELETE unindexes after a racing PUT relinked", http.MethodDelete, http.StatusAccepted, true, 1, true},
 		{"DELETE unindexes an unlinked manifest", http.MethodDelete, http.StatusAccepted, false, 0, false},
-		{"failed DELETE keeps the entry", http.MethodDelete, http.StatusNotFound, false, 1, false},
+		{"refused DELETE keeps the entry", http.MethodDelete, http.StatusNotFound, false, 1, false},
+		// A server error may come after the link changed (a store error
+		// after the write, a client gone): the entry follows the link.
+		{"PUT that failed after its link indexes", http.MethodPut, http.StatusInternalServerError, true, 1, false},
+		{"PUT that failed before its link does not index", http.MethodPut, http.StatusInternalServerError, false, 0, false},
+		{"DELETE that failed after unlinking unindexes", http.MethodDelete, http.StatusInternalServerError, false, 0, false},
+		{"DELETE that failed before unlinking keeps the entry", http.MethodDelete, http.StatusInternalServerError, true, 1, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h, idx := raceHandler(t, c.status, payload, c.linked)
@@ -141,7 +160,7 @@ func TestReferrersPutDeleteRace(t *testing.T) {
 			if len(got) != c.want {
 				t.Errorf("%d entries after %s, want %d: %+v", len(got), c.method, c.want, got)
 			}
-			if wantHeader := map[bool]string{true: subject.String()}[c.want == 1]; c.method == http.MethodPut && rec.Header().Get("OCI-Subject") != wantHeader {
+			if wantHeader := map[bool]string{true: subject.String()}[c.want == 1 && c.status == http.StatusCreated]; c.method == http.MethodPut && rec.Header().Get("OCI-Subject") != wantHeader {
 				t.Errorf("OCI-Subject %q, want %q", rec.Header().Get("OCI-Subject"), wantHeader)
 			}
 			if c.rebuilt && len(got) == 1 && (got[0].ArtifactType != "a/b" || got[0].Size != int64(len(payload))) {

@@ -21,9 +21,9 @@ import (
 // Recoverable deletion end to end (issue 27), through the HTTP API and a
 // real client, on both blob descriptor caches.
 
-// trashCaches are the descriptor caches the trash tests run on: the redis
+// descriptorCaches are the blob descriptor caches the e2e tests run on: the redis
 // one needs a real Redis (RECLAIM_TEST_REDIS_ADDR; CI has one).
-func trashCaches(t testing.TB) map[string]registrytest.Option {
+func descriptorCaches(t testing.TB) map[string]registrytest.Option {
 	out := map[string]registrytest.Option{"inmemory": registrytest.WithConfig(func(cfg *configuration.Configuration) {})}
 	if addr := os.Getenv("RECLAIM_TEST_REDIS_ADDR"); addr != "" {
 		out["redis"] = registrytest.WithConfig(func(cfg *configuration.Configuration) {
@@ -153,7 +153,7 @@ func TestE2ETrashRestoresACollect(t *testing.T) {
 // TestE2ETrashPurgeFreesWhatItHeld: a purge deletes the data the entries
 // held, and exactly that.
 func TestE2ETrashPurgeFreesWhatItHeld(t *testing.T) {
-	g := startTrash(t, trashCaches(t)["inmemory"], "1h", nil)
+	g := startTrash(t, descriptorCaches(t)["inmemory"], "1h", nil)
 	repo := "team/app"
 	shared := layer(t)
 	old := registrytest.Image(t, shared, layer(t))
@@ -200,7 +200,7 @@ func TestE2ETrashPurgeFreesWhatItHeld(t *testing.T) {
 func TestE2ETrashPullOfADeletedTag(t *testing.T) {
 	for _, restore := range []bool{false, true} {
 		t.Run(fmt.Sprintf("restoreonpull=%v", restore), func(t *testing.T) {
-			g := startTrash(t, trashCaches(t)["inmemory"], "1h", map[string]any{"restoreonpull": restore})
+			g := startTrash(t, descriptorCaches(t)["inmemory"], "1h", map[string]any{"restoreonpull": restore})
 			repo := fmt.Sprintf("svc/pull%v", restore)
 			vs := history(t, g, repo, 4, time.Now().Add(-400*day), day)
 			declare(t, g, "prod", img(repo, vs[3]))
@@ -292,7 +292,7 @@ func TestE2ETrashReclaimerHoldsThenPurges(t *testing.T) {
 // A restore of one manifest by digest brings its layers and config back
 // too, and its answer names their entries (also_restored).
 func TestE2ETrashRestoreByDigestBringsItsLayers(t *testing.T) {
-	g := startTrash(t, trashCaches(t)["inmemory"], "1h", nil)
+	g := startTrash(t, descriptorCaches(t)["inmemory"], "1h", nil)
 	repo := "team/digest"
 	old := registrytest.Image(t, layer(t), layer(t))
 	oldD := push(t, g, repo+":v1", old)
@@ -316,7 +316,7 @@ func TestE2ETrashRestoreByDigestBringsItsLayers(t *testing.T) {
 // Content-Length, for GET and HEAD, hit or miss (the OCI conformance suite
 // checks the header).
 func TestE2ETrashLookedAt404KeepsItsHeaders(t *testing.T) {
-	g := startTrash(t, trashCaches(t)["inmemory"], "1h", nil)
+	g := startTrash(t, descriptorCaches(t)["inmemory"], "1h", nil)
 	repo := "team/headers"
 	old := push(t, g, repo+":v1", registrytest.Image(t, layer(t)))
 	push(t, g, repo+":v1", registrytest.Image(t, layer(t)))
@@ -340,7 +340,7 @@ func TestE2ETrashLookedAt404KeepsItsHeaders(t *testing.T) {
 // onEachCache runs body as a subtest per descriptor cache, on a fresh
 // registry with the trash on (trash.keep 1h).
 func onEachCache(t *testing.T, body func(t *testing.T, g *gcRegistry)) {
-	for cache, opt := range trashCaches(t) {
+	for cache, opt := range descriptorCaches(t) {
 		t.Run(cache, func(t *testing.T) { body(t, startTrash(t, opt, "1h", nil)) })
 	}
 }

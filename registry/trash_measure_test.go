@@ -79,7 +79,7 @@ func TestMeasureTrashCost(t *testing.T) {
 		if keep == "" {
 			g = startGC(t)
 		} else {
-			g = startTrash(t, trashCaches(t)["inmemory"], keep, nil)
+			g = startTrash(t, descriptorCaches(t)["inmemory"], keep, nil)
 		}
 		repo := "measure/app"
 		for i := range images {
@@ -147,7 +147,7 @@ func TestMeasureTrashCost(t *testing.T) {
 //
 //	RECLAIM_TEST_REDIS_ADDR=127.0.0.1:6379 go test ./registry -run '^$' -bench TrashRestore -benchtime 3x
 func BenchmarkTrashRestore(b *testing.B) {
-	g := startTrash(b, trashCaches(b)["inmemory"], "1h", nil)
+	g := startTrash(b, descriptorCaches(b)["inmemory"], "1h", nil)
 	repo := "bench/restore"
 	const images = 250
 	for i := range images {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/distribution/distribution/v3/configuration"
 	"github.com/distribution/distribution/v3/registry/handlers"
@@ -40,6 +41,8 @@ type Registry struct {
 	Username, Password string
 	// Server is the in-process Reclaim server (Start); nil for StartProcess.
 	Server *reclaim.Server
+
+	serving *inFlight // Start's requests in flight
 }
 
 // Ref parses "repo:tag" or "repo@sha256:..." as a reference on this registry.
@@ -133,7 +136,8 @@ func Start(t testing.TB, opts ...Option) *Registry {
 		t.Fatalf("registrytest: start registry: %v", err)
 	}
 	server.Start()
-	srv := httptest.NewServer(server.Handler(app))
+	serving := newInFlight()
+	srv := httptest.NewServer(serving.wrap(server.Handler(app)))
 	t.Cleanup(func() {
 		srv.Close()
 		if err := app.Shutdown(); err != nil {
@@ -143,8 +147,64 @@ func Start(t testing.TB, opts ...Option) *Registry {
 		cancel()
 	})
 	r := newRegistry(srv.URL, s, cfg)
-	r.Server = server
+	r.Server, r.serving = server, serving
 	return r
+}
+
+// idleTimeout bounds WaitIdle: a request still running after it is stuck.
+const idleTimeout = 30 * time.Second
+
+// WaitIdle waits until r (Start) serves no request, those whose client
+// went away included: what a handler does after its client is gone is
+// done when it returns.
+func (r *Registry) WaitIdle(t testing.TB) {
+	t.Helper()
+	if r.serving == nil {
+		t.Fatal("registrytest: WaitIdle needs a registry from Start")
+	}
+	select {
+	case <-r.serving.idle():
+	case <-time.After(idleTimeout):
+		t.Fatalf("registrytest: requests still running after %v", idleTimeout)
+	}
+}
+
+// inFlight counts the requests a handler is serving.
+type inFlight struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed while n == 0
+}
+
+func newInFlight() *inFlight {
+	z := make(chan struct{})
+	close(z)
+	return &inFlight{zero: z}
+}
+
+func (f *inFlight) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		f.mu.Lock()
+		if f.n == 0 {
+			f.zero = make(chan struct{})
+		}
+		f.n++
+		f.mu.Unlock()
+		defer func() {
+			f.mu.Lock()
+			if f.n--; f.n == 0 {
+				close(f.zero)
+			}
+			f.mu.Unlock()
+		}()
+		h.ServeHTTP(w, req)
+	})
+}
+
+func (f *inFlight) idle() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.zero
 }
 
 func newRegistry(url string, s *settings, cfg *configuration.Configuration) *Registry {

@@ -91,6 +91,67 @@ func (r *Index) Remove(ctx context.Context, repo string, subject, referrer diges
 	return nil
 }
 
+// followRounds bounds Follow's look-act-look rounds. Each extra round
+// needs a writer of the revision link that ran between two looks; more
+// than a few in a row is a link flapping under a hot loop, not a race.
+const followRounds = 8
+
+// ErrUnsettled: Follow saw the revision link change after each of its
+// updates, followRounds times in a row. The entry may disagree with the
+// link; the writer that changed it last follows it too, else rebuild does.
+var ErrUnsettled = errors.New("referrers: the revision link kept changing while its index entry followed it")
+
+// Follow makes the entry of referrer desc under subject in repo agree with
+// the referrer's revision link as it is now: present while the link is,
+// absent once it is gone. It looks at the link, updates the entry to what
+// it saw, and looks again, until a look agrees with the update before it.
+// Every writer of a revision link (a PUT, a DELETE, a restore) follows it
+// after its own write, so whichever updates the entry last looked at the
+// link after every link write before it: the entry ends as the link does.
+// A single look-then-update would not: a writer that looked, then paused,
+// would put back an entry for a link removed meanwhile (or remove one for a
+// link written meanwhile). It reports whether the link was there at the end.
+func (r *Index) Follow(ctx context.Context, repo string, subject digest.Digest, desc v1.Descriptor) (linked bool, err error) {
+	if _, err := referrerEntryPath(repo, subject, desc.Digest); err != nil {
+		return false, err
+	}
+	link := layout.RevisionLinkPath(repo, desc.Digest)
+	if linked, err = r.linked(ctx, link); err != nil {
+		return false, err
+	}
+	for range followRounds {
+		if linked {
+			err = r.Add(ctx, repo, subject, desc)
+		} else {
+			err = r.Remove(ctx, repo, subject, desc.Digest)
+		}
+		if err != nil {
+			return linked, err
+		}
+		now, err := r.linked(ctx, link)
+		if err != nil {
+			return linked, err
+		}
+		if now == linked {
+			return linked, nil
+		}
+		linked = now
+	}
+	return linked, fmt.Errorf("%w: %s of %s in %s", ErrUnsettled, desc.Digest, subject, repo)
+}
+
+// linked reports whether the revision link at p exists.
+func (r *Index) linked(ctx context.Context, p string) (bool, error) {
+	_, err := r.driver.Stat(ctx, p)
+	if isReferrerPathNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("look at revision link %s: %w", p, err)
+	}
+	return true, nil
+}
+
 // List returns every referrer of subject in repo, sorted by digest. A subject
 // without referrers (or a repository that does not exist) has an empty list.
 func (r *Index) List(ctx context.Context, repo string, subject digest.Digest) ([]v1.Descriptor, error) {
