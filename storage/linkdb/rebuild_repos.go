@@ -191,12 +191,20 @@ func (r *rebuild) referrer(ctx context.Context, l forwardLink, fi storagedriver.
 	}
 	if r.opts.DryRun {
 		r.f.add(Problem{Kind: MissingReferrer, Path: entry, Repo: l.Repo, Digest: l.Blob, Detail: "subject " + subject.String()})
-	} else {
-		if err := r.referrers.Add(ctx, l.Repo, subject, desc); err != nil {
-			r.f.add(Problem{Kind: Unreadable, Path: entry, Repo: l.Repo, Digest: l.Blob, Detail: "write: " + err.Error()})
-			return false
-		}
+		r.refAdded.Add(1)
+		return true
 	}
-	r.refAdded.Add(1)
+	// The entry follows the revision link rather than being added: a
+	// DELETE of the manifest since the walk read its link has made its own
+	// entry follow the link, and an Add after that would list a manifest
+	// that is gone (docs/referrers.md, "Consistency").
+	linked, err := r.referrers.Follow(ctx, l.Repo, subject, desc)
+	if err != nil {
+		r.f.add(Problem{Kind: Unreadable, Path: entry, Repo: l.Repo, Digest: l.Blob, Detail: "write: " + err.Error()})
+		return false
+	}
+	if linked {
+		r.refAdded.Add(1)
+	}
 	return true
 }
