@@ -187,6 +187,9 @@ func (d *driver) Delete(ctx context.Context, path string) error {
 	case p.Kind == layout.PathBlobData || p.Kind == layout.PathBlobDir:
 		return d.deleteBlob(ctx, path, p.Digest)
 	}
+	if m, ok := untagged(ctx, p); ok {
+		return d.untag(ctx, path, p, m)
+	}
 	links, err := d.linksDeletedWith(ctx, path, p)
 	if err != nil {
 		return err
