@@ -275,13 +275,20 @@ func (d *driver) unlink(ctx context.Context, p layout.Path) {
 	l := linkObject(p)
 	rl := reclaim.RepoLink{Repo: l.Repo, Kind: l.Kind}
 	if ctx.Err() != nil {
-		// The delete was called off (GC lost its fence or passed its
-		// deadline) and the forward delete finished anyway (a driver that
-		// ignores cancellation): nothing more is deleted after the call-off.
-		// The reverse link stays, a leak that linkdb rebuild removes; the
-		// tombstone was written before the delete.
-		metricReverseLinks.WithLabelValues("delete", "kept").Inc()
-		return
+		if accessRecordsOff(ctx) {
+			// GC's delete was called off (it lost its fence or passed its
+			// deadline) and the forward delete finished anyway (a driver
+			// that ignores cancellation): nothing more is deleted after the
+			// call-off. The reverse link stays, a leak that linkdb rebuild
+			// removes; the tombstone was written before the delete.
+			metricReverseLinks.WithLabelValues("delete", "kept").Inc()
+			return
+		}
+		// A client's request, whose client went away once its forward
+		// delete was done: the request's own bookkeeping goes on, as it
+		// would have (else the blob keeps a stale reverse link that no
+		// GC removes, only a rebuild).
+		ctx = context.WithoutCancel(ctx)
 	}
 	if err := d.links.Delete(ctx, p.Digest, rl); err != nil {
 		metricReverseLinks.WithLabelValues("delete", "error").Inc()
