@@ -93,61 +93,54 @@ func cutOffAfter(t *testing.T, method, path string, cancel context.CancelFunc) {
 	})
 }
 
-// A client DELETEs a referrer and goes away right after Distribution
-// removed its revision link (found by TestSoakS3: DELETEs cut off when the
-// workload ended left stale entries). The index upkeep runs on, on a
-// context of its own: the entry goes with the link.
-func TestE2EReferrerDeleteCutOffLeavesNoEntry(t *testing.T) {
-	for cache, opt := range descriptorCaches(t) {
-		t.Run(cache, func(t *testing.T) {
-			g := startGC(t, opt)
-			art, _, subject := referrerFixture(t, g)
-			honourCancel(t)
-			ctx, cancel := context.WithCancel(t.Context())
-			cutOffAfter(t, "Delete", layout.RevisionLinkPath("r", digest.Digest(art.Digest.String())), cancel)
-			if code, err := manifestRequest(ctx, t, g, http.MethodDelete, art.Digest.String(), "", nil); err == nil {
-				t.Fatalf("DELETE answered %d: the client was not cut off", code)
-			}
-			g.WaitIdle(t)
-			if s := registrytest.ManifestStatus(t, g.Registry, "r@"+art.Digest.String()); s != http.StatusNotFound {
-				t.Fatalf("referrer answers %d after its DELETE: the cut-off came before the link was removed", s)
-			}
-			if n := referrersCount(t, g, "r", subject); n != 0 {
-				t.Errorf("referrers after the DELETE: %d, want 0 (a stale entry)", n)
-			}
-			wantIndexFollowsLinks(t, g)
-		})
-	}
-}
-
-// A client PUTs a referrer by tag and goes away right after Distribution
-// wrote its revision link, before the tag: Distribution answers with an
-// error, but the manifest is stored, and the index lists it.
-func TestE2EReferrerPutCutOffIsIndexed(t *testing.T) {
-	for cache, opt := range descriptorCaches(t) {
-		t.Run(cache, func(t *testing.T) {
-			g := startGC(t, opt)
-			art, raw, subject := referrerFixture(t, g)
-			if code, err := manifestRequest(t.Context(), t, g, http.MethodDelete, art.Digest.String(), "", nil); err != nil || code != http.StatusAccepted {
-				t.Fatalf("DELETE: %d %v", code, err)
-			}
-			if n := referrersCount(t, g, "r", subject); n != 0 {
-				t.Fatalf("referrers after the DELETE: %d, want 0", n)
-			}
-			honourCancel(t)
-			ctx, cancel := context.WithCancel(t.Context())
-			cutOffAfter(t, "PutContent", layout.RevisionLinkPath("r", digest.Digest(art.Digest.String())), cancel)
-			if code, err := manifestRequest(ctx, t, g, http.MethodPut, "sig", string(art.MediaType), raw); err == nil {
-				t.Fatalf("PUT answered %d: the client was not cut off", code)
-			}
-			g.WaitIdle(t)
-			if s := registrytest.ManifestStatus(t, g.Registry, "r@"+art.Digest.String()); s != http.StatusOK {
-				t.Fatalf("referrer answers %d after its PUT: the cut-off came before the link was written", s)
-			}
-			if n := referrersCount(t, g, "r", subject); n != 1 {
-				t.Errorf("referrers after the PUT: %d, want 1 (a stored referrer not listed)", n)
-			}
-			wantIndexFollowsLinks(t, g)
+// A client's request goes away right after Distribution changed the
+// referrer's revision link (found by TestSoakS3: DELETEs cut off when the
+// workload ended left stale entries): a DELETE right after the link delete,
+// a PUT by tag right after the link write, before the tag (Distribution
+// answers with an error, but the manifest is stored). The index upkeep runs
+// on, on a context of its own: the entry ends as the link does.
+func TestE2EReferrerRequestCutOff(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		unlinked    bool   // the referrer deleted before the request
+		method, ref string // the request: "" is the referrer's digest
+		cutAfter    string // the driver call on the revision link
+		wantStatus  int    // the referrer's manifest afterwards
+		wantEntries int
+	}{
+		{"DELETE leaves no entry", false, http.MethodDelete, "", "Delete", http.StatusNotFound, 0},
+		{"PUT by tag is indexed", true, http.MethodPut, "sig", "PutContent", http.StatusOK, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			onEachCacheGC(t, func(t *testing.T, g *gcRegistry) {
+				art, raw, subject := referrerFixture(t, g)
+				if c.unlinked {
+					if code, err := manifestRequest(t.Context(), t, g, http.MethodDelete, art.Digest.String(), "", nil); err != nil || code != http.StatusAccepted {
+						t.Fatalf("DELETE: %d %v", code, err)
+					}
+				}
+				ref, body := c.ref, raw
+				if ref == "" {
+					ref = art.Digest.String()
+				}
+				if c.method != http.MethodPut {
+					body = nil
+				}
+				honourCancel(t)
+				ctx, cancel := context.WithCancel(t.Context())
+				cutOffAfter(t, c.cutAfter, layout.RevisionLinkPath("r", digest.Digest(art.Digest.String())), cancel)
+				if code, err := manifestRequest(ctx, t, g, c.method, ref, string(art.MediaType), body); err == nil {
+					t.Fatalf("%s answered %d: the client was not cut off", c.method, code)
+				}
+				g.WaitIdle(t)
+				if s := registrytest.ManifestStatus(t, g.Registry, "r@"+art.Digest.String()); s != c.wantStatus {
+					t.Fatalf("referrer answers %d after the %s, want %d: the cut-off did not come after the link changed", s, c.method, c.wantStatus)
+				}
+				if n := referrersCount(t, g, "r", subject); n != c.wantEntries {
+					t.Errorf("referrers after the %s: %d, want %d", c.method, n, c.wantEntries)
+				}
+				wantIndexFollowsLinks(t, g)
+			})
 		})
 	}
 }
@@ -159,65 +152,62 @@ func TestE2EReferrerPutCutOffIsIndexed(t *testing.T) {
 // link that is gone. A single look-then-update did (a stale entry); the
 // upkeep looks again after each update until a look agrees.
 func TestE2EReferrerUpkeepLooksAgainAfterAPause(t *testing.T) {
-	for cache, opt := range descriptorCaches(t) {
-		t.Run(cache, func(t *testing.T) {
-			g := startGC(t, opt)
-			art, raw, subject := referrerFixture(t, g)
-			link := layout.RevisionLinkPath("r", digest.Digest(art.Digest.String()))
-			var (
-				mu                           sync.Mutex
-				armed                        bool
-				onceDelete, onceStat         sync.Once
-				deleted, looked              = make(chan struct{}), make(chan struct{})
-				releaseDelete, releaseLooked = make(chan struct{}), make(chan struct{})
-			)
-			gcHook.SetAfter(t, func(ctx context.Context, m, p string, err error) {
-				if p != link || err != nil {
-					return
+	onEachCacheGC(t, func(t *testing.T, g *gcRegistry) {
+		art, raw, subject := referrerFixture(t, g)
+		link := layout.RevisionLinkPath("r", digest.Digest(art.Digest.String()))
+		var (
+			mu                           sync.Mutex
+			armed                        bool
+			onceDelete, onceStat         sync.Once
+			deleted, looked              = make(chan struct{}), make(chan struct{})
+			releaseDelete, releaseLooked = make(chan struct{}), make(chan struct{})
+		)
+		gcHook.SetAfter(t, func(ctx context.Context, m, p string, err error) {
+			if p != link || err != nil {
+				return
+			}
+			switch {
+			case m == "Delete":
+				onceDelete.Do(func() { close(deleted); <-releaseDelete })
+			case m == "Stat" && outsideDistribution(ctx):
+				mu.Lock()
+				on := armed
+				mu.Unlock()
+				if on {
+					onceStat.Do(func() { close(looked); <-releaseLooked })
 				}
-				switch {
-				case m == "Delete":
-					onceDelete.Do(func() { close(deleted); <-releaseDelete })
-				case m == "Stat" && outsideDistribution(ctx):
-					mu.Lock()
-					on := armed
-					mu.Unlock()
-					if on {
-						onceStat.Do(func() { close(looked); <-releaseLooked })
-					}
-				}
-			})
-			first := make(chan int, 1)
-			go func() {
-				code, _ := manifestRequest(t.Context(), t, g, http.MethodDelete, art.Digest.String(), "", nil)
-				first <- code
-			}()
-			<-deleted // the first DELETE removed the link
-			if code, err := manifestRequest(t.Context(), t, g, http.MethodPut, art.Digest.String(), string(art.MediaType), raw); err != nil || code != http.StatusCreated {
-				t.Fatalf("PUT again: %d %v", code, err)
 			}
-			mu.Lock()
-			armed = true
-			mu.Unlock()
-			close(releaseDelete)
-			<-looked // the first DELETE's upkeep saw the link the PUT wrote
-			if code, err := manifestRequest(t.Context(), t, g, http.MethodDelete, art.Digest.String(), "", nil); err != nil || code != http.StatusAccepted {
-				t.Fatalf("second DELETE: %d %v", code, err)
-			}
-			close(releaseLooked)
-			if code := <-first; code != http.StatusAccepted {
-				t.Fatalf("first DELETE: %d", code)
-			}
-			g.WaitIdle(t)
-			if s := registrytest.ManifestStatus(t, g.Registry, "r@"+art.Digest.String()); s != http.StatusNotFound {
-				t.Fatalf("referrer answers %d after the second DELETE", s)
-			}
-			if n := referrersCount(t, g, "r", subject); n != 0 {
-				t.Errorf("referrers at the end: %d, want 0 (a stale entry)", n)
-			}
-			wantIndexFollowsLinks(t, g)
 		})
-	}
+		first := make(chan int, 1)
+		go func() {
+			code, _ := manifestRequest(t.Context(), t, g, http.MethodDelete, art.Digest.String(), "", nil)
+			first <- code
+		}()
+		<-deleted // the first DELETE removed the link
+		if code, err := manifestRequest(t.Context(), t, g, http.MethodPut, art.Digest.String(), string(art.MediaType), raw); err != nil || code != http.StatusCreated {
+			t.Fatalf("PUT again: %d %v", code, err)
+		}
+		mu.Lock()
+		armed = true
+		mu.Unlock()
+		close(releaseDelete)
+		<-looked // the first DELETE's upkeep saw the link the PUT wrote
+		if code, err := manifestRequest(t.Context(), t, g, http.MethodDelete, art.Digest.String(), "", nil); err != nil || code != http.StatusAccepted {
+			t.Fatalf("second DELETE: %d %v", code, err)
+		}
+		close(releaseLooked)
+		if code := <-first; code != http.StatusAccepted {
+			t.Fatalf("first DELETE: %d", code)
+		}
+		g.WaitIdle(t)
+		if s := registrytest.ManifestStatus(t, g.Registry, "r@"+art.Digest.String()); s != http.StatusNotFound {
+			t.Fatalf("referrer answers %d after the second DELETE", s)
+		}
+		if n := referrersCount(t, g, "r", subject); n != 0 {
+			t.Errorf("referrers at the end: %d, want 0 (a stale entry)", n)
+		}
+		wantIndexFollowsLinks(t, g)
+	})
 }
 
 // wantIndexFollowsLinks runs linkdb verify: no referrers entry without its

@@ -337,6 +337,14 @@ func TestE2ETrashLookedAt404KeepsItsHeaders(t *testing.T) {
 	}
 }
 
+// onEachCacheGC runs body as a subtest per descriptor cache, on a fresh
+// registry with GC on (startGC).
+func onEachCacheGC(t *testing.T, body func(t *testing.T, g *gcRegistry)) {
+	for cache, opt := range descriptorCaches(t) {
+		t.Run(cache, func(t *testing.T) { body(t, startGC(t, opt)) })
+	}
+}
+
 // onEachCache runs body as a subtest per descriptor cache, on a fresh
 // registry with the trash on (trash.keep 1h).
 func onEachCache(t *testing.T, body func(t *testing.T, g *gcRegistry)) {

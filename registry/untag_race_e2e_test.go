@@ -63,34 +63,31 @@ func wantTag(t *testing.T, g *gcRegistry, tag string, want ggcrv1.Hash) {
 // deletes them. Before the compare-and-delete the push got 201 and the tag
 // was gone.
 func TestE2EManifestDeleteKeepsAMovedTag(t *testing.T) {
-	for cache, opt := range descriptorCaches(t) {
-		t.Run(cache, func(t *testing.T) {
-			g := startGC(t, opt)
-			a, b, bRaw, bType := tagMoveFixture(t, g)
-			current := layout.TagCurrentPath("r", "v1")
-			var once sync.Once
-			looked, release := make(chan struct{}), make(chan struct{})
-			gcHook.SetAfter(t, func(ctx context.Context, m, p string, err error) {
-				if m == "GetContent" && p == current && err == nil && inManifestDelete(ctx) {
-					// Distribution's lookup of the tags naming A
-					once.Do(func() { close(looked); <-release })
-				}
-			})
-			done := deleteManifestAsync(t, g, a)
-			<-looked
-			if code, err := manifestRequest(t.Context(), t, g, http.MethodPut, "v1", bType, bRaw); err != nil || code != http.StatusCreated {
-				t.Fatalf("push moving the tag: %d %v", code, err)
-			}
-			close(release)
-			if code := <-done; code != http.StatusAccepted {
-				t.Fatalf("DELETE of A: %d", code)
-			}
-			wantTag(t, g, "v1", b)
-			if s := registrytest.ManifestStatus(t, g.Registry, "r@"+a.String()); s != http.StatusNotFound {
-				t.Errorf("A answers %d after its DELETE", s)
+	onEachCacheGC(t, func(t *testing.T, g *gcRegistry) {
+		a, b, bRaw, bType := tagMoveFixture(t, g)
+		current := layout.TagCurrentPath("r", "v1")
+		var once sync.Once
+		looked, release := make(chan struct{}), make(chan struct{})
+		gcHook.SetAfter(t, func(ctx context.Context, m, p string, err error) {
+			if m == "GetContent" && p == current && err == nil && inManifestDelete(ctx) {
+				// Distribution's lookup of the tags naming A
+				once.Do(func() { close(looked); <-release })
 			}
 		})
-	}
+		done := deleteManifestAsync(t, g, a)
+		<-looked
+		if code, err := manifestRequest(t.Context(), t, g, http.MethodPut, "v1", bType, bRaw); err != nil || code != http.StatusCreated {
+			t.Fatalf("push moving the tag: %d %v", code, err)
+		}
+		close(release)
+		if code := <-done; code != http.StatusAccepted {
+			t.Fatalf("DELETE of A: %d", code)
+		}
+		wantTag(t, g, "v1", b)
+		if s := registrytest.ManifestStatus(t, g.Registry, "r@"+a.String()); s != http.StatusNotFound {
+			t.Errorf("A answers %d after its DELETE", s)
+		}
+	})
 }
 
 // The push moves the tag after the DELETE read it again under the tag's
@@ -98,50 +95,47 @@ func TestE2EManifestDeleteKeepsAMovedTag(t *testing.T) {
 // fence, waits for the release, finds its write gone, and answers 503; its
 // retry tags B. Never a 201 for a tag that is gone.
 func TestE2EManifestDeleteFencesTheTagItDeletes(t *testing.T) {
-	for cache, opt := range descriptorCaches(t) {
-		t.Run(cache, func(t *testing.T) {
-			g := startGC(t, opt)
-			a, b, bRaw, bType := tagMoveFixture(t, g)
-			current := layout.TagCurrentPath("r", "v1")
-			var reads atomic.Int32
-			var onceRead, onceWrite sync.Once
-			reread, releaseDelete := make(chan struct{}), make(chan struct{})
-			written := make(chan struct{})
-			gcHook.SetAfter(t, func(ctx context.Context, m, p string, err error) {
-				switch {
-				case m == "GetContent" && p == current && err == nil && inManifestDelete(ctx):
-					if reads.Add(1) == 2 { // the re-read under the fence
-						onceRead.Do(func() { close(reread); <-releaseDelete })
-					}
-				case m == "PutContent" && p == current && !inManifestDelete(ctx):
-					onceWrite.Do(func() { close(written) })
+	onEachCacheGC(t, func(t *testing.T, g *gcRegistry) {
+		a, b, bRaw, bType := tagMoveFixture(t, g)
+		current := layout.TagCurrentPath("r", "v1")
+		var reads atomic.Int32
+		var onceRead, onceWrite sync.Once
+		reread, releaseDelete := make(chan struct{}), make(chan struct{})
+		written := make(chan struct{})
+		gcHook.SetAfter(t, func(ctx context.Context, m, p string, err error) {
+			switch {
+			case m == "GetContent" && p == current && err == nil && inManifestDelete(ctx):
+				if reads.Add(1) == 2 { // the re-read under the fence
+					onceRead.Do(func() { close(reread); <-releaseDelete })
 				}
-			})
-			done := deleteManifestAsync(t, g, a)
-			select {
-			case <-reread:
-			case code := <-done:
-				t.Fatalf("the DELETE answered %d without reading the tag again under its fence", code)
+			case m == "PutContent" && p == current && !inManifestDelete(ctx):
+				onceWrite.Do(func() { close(written) })
 			}
-			pushed := make(chan int, 1)
-			go func() {
-				code, _ := manifestRequest(context.Background(), t, g, http.MethodPut, "v1", bType, bRaw)
-				pushed <- code
-			}()
-			<-written // the push wrote the tag and now asks for its fence
-			close(releaseDelete)
-			if code := <-done; code != http.StatusAccepted {
-				t.Fatalf("DELETE of A: %d", code)
-			}
-			if code := <-pushed; code != http.StatusServiceUnavailable {
-				t.Fatalf("push whose tag write the DELETE removed: %d, want 503", code)
-			}
-			if code, err := manifestRequest(t.Context(), t, g, http.MethodPut, "v1", bType, bRaw); err != nil || code != http.StatusCreated {
-				t.Fatalf("retry of the push: %d %v", code, err)
-			}
-			wantTag(t, g, "v1", b)
 		})
-	}
+		done := deleteManifestAsync(t, g, a)
+		select {
+		case <-reread:
+		case code := <-done:
+			t.Fatalf("the DELETE answered %d without reading the tag again under its fence", code)
+		}
+		pushed := make(chan int, 1)
+		go func() {
+			code, _ := manifestRequest(context.Background(), t, g, http.MethodPut, "v1", bType, bRaw)
+			pushed <- code
+		}()
+		<-written // the push wrote the tag and now asks for its fence
+		close(releaseDelete)
+		if code := <-done; code != http.StatusAccepted {
+			t.Fatalf("DELETE of A: %d", code)
+		}
+		if code := <-pushed; code != http.StatusServiceUnavailable {
+			t.Fatalf("push whose tag write the DELETE removed: %d, want 503", code)
+		}
+		if code, err := manifestRequest(t.Context(), t, g, http.MethodPut, "v1", bType, bRaw); err != nil || code != http.StatusCreated {
+			t.Fatalf("retry of the push: %d %v", code, err)
+		}
+		wantTag(t, g, "v1", b)
+	})
 }
 
 // inManifestDelete reports a driver call of a manifest DELETE request.
