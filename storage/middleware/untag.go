@@ -12,8 +12,10 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/reclaim-registry/reclaim/internal/pause"
 	"github.com/reclaim-registry/reclaim/internal/rlog"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -54,10 +56,11 @@ func untagged(ctx context.Context, p layout.Path) (m digest.Digest, ok bool) {
 // release and answers 201 only if its write is still there. A tag that
 // moved is left, and the DELETE answers 202 for what it deleted.
 func (d *driver) untag(ctx context.Context, path string, p layout.Path, m digest.Digest) error {
-	f, err := d.env.Tracker.FenceTag(ctx, p.Repo, p.Tag, untagLease)
+	f, err := d.fenceTag(ctx, p)
 	if err != nil {
-		// another deleter (a retention apply, a restore) holds it, or
-		// Redis cannot say: 503, the client retries the DELETE
+		// another deleter (a retention apply, a restore, a DELETE of the
+		// same manifest) held it past fencewait, or Redis cannot say:
+		// 503, the client retries the DELETE
 		return refuse(ctx, m, fmt.Errorf("delete tag %s of %s: %w", p.Tag, p.Repo, err))
 	}
 	defer func() {
@@ -86,4 +89,19 @@ func (d *driver) untag(ctx context.Context, path string, p layout.Path, m digest
 		return refuse(ctx, m, fmt.Errorf("delete tag %s of %s: %w", p.Tag, p.Repo, err))
 	}
 	return d.StorageDriver.Delete(ctx, path)
+}
+
+// fenceTag takes the fence of tag p, waiting up to fencewait while another
+// deleter holds it, as a write waits for a fence to clear.
+func (d *driver) fenceTag(ctx context.Context, p layout.Path) (*redisstate.Fence, error) {
+	deadline := time.Now().Add(d.env.opts.FenceWait)
+	for {
+		f, err := d.env.Tracker.FenceTag(ctx, p.Repo, p.Tag, untagLease)
+		if !errors.Is(err, reclaim.ErrFenced) || !time.Now().Before(deadline) {
+			return f, err
+		}
+		if err := pause.For(ctx, d.env.opts.FencePoll); err != nil {
+			return nil, err
+		}
+	}
 }
