@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -190,4 +191,86 @@ func slowPut(t *testing.T, g *gcRegistry, m ggcrv1.Hash, put func(...remote.Opti
 	check(decodeReport(t, body))
 	close(release)
 	return <-done
+}
+
+// TestE2ECollectDoesNotFenceWhatItsPlanMissed: a collect plans A's layer
+// link L for unlinking (A is untagged), and then, while it deletes A, a
+// client pushes C, which needs L, to r:v2. The delete phase runs longer
+// than the window (a slow store: here, held by a hook while the window
+// passes in real time). The layer's fence must be refused, since L was
+// accessed after the plan: before, the fence was granted (the access was
+// older than the window), the re-read under the fence kept L, but a pull
+// of r:v2 met the fence meanwhile and answered 404 (found by TestSoakS3:
+// an audit pull of a tagged image failed with BLOB_UNKNOWN while its
+// layer link, data and reverse link were all there).
+func TestE2ECollectDoesNotFenceWhatItsPlanMissed(t *testing.T) {
+	const w = 300 * time.Millisecond
+	for cache, opt := range descriptorCaches(t) {
+		t.Run(cache, func(t *testing.T) {
+			g := completeGC(t, registrytest.Start(t, opt,
+				registrytest.WithStorageMiddleware("gchook", nil),
+				registrytest.WithStorageMiddleware("reclaim", reclaimOptions(t, w, ""))))
+			g.Age(t, w+200*time.Millisecond) // GC trusts a tracker that recorded for a window
+			shared := layer(t)
+			imgA := registrytest.Image(t, shared)
+			a := push(t, g, "r:v1", imgA)
+			push(t, g, "r:v1", registrytest.Image(t, layer(t))) // A untagged
+			g.Age(t, w+200*time.Millisecond)
+
+			aLink := layout.RevisionLinkPath("r", digest.Digest(a.String()))
+			revisions := layout.RevisionsDir("r") + "/sha256"
+			var onceA, onceList sync.Once
+			var afterA atomic.Bool
+			reachedA, releaseA := make(chan struct{}), make(chan struct{})
+			reachedList, releaseList := make(chan struct{}), make(chan struct{})
+			setHook(t, func(_ context.Context, method, path string) error {
+				switch {
+				case method == "Stat" && path == aLink:
+					// the collect's re-check of A, under A's fence: its plan is made
+					onceA.Do(func() { close(reachedA); <-releaseA; afterA.Store(true) })
+				case method == "List" && path == revisions && afterA.Load():
+					// the re-read of the revisions, after the layer batch's fences
+					onceList.Do(func() { close(reachedList); <-releaseList })
+				}
+				return nil
+			})
+			done := make(chan *collector.Report, 1)
+			go func() {
+				code, body := g.collectRaw(t, "r", false)
+				if code != http.StatusOK {
+					t.Errorf("collect: %d %s", code, body)
+					done <- nil
+					return
+				}
+				done <- decodeReport(t, body)
+			}()
+			<-reachedA
+			imgC := registrytest.Image(t, shared, layer(t))
+			push(t, g, "r:v2", imgC) // touches L, after the plan
+			// Real time, not Age: the plan's start must age with the push.
+			time.Sleep(w + 100*time.Millisecond)
+			close(releaseA)
+			<-reachedList
+			l := layerHash(t, imgA)
+			status := registrytest.BlobStatus(t, g.Registry, "r", l)
+			close(releaseList)
+			rep := <-done
+			if status != http.StatusOK {
+				t.Errorf("a pull of r:v2's layer during the collect's layer batch answered %d, want 200 (the collect fenced a link its plan missed)", status)
+			}
+			if rep == nil {
+				return
+			}
+			if contains(rep.LayersUnlinked, l) {
+				t.Fatalf("the layer r:v2 needs was unlinked: %v", rep.LayersUnlinked)
+			}
+			if r := reasonOf(rep, reclaim.KindLayerLink, l); r != "recently_accessed" {
+				t.Errorf("layer link kept as %q, want recently_accessed (its fence refused)", r)
+			}
+			if !contains(rep.ManifestsDeleted, a) {
+				t.Errorf("A was not deleted: %v", rep.ManifestsDeleted)
+			}
+			registrytest.AssertPullable(t, g.Registry, "r:v2")
+		})
+	}
 }

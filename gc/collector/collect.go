@@ -225,7 +225,7 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 			r.rep.add(d)
 		}
 	} else {
-		(&deleter{c: r.c, pol: r.pol, log: r.log, by: "gc", runID: r.rep.RunID}).deletePhase(ctx, s, p, r.rep)
+		(&deleter{c: r.c, pol: r.pol, log: r.log, by: "gc", runID: r.rep.RunID, planned: r.pol.Now}).deletePhase(ctx, s, p, r.rep)
 		r.announce(ctx, s)
 		r.c.countFreed(ctx, r.rep.BytesFreed, len(r.rep.ManifestsDeleted)+len(r.rep.LayersUnlinked)+len(r.rep.BlobsDeleted))
 		if err := context.Cause(ctx); errors.Is(err, reclaim.ErrLockLost) {

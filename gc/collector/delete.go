@@ -31,6 +31,33 @@ type deleter struct {
 	// sizes are the blob sizes the plan read, for the trash entries of
 	// layer links (whose size the snapshot does not know).
 	sizes map[digest.Digest]int64
+	// planned is the clock reading a collect's plan started from (zero:
+	// the reclaimer, which decides each blob afresh); window is the
+	// fence window of the current batch (fenceWindow).
+	planned time.Time
+	window  time.Duration
+}
+
+// fenceWindow sets the window the fences of the next batch are refused
+// within: the protection window, reaching back to the window before the
+// plan. The plan kept what was accessed within W of its start; what was
+// accessed after it (a push of a manifest that needs a planned layer link,
+// a tag moved onto a planned manifest) is not in the plan, and a delete
+// phase longer than W (a slow store, stalls, many objects) would otherwise
+// fence it: the re-read under the fence keeps it, but a pull meets the
+// fence meanwhile and answers 404. One clock read per batch.
+func (dl *deleter) fenceWindow(ctx context.Context) {
+	dl.window = dl.pol.Window
+	if dl.planned.IsZero() {
+		return
+	}
+	now, err := dl.c.clockNow(ctx)
+	if err != nil {
+		return // the fence itself will meet the same Redis
+	}
+	if since := now.Sub(dl.planned); since > 0 {
+		dl.window += since
+	}
 }
 
 // hold writes the trash's hold for an object about to be removed; the
@@ -63,7 +90,11 @@ func (dl *deleter) unhold(ctx context.Context, e reclaim.TrashEntry, dec *gc.Dec
 
 // fence takes the GC fence on o. A zero Reason means it is held.
 func (dl *deleter) fence(ctx context.Context, o reclaim.Object) (reclaim.Hold, reclaim.Reason, string) {
-	h, err := dl.c.tracker.Fence(ctx, o, dl.pol.Window, dl.c.cfg.FenceLease)
+	window := dl.window
+	if window <= 0 {
+		window = dl.pol.Window
+	}
+	h, err := dl.c.tracker.Fence(ctx, o, window, dl.c.cfg.FenceLease)
 	switch {
 	case err == nil:
 		return h, reasonInvalid, ""

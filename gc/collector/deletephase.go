@@ -88,6 +88,7 @@ func nextBatch(ms []digest.Digest, keptBy map[digest.Digest][]digest.Digest) []d
 func (dl *deleter) fenceManifests(ctx context.Context, s *gc.Snapshot, batch []digest.Digest,
 	keptBy map[digest.Digest][]digest.Digest, deleted map[digest.Digest]bool, rep *Report) map[digest.Digest]reclaim.Hold {
 	held := map[digest.Digest]reclaim.Hold{}
+	dl.fenceWindow(ctx)
 	for _, m := range batch {
 		if parent, ok := survivingParent(keptBy[m], deleted); ok {
 			// kept with its parent, decided without taking a fence
@@ -133,6 +134,7 @@ func (dl *deleter) deleteLayers(ctx context.Context, s *gc.Snapshot, p *gc.Outco
 // and deletes the links no manifest pushed since the plan references.
 func (dl *deleter) deleteLayerBatch(ctx context.Context, s *gc.Snapshot, rep *Report, batch []digest.Digest, deleted, removed map[digest.Digest]bool) {
 	held := map[digest.Digest]reclaim.Hold{}
+	dl.fenceWindow(ctx)
 	for _, l := range batch {
 		h, r, detail := dl.fence(ctx, reclaim.Object{Blob: l, Repo: dl.pol.Repo, Kind: reclaim.LinkLayer})
 		if r != reasonInvalid {

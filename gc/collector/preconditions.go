@@ -87,14 +87,11 @@ func (c *Collector) assess(ctx context.Context) (trust, error) {
 	case err != nil:
 		return trust{}, abort(reclaim.AbortRedisUnavailable, err)
 	}
-	tr.now = c.cfg.Now()
-	if c.cfg.Clock != nil {
-		now, cerr := c.cfg.Clock.Now(ctx)
-		if cerr != nil {
-			return trust{}, abort(reclaim.AbortRedisUnavailable, cerr)
-		}
-		tr.now = now
+	now, cerr := c.clockNow(ctx)
+	if cerr != nil {
+		return trust{}, abort(reclaim.AbortRedisUnavailable, cerr)
 	}
+	tr.now = now
 	if err == nil && tr.now.Sub(since) < c.cfg.Window {
 		until := since.Add(c.cfg.Window).UTC()
 		tr.block(reclaim.AbortRedisRecordingTooShort, fmt.Errorf("recording since %s, less than the window %s",
@@ -123,4 +120,13 @@ func (c *Collector) assess(ctx context.Context) (trust, error) {
 // block records a run-wide blocker.
 func (tr *trust) block(r reclaim.AbortReason, err error, until *time.Time) {
 	tr.blockers = append(tr.blockers, Blocker{Reason: r, Blocks: BlocksRun, Detail: err.Error(), Until: until, err: abort(r, err)})
+}
+
+// clockNow reads the clock access records are compared against: Redis's
+// (Config.Clock), else the local one.
+func (c *Collector) clockNow(ctx context.Context) (time.Time, error) {
+	if c.cfg.Clock == nil {
+		return c.cfg.Now(), nil
+	}
+	return c.cfg.Clock.Now(ctx)
 }
