@@ -30,6 +30,7 @@
 //	reclaim:{sha256:<hex>}:gone      tombstone: the blob's data was deleted (value: token, PX GoneTTL)
 //	reclaim:{sha256:<hex>}:gone:<r>  tombstone: a link of r to the blob was deleted
 //	reclaim:{tag:<r>}:f:<tag>        fence on a tag of r (value: token, PX lease; tagfence.go)
+//	reclaim:{tag:<r>}:d:<tag>        mark: a deleter fenced that tag lately (PX lease + 1 min, renewed on release)
 //	reclaim:run:<r>                  one GC run per repository (value: token, PX lease)
 //	reclaim:{reclaim:run:<r>}:...    the repository's GC run records, in the lock's slot (runs.go)
 //	reclaim:runid:<id>               the repository of GC run <id>

@@ -46,6 +46,7 @@ type Fence struct {
 	// Taken is the Redis time the fence was taken.
 	Taken time.Time
 	key   string
+	mark  string // a tag fence's mark, renewed on release (tagfence.go)
 	t     *Tracker
 	lease time.Duration
 }
@@ -127,7 +128,13 @@ func (t *Tracker) Release(ctx context.Context, f *Fence) error {
 	if f == nil {
 		return nil
 	}
-	if err := releaseScript.Run(ctx, t.c, []string{f.key}, f.Token).Err(); err != nil {
+	var err error
+	if f.mark != "" {
+		err = releaseTagScript.Run(ctx, t.c, []string{f.key, f.mark}, f.Token, tagDeletedTTL.Milliseconds()).Err()
+	} else {
+		err = releaseScript.Run(ctx, t.c, []string{f.key}, f.Token).Err()
+	}
+	if err != nil {
 		return fmt.Errorf("%w: release fence on %s: %v", reclaim.ErrTrackerUnavailable, f.Object, err)
 	}
 	return nil

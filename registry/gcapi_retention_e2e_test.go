@@ -313,3 +313,57 @@ func TestE2ERetentionApplyVsTagMove(t *testing.T) {
 	}
 	registrytest.AssertPullable(t, g.Registry, "svc/app:"+tagName(0))
 }
+
+// The same race with the push asking late: the apply fences the tag, reads
+// it, and is held right after a check; the push writes the tag and is held
+// right after its write, until the apply has deleted the tag and released
+// the fence. Its question then finds no fence; before the tag fence's mark
+// it answered 201 for a tag that was gone (seen in CI in
+// TestE2ERetentionApplyVsTagMove, when the apply won that race). The mark
+// makes it look at the tag again: 503, and its retry tags.
+func TestE2ERetentionApplyReleasedBeforeThePushAsks(t *testing.T) {
+	g := startRetention(t, nil)
+	now := time.Now()
+	vs := history(t, g, "svc/app", 4, now.Add(-400*day), day)
+	declare(t, g, "prod", img("svc/app", vs[3]))
+	p := g.preview(t, "svc/app", `{"keep_newest":1,"rollback_slack":0,"min_age":"1h"}`)
+	wantCandidates(t, p, vs[:3])
+
+	moved := registrytest.Image(t, layer(t))
+	checking := storagetest.NewGate("Stat", layout.RevisionLinkPath("svc/app", vs[0]))
+	applied := make(chan *retention.ApplyReport, 1)
+	tagWritten := make(chan struct{})
+	var once sync.Once
+	gcHook.SetAfter(t, func(ctx context.Context, method, path string, err error) {
+		if method == "PutContent" && path == layout.TagCurrentPath("svc/app", tagName(0)) && err == nil {
+			once.Do(func() {
+				close(tagWritten)
+				rep := <-applied // the push is held until the apply is done
+				applied <- rep
+			})
+		}
+		checking.WaitAfter(ctx, method, path, err)
+	})
+	go func() { applied <- g.apply(t, "svc/app", p.ID) }()
+	<-checking.Reached
+	pushed := make(chan error, 1)
+	go func() {
+		pushed <- remote.Write(g.Ref(t, "svc/app:"+tagName(0)), moved,
+			append(g.Remote(t), remote.WithRetryBackoff(remote.Backoff{Duration: time.Millisecond, Steps: 1}))...)
+	}()
+	<-tagWritten
+	checking.Release()
+	pushErr := <-pushed
+	rep := <-applied
+	if len(rep.Deleted) == 0 || rep.Deleted[0].Tag != tagName(0) {
+		t.Fatalf("the apply did not delete %s: the interleaving was not forced: %+v", tagName(0), rep)
+	}
+	var te *transport.Error
+	if !errors.As(pushErr, &te) || te.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("push whose tag the apply deleted after it was written: %v (tagged now: %v), want 503", pushErr, tagged(t, g, "svc/app", tagName(0)))
+	}
+	if err := remote.Write(g.Ref(t, "svc/app:"+tagName(0)), moved, g.Remote(t)...); err != nil {
+		t.Fatalf("retry of the push: %v", err)
+	}
+	registrytest.AssertPullable(t, g.Registry, "svc/app:"+tagName(0))
+}

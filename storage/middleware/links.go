@@ -365,24 +365,27 @@ func (d *driver) tagWritten(ctx context.Context, path string, p layout.Path, con
 		return err
 	}
 	deadline := time.Now().Add(d.env.opts.FenceWait)
-	waited := false
+	lookAgain := false
 	for {
-		fenced, err := d.env.Tracker.TagFenced(ctx, p.Repo, p.Tag)
+		fenced, lately, err := d.env.Tracker.TagState(ctx, p.Repo, p.Tag)
 		if err != nil {
 			return refuse(ctx, m, err)
 		}
+		// a deleter that fenced, deleted and released since this write
+		// leaves only its mark: look at the tag as after a wait
+		lookAgain = lookAgain || lately
 		if !fenced {
 			break
 		}
 		if !time.Now().Before(deadline) {
 			return refuse(ctx, m, fmt.Errorf("%w: tag %s of %s is being deleted", reclaim.ErrFenced, p.Tag, p.Repo))
 		}
-		waited = true
+		lookAgain = true
 		if err := pause.For(ctx, d.env.opts.FencePoll); err != nil {
 			return err
 		}
 	}
-	if !waited {
+	if !lookAgain {
 		return nil
 	}
 	b, err := d.StorageDriver.GetContent(ctx, path)
