@@ -9,13 +9,11 @@ import (
 	"time"
 
 	v2 "github.com/distribution/distribution/v3/registry/api/v2"
-	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/internal/pause"
 	"github.com/reclaim-registry/reclaim/internal/rlog"
 	"github.com/reclaim-registry/reclaim/reclaim"
-	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -56,11 +54,19 @@ func untagged(ctx context.Context, p layout.Path) (m digest.Digest, ok bool) {
 // release and answers 201 only if its write is still there. A tag that
 // moved is left, and the DELETE answers 202 for what it deleted.
 func (d *driver) untag(ctx context.Context, path string, p layout.Path, m digest.Digest) error {
-	f, err := d.fenceTag(ctx, p)
+	// another deleter's fence (a retention apply, a restore) is waited
+	// out as a write waits for one, up to fencewait
+	deadline := time.Now().Add(d.env.opts.FenceWait)
+	f, err := d.env.Tracker.FenceTag(ctx, p.Repo, p.Tag, untagLease)
+	for errors.Is(err, reclaim.ErrFenced) && time.Now().Before(deadline) {
+		if err := pause.For(ctx, d.env.opts.FencePoll); err != nil {
+			return err
+		}
+		f, err = d.env.Tracker.FenceTag(ctx, p.Repo, p.Tag, untagLease)
+	}
 	if err != nil {
-		// another deleter (a retention apply, a restore, a DELETE of the
-		// same manifest) held it past fencewait, or Redis cannot say:
-		// 503, the client retries the DELETE
+		// held past fencewait, or Redis cannot say: 503, the client
+		// retries the DELETE
 		return refuse(ctx, m, fmt.Errorf("delete tag %s of %s: %w", p.Tag, p.Repo, err))
 	}
 	defer func() {
@@ -70,7 +76,7 @@ func (d *driver) untag(ctx context.Context, path string, p layout.Path, m digest
 	}()
 	b, err := d.StorageDriver.GetContent(ctx, layout.TagCurrentPath(p.Repo, p.Tag))
 	switch {
-	case errors.As(err, new(storagedriver.PathNotFoundError)):
+	case layout.IsNotFound(err):
 		// no current link: nothing a client was told 201 for (a push
 		// writing it now finds the fence and looks after the release)
 	case err != nil:
@@ -89,19 +95,4 @@ func (d *driver) untag(ctx context.Context, path string, p layout.Path, m digest
 		return refuse(ctx, m, fmt.Errorf("delete tag %s of %s: %w", p.Tag, p.Repo, err))
 	}
 	return d.StorageDriver.Delete(ctx, path)
-}
-
-// fenceTag takes the fence of tag p, waiting up to fencewait while another
-// deleter holds it, as a write waits for a fence to clear.
-func (d *driver) fenceTag(ctx context.Context, p layout.Path) (*redisstate.Fence, error) {
-	deadline := time.Now().Add(d.env.opts.FenceWait)
-	for {
-		f, err := d.env.Tracker.FenceTag(ctx, p.Repo, p.Tag, untagLease)
-		if !errors.Is(err, reclaim.ErrFenced) || !time.Now().Before(deadline) {
-			return f, err
-		}
-		if err := pause.For(ctx, d.env.opts.FencePoll); err != nil {
-			return nil, err
-		}
-	}
 }
