@@ -62,6 +62,7 @@ type referrersIndex interface {
 	Add(ctx context.Context, repo string, subject digest.Digest, desc v1.Descriptor) error
 	Remove(ctx context.Context, repo string, subject, referrer digest.Digest) error
 	Follow(ctx context.Context, repo string, subject digest.Digest, desc v1.Descriptor) (bool, error)
+	FollowFrom(ctx context.Context, repo string, subject digest.Digest, desc v1.Descriptor, linked bool) (bool, error)
 	Page(ctx context.Context, repo string, subject digest.Digest, opts referrers.PageOptions) ([]v1.Descriptor, bool, error)
 }
 

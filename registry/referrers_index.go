@@ -63,7 +63,7 @@ func (h *referrersHandler) indexPushed(ctx context.Context, header http.Header, 
 		return
 	}
 	subject, desc, ok := entryOfBody(repo, dgst, contentType, body)
-	if ok && h.follow(ctx, repo, subject, desc) {
+	if ok && h.follow(ctx, http.StatusCreated, repo, subject, desc) {
 		header.Set(headerOCISubject, subject.String())
 	}
 }
@@ -82,7 +82,7 @@ func (h *referrersHandler) indexFailedPut(ctx context.Context, contentType, repo
 		dgst = digest.FromBytes(payload)
 	}
 	if subject, desc, ok := entryOfBody(repo, dgst, contentType, body); ok {
-		h.follow(ctx, repo, subject, desc)
+		h.follow(ctx, http.StatusInternalServerError, repo, subject, desc)
 	}
 }
 
@@ -108,13 +108,23 @@ func entryOfBody(repo string, dgst digest.Digest, contentType string, body *refe
 }
 
 // follow makes the entry of desc under subject follow its revision link
-// (referrers.Index.Follow) on the upkeep's own context, and reports whether
-// the link was there at the end. A failure is logged and counted; it
-// reports false then.
-func (h *referrersHandler) follow(ctx context.Context, repo string, subject digest.Digest, desc v1.Descriptor) bool {
+// on the upkeep's own context, after Distribution answered status, and
+// reports whether the link was there at the end. A 201 wrote the link and
+// a 202 removed it, so the entry starts from that
+// (referrers.Index.FollowFrom: one look, as before Follow); a server error
+// says nothing of the link, so Follow looks first. A failure is logged and
+// counted; it reports false then.
+func (h *referrersHandler) follow(ctx context.Context, status int, repo string, subject digest.Digest, desc v1.Descriptor) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), upkeepTimeout)
 	defer cancel()
-	linked, err := h.backend.index.Follow(ctx, repo, subject, desc)
+	var linked bool
+	var err error
+	switch status {
+	case http.StatusCreated, http.StatusAccepted:
+		linked, err = h.backend.index.FollowFrom(ctx, repo, subject, desc, status == http.StatusCreated)
+	default:
+		linked, err = h.backend.index.Follow(ctx, repo, subject, desc)
+	}
 	if err != nil {
 		referrersIndexErrors.WithLabelValues("follow").Inc()
 		referrersLog.Errorf("referrers: index entry %s -> %s in %s: %v (run linkdb rebuild to repair)", desc.Digest, subject, repo, err)
@@ -149,7 +159,7 @@ func (h *referrersHandler) deleteManifest(w http.ResponseWriter, r *http.Request
 			referrersIndexErrors.WithLabelValues("read").Inc()
 			referrersLog.Errorf("referrers: subject of deleted manifest %s in %s: %v; its index entry may be left (run linkdb rebuild to repair)", d, repo, err)
 		case subject != "":
-			h.follow(ctx, repo, subject, desc)
+			h.follow(ctx, status, repo, subject, desc)
 		}
 	}}
 	h.next.ServeHTTP(rw, r)

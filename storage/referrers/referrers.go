@@ -115,11 +115,21 @@ func (r *Index) Follow(ctx context.Context, repo string, subject digest.Digest, 
 	if _, err := referrerEntryPath(repo, subject, desc.Digest); err != nil {
 		return false, err
 	}
-	link := layout.RevisionLinkPath(repo, desc.Digest)
-	if linked, err = r.linked(ctx, link); err != nil {
+	if linked, err = r.linked(ctx, layout.RevisionLinkPath(repo, desc.Digest)); err != nil {
 		return false, err
 	}
+	return r.FollowFrom(ctx, repo, subject, desc, linked)
+}
+
+// FollowFrom is Follow for a writer that knows the link as its own write
+// left it (a PUT that just wrote it: linked; a DELETE that just removed
+// it: not): it updates the entry to that first and looks after, which
+// saves Follow's first look. The update still comes after the writer's own
+// link write, which is all Follow's argument needs.
+func (r *Index) FollowFrom(ctx context.Context, repo string, subject digest.Digest, desc v1.Descriptor, linked bool) (bool, error) {
+	link := layout.RevisionLinkPath(repo, desc.Digest)
 	for range followRounds {
+		var err error
 		if linked {
 			err = r.Add(ctx, repo, subject, desc)
 		} else {

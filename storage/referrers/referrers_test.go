@@ -459,3 +459,45 @@ func TestFollowLooksAgain(t *testing.T) {
 		})
 	}
 }
+
+// FollowFrom starts from what the writer's own write left and looks after:
+// a PUT whose link a DELETE removed before its upkeep ends with no entry,
+// after one look more than when nothing raced it.
+func TestFollowFromStartsWithTheWritersWrite(t *testing.T) {
+	subject := digest.FromString("subject")
+	desc := referrerDesc(1, "a/b")
+	link := layout.RevisionLinkPath("a/b", desc.Digest)
+	for _, c := range []struct {
+		name      string
+		there     bool // the link when the upkeep runs
+		wantStats int
+	}{
+		{"link as written", true, 1},
+		{"link removed since", false, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := t.Context()
+			base := inmemory.New()
+			if c.there {
+				if err := base.PutContent(ctx, link, []byte(desc.Digest)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stats := 0
+			d := &storagetest.HookDriver{StorageDriver: base, After: func(_ context.Context, method, p string, _ error) {
+				if method == "Stat" && p == link {
+					stats++
+				}
+			}}
+			r := New(d)
+			linked, err := r.FollowFrom(ctx, "a/b", subject, desc, true)
+			if err != nil || linked != c.there || stats != c.wantStats {
+				t.Fatalf("FollowFrom = %v, %v after %d looks, want %v after %d", linked, err, stats, c.there, c.wantStats)
+			}
+			got, err := r.List(ctx, "a/b", subject)
+			if err != nil || (len(got) == 1) != c.there {
+				t.Errorf("entries %v (%v), link there: %v", got, err, c.there)
+			}
+		})
+	}
+}
