@@ -251,6 +251,20 @@ func TestE2ERetentionNothingInUseKeepsNewest(t *testing.T) {
 	}
 }
 
+// tagMoveApply is a registry with a retention plan that deletes
+// svc/app's v000, v001 and v002, and a gate that holds the apply right
+// after its check of v000's manifest (the read of its revision link),
+// under v000's fence.
+func tagMoveApply(t *testing.T) (*gcRegistry, *retention.Plan, *storagetest.Gate) {
+	t.Helper()
+	g := startRetention(t, nil)
+	vs := history(t, g, "svc/app", 4, time.Now().Add(-400*day), day)
+	declare(t, g, "prod", img("svc/app", vs[3]))
+	p := g.preview(t, "svc/app", `{"keep_newest":1,"rollback_slack":0,"min_age":"1h"}`)
+	wantCandidates(t, p, vs[:3])
+	return g, p, storagetest.NewGate("Stat", layout.RevisionLinkPath("svc/app", vs[0]))
+}
+
 // A push moves a planned tag while retention's apply is between its
 // fresh-state checks and its delete (issue 24, race 2). The apply is held
 // right after a storage call of its checks returned (the read of the
@@ -260,15 +274,8 @@ func TestE2ERetentionNothingInUseKeepsNewest(t *testing.T) {
 // fails with a retryable 503 and its retry puts the tag back. Before the
 // compare-and-delete (tag fences) the push got 201 and the tag was gone.
 func TestE2ERetentionApplyVsTagMove(t *testing.T) {
-	g := startRetention(t, nil)
-	now := time.Now()
-	vs := history(t, g, "svc/app", 4, now.Add(-400*day), day)
-	declare(t, g, "prod", img("svc/app", vs[3]))
-	p := g.preview(t, "svc/app", `{"keep_newest":1,"rollback_slack":0,"min_age":"1h"}`)
-	wantCandidates(t, p, vs[:3])
-
+	g, p, checking := tagMoveApply(t)
 	moved := registrytest.Image(t, layer(t))
-	checking := storagetest.NewGate("Stat", layout.RevisionLinkPath("svc/app", vs[0]))
 	tagWritten := make(chan struct{})
 	var once sync.Once
 	gcHook.SetAfter(t, func(ctx context.Context, method, path string, err error) {
@@ -322,15 +329,8 @@ func TestE2ERetentionApplyVsTagMove(t *testing.T) {
 // TestE2ERetentionApplyVsTagMove, when the apply won that race). The mark
 // makes it look at the tag again: 503, and its retry tags.
 func TestE2ERetentionApplyReleasedBeforeThePushAsks(t *testing.T) {
-	g := startRetention(t, nil)
-	now := time.Now()
-	vs := history(t, g, "svc/app", 4, now.Add(-400*day), day)
-	declare(t, g, "prod", img("svc/app", vs[3]))
-	p := g.preview(t, "svc/app", `{"keep_newest":1,"rollback_slack":0,"min_age":"1h"}`)
-	wantCandidates(t, p, vs[:3])
-
+	g, p, checking := tagMoveApply(t)
 	moved := registrytest.Image(t, layer(t))
-	checking := storagetest.NewGate("Stat", layout.RevisionLinkPath("svc/app", vs[0]))
 	applied := make(chan *retention.ApplyReport, 1)
 	tagWritten := make(chan struct{})
 	var once sync.Once

@@ -256,12 +256,12 @@ func (r *restorer) manifestOnce(ctx context.Context, repo string, m digest.Diges
 	if res := r.link(ctx, layout.RevisionLinkPath(repo, m), m, false); res.outcome != Restored {
 		return res
 	}
-	// The entry follows the link rather than being added: a DELETE of m
-	// that ran since the link was written has already made its own entry
-	// follow the link, and an Add after it would list a manifest that is
-	// gone.
+	// The entry follows the link (from the link just written) rather than
+	// being added: a DELETE of m that ran since the link was written has
+	// already made its own entry follow the link, and an Add after it
+	// would list a manifest that is gone.
 	if subject, desc, ok, err := referrers.Of(payload, m, ""); err == nil && ok {
-		if _, err := referrers.New(r.b.cfg.Raw).Follow(ctx, repo, subject, desc); err != nil {
+		if _, err := referrers.New(r.b.cfg.Raw).FollowFrom(ctx, repo, subject, desc, true); err != nil {
 			return result{RestoreFailed, "referrers index entry: " + err.Error()}
 		}
 	}
