@@ -14,7 +14,6 @@ import (
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/reclaim-registry/reclaim/storage/layout"
-	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
 func referrerDesc(i int, artifactType string) v1.Descriptor {
@@ -383,120 +382,6 @@ func BenchmarkReferrersList(b *testing.B) {
 				if err != nil || len(got) != n {
 					b.Fatalf("List = %d, %v", len(got), err)
 				}
-			}
-		})
-	}
-}
-
-// Follow looks again after each update: a writer of the revision link that
-// runs right after a look (forced by the hook) is followed too, and the
-// entry ends as the link does.
-func TestFollowLooksAgain(t *testing.T) {
-	subject := digest.FromString("subject")
-	desc := referrerDesc(1, "a/b")
-	link := layout.RevisionLinkPath("a/b", desc.Digest)
-	for _, c := range []struct {
-		name       string
-		linked     bool // the link before Follow
-		flips      int  // writes of the link right after a look, alternating
-		wantLinked bool
-		wantStats  int
-		wantErr    error
-	}{
-		{"linked", true, 0, true, 2, nil},
-		{"unlinked", false, 0, false, 2, nil},
-		{"deleted after the look", true, 1, false, 3, nil},
-		{"written after the look", false, 1, true, 3, nil},
-		{"deleted, written again", true, 2, true, 4, nil},
-		{"flapping", true, 100, false, followRounds + 1, ErrUnsettled},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			ctx := t.Context()
-			base := inmemory.New()
-			if c.linked {
-				if err := base.PutContent(ctx, link, []byte(desc.Digest)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			stats, flips := 0, 0
-			d := &storagetest.HookDriver{StorageDriver: base, After: func(ctx context.Context, method, p string, _ error) {
-				if method != "Stat" || p != link {
-					return
-				}
-				stats++
-				if flips == c.flips {
-					return
-				}
-				flips++
-				// another request's write of the link, right after this look
-				if _, err := base.Stat(ctx, link); err == nil {
-					err = base.Delete(ctx, link)
-					if err != nil {
-						t.Error(err)
-					}
-				} else if err := base.PutContent(ctx, link, []byte(desc.Digest)); err != nil {
-					t.Error(err)
-				}
-			}}
-			r := New(d)
-			linked, err := r.Follow(ctx, "a/b", subject, desc)
-			if !errors.Is(err, c.wantErr) || (c.wantErr == nil && err != nil) {
-				t.Fatalf("Follow: %v, want %v", err, c.wantErr)
-			}
-			if c.wantErr != nil {
-				return
-			}
-			if linked != c.wantLinked || stats != c.wantStats {
-				t.Errorf("Follow = %v after %d looks, want %v after %d", linked, stats, c.wantLinked, c.wantStats)
-			}
-			got, err := r.List(ctx, "a/b", subject)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := base.Stat(ctx, link); (err == nil) != (len(got) == 1) || len(got) > 1 {
-				t.Errorf("entries %v, link there: %v: the entry does not follow the link", got, err == nil)
-			}
-		})
-	}
-}
-
-// FollowFrom starts from what the writer's own write left and looks after:
-// a PUT whose link a DELETE removed before its upkeep ends with no entry,
-// after one look more than when nothing raced it.
-func TestFollowFromStartsWithTheWritersWrite(t *testing.T) {
-	subject := digest.FromString("subject")
-	desc := referrerDesc(1, "a/b")
-	link := layout.RevisionLinkPath("a/b", desc.Digest)
-	for _, c := range []struct {
-		name      string
-		there     bool // the link when the upkeep runs
-		wantStats int
-	}{
-		{"link as written", true, 1},
-		{"link removed since", false, 2},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			ctx := t.Context()
-			base := inmemory.New()
-			if c.there {
-				if err := base.PutContent(ctx, link, []byte(desc.Digest)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			stats := 0
-			d := &storagetest.HookDriver{StorageDriver: base, After: func(_ context.Context, method, p string, _ error) {
-				if method == "Stat" && p == link {
-					stats++
-				}
-			}}
-			r := New(d)
-			linked, err := r.FollowFrom(ctx, "a/b", subject, desc, true)
-			if err != nil || linked != c.there || stats != c.wantStats {
-				t.Fatalf("FollowFrom = %v, %v after %d looks, want %v after %d", linked, err, stats, c.there, c.wantStats)
-			}
-			got, err := r.List(ctx, "a/b", subject)
-			if err != nil || (len(got) == 1) != c.there {
-				t.Errorf("entries %v (%v), link there: %v", got, err, c.there)
 			}
 		})
 	}
