@@ -9,7 +9,8 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 )
 
-// linkWriter is how a rebuild writes reverse links. A link it has put is
+// linkWriter is how a rebuild writes reverse links and referrers index
+// entries (writesThrough). A link it has put is
 // readable at once but durable only after the next barrier returns: the
 // rebuild calls barrier before every checkpoint it saves and before the
 // completeness marker, so neither ever covers a link a crash could lose.
@@ -32,6 +33,19 @@ func (w driverWriter) put(ctx context.Context, path string, content []byte) erro
 
 func (driverWriter) barrier(context.Context) error { return nil }
 func (driverWriter) close() error                  { return nil }
+
+// writesThrough is d with its PutContent going to w: what a rebuild hands
+// the referrers index, so that the entries it adds are written as its
+// reverse links are (on the filesystem without a per-file fsync) and made
+// durable by the same barriers. Everything else is d's.
+type writesThrough struct {
+	storagedriver.StorageDriver
+	w linkWriter
+}
+
+func (d writesThrough) PutContent(ctx context.Context, path string, content []byte) error {
+	return d.w.put(ctx, path, content)
+}
 
 // probePath is where newLinkWriter checks that FilesystemRoot is d's root.
 const probePath = "/reclaim/rebuild/root-probe"

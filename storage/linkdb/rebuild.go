@@ -68,8 +68,8 @@ type RebuildOptions struct {
 	Restart         bool
 	// FilesystemRoot, when d is Distribution's filesystem driver, is its
 	// root directory (the rootdirectory parameter). The rebuild then writes
-	// the reverse links it adds straight into it, without the driver's two
-	// fsyncs per file, and makes them durable in one syncfs(2) before each
+	// the reverse links and referrers index entries it adds straight into
+	// it, without the driver's fsyncs per file, and makes them durable in one syncfs(2) before each
 	// checkpoint it saves and before the completeness marker (Linux; other
 	// systems write through the driver). It checks that the root is d's by
 	// writing a probe file and reading it back through d: ErrWrongRoot.
@@ -183,7 +183,7 @@ func Rebuild(ctx context.Context, d storagedriver.StorageDriver, opts RebuildOpt
 	if opts.wrapWriter != nil {
 		w = opts.wrapWriter(w)
 	}
-	r := &rebuild{d: d, w: w, links: &ReverseLinks{driver: d, writer: w}, referrers: referrers.New(d), opts: opts, f: newFindings(opts.MaxFindings),
+	r := &rebuild{d: d, w: w, links: &ReverseLinks{driver: d, writer: w}, referrers: referrers.New(writesThrough{d, w}), opts: opts, f: newFindings(opts.MaxFindings),
 		doneRepos: map[string]bool{}, doneShards: map[string]bool{}, began: time.Now()}
 	r.res.Started = opts.now().UTC()
 	r.res.DryRun = opts.DryRun

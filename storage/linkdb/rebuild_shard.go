@@ -2,12 +2,14 @@ package linkdb
 
 import (
 	"context"
+	"path"
 	"sort"
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -27,8 +29,9 @@ func walksByListing(d storagedriver.StorageDriver) bool {
 // listShard hands every entry at a reverse link path in shard to
 // r.reverseLink, as layout.WalkShard does, but without its Stat of every
 // directory and of every blob's data: per blob it lists _repositories (one
-// failed open when the blob has no reverse link) and what is below it, and
-// stats only what sits at a reverse link path. Blobs are looked at
+// failed open when the blob has no reverse link) and the repositories'
+// directories below it, and stats each kind's link without listing the
+// kind's directory. Blobs are looked at
 // linkConcurrency at once. A blob directory that cannot be read is reported
 // unreadable and the rest of the shard is walked; the error is ctx's, or the
 // shard listing's own (the whole shard is unknown).
@@ -83,26 +86,51 @@ func (r *rebuild) listReverse(ctx context.Context, blob digest.Digest, dir strin
 			return "", err
 		}
 		if p := layout.Classify(c); p.Kind == layout.PathReverseLink && p.Digest == blob {
-			fi, err := r.d.Stat(ctx, c)
-			switch {
-			case layout.IsNotFound(err):
-				// Deleted since the listing, or an entry Stat cannot
-				// see: Walk leaves both out.
-				continue
-			case err != nil:
-				return c, err
+			if p, err := r.reverseAt(ctx, blob, c, p); err != nil {
+				return p, err
 			}
-			// A directory here counts as a link too, as in WalkShard.
-			r.reverse.Add(1)
-			r.opts.Progress.link()
-			r.reverseLink(ctx, fi, p)
-			if !fi.IsDir() {
-				continue
+			continue
+		}
+		if k := reclaim.LinkKind(path.Base(c)); k == reclaim.LinkLayer || k == reclaim.LinkManifest {
+			// A kind's directory (<repository>/_layers): the only reverse
+			// link below it is its "link" (one deeper would name a
+			// repository with a component that starts with "_", which
+			// the grammar forbids), so look at that instead of listing.
+			if p := layout.Classify(c + "/link"); p.Kind == layout.PathReverseLink && p.Digest == blob {
+				if p, err := r.reverseAt(ctx, blob, c+"/link", p); err != nil {
+					return p, err
+				}
 			}
+			continue
 		}
 		if p, err := r.listReverse(ctx, blob, c); err != nil {
 			return p, err
 		}
 	}
 	return "", nil
+}
+
+// reverseAt hands what sits at reverse link path c (p classifies it) to
+// r.reverseLink; nothing there is fine (deleted since the listing, or an
+// entry Stat cannot see: Walk leaves both out). A directory there counts as
+// a link too, as in WalkShard, and is walked. On error it returns the path
+// it could not read.
+func (r *rebuild) reverseAt(ctx context.Context, blob digest.Digest, c string, p layout.Path) (string, error) {
+	fi, err := r.d.Stat(ctx, c)
+	switch {
+	case layout.IsNotFound(err):
+		return "", nil
+	case err != nil:
+		if fi, serr := r.d.Stat(ctx, path.Dir(c)); serr == nil && !fi.IsDir() {
+			return "", nil // a file where the kind's directory should be
+		}
+		return c, err
+	}
+	r.reverse.Add(1)
+	r.opts.Progress.link()
+	r.reverseLink(ctx, fi, p)
+	if !fi.IsDir() {
+		return "", nil
+	}
+	return r.listReverse(ctx, blob, c)
 }

@@ -17,8 +17,9 @@ import (
 // straight from the listing of their set and, on the filesystem driver,
 // walks the blob store by listing _repositories. What the driver's Walk
 // used to show it must still see: a directory and a dangling symlink at a
-// forward link path are damage; a file where a link directory should be and
-// a write's temporary file are nothing; a stale reverse link of a nested
+// forward link path are damage; a file where a link directory (or a
+// kind's directory of reverse links) should be and a write's temporary file
+// are nothing; a stale reverse link of a nested
 // repository, and a directory at a reverse link path, are seen.
 func TestRebuildListingWalksSeeWhatWalkSaw(t *testing.T) {
 	ctx := context.Background()
@@ -49,6 +50,7 @@ func TestRebuildListingWalksSeeWhatWalkSaw(t *testing.T) {
 	// Litter that holds no link path.
 	put(layout.LayersDir("app")+"/sha256/"+digest.FromString("file").Encoded(), "a file, not a link directory")
 	put(layout.ReverseLinkPath(good, "app", reclaim.LinkLayer)+".0f.tmp", "a write in flight")
+	put(layout.ReverseLinksDir(good)+"/other/"+string(reclaim.LinkLayer), "a file, not a kind's directory")
 	// Stale: no forward links.
 	put(layout.ReverseLinkPath(stale, "gone/deep/er", reclaim.LinkManifest), stale.String())
 	if err := os.MkdirAll(file(layout.ReverseLinkPath(stale, "gone/dir", reclaim.LinkLayer)), 0o755); err != nil {
