@@ -94,15 +94,6 @@ func (t *Tracker) TagState(ctx context.Context, repo, tag string) (fenced, latel
 	return v[0] != nil, v[1] != nil, nil
 }
 
-// TagFenced reports whether a deleter holds the fence on tag of repo.
-func (t *Tracker) TagFenced(ctx context.Context, repo, tag string) (bool, error) {
-	n, err := t.c.Exists(ctx, t.tagFenceKey(repo, tag)).Result()
-	if err != nil && err != redis.Nil {
-		return false, fmt.Errorf("%w: tag fence of %s in %s: %v", reclaim.ErrTrackerUnavailable, tag, repo, err)
-	}
-	return n > 0, nil
-}
-
 // Mark takes the fence on o for lease without the access check Fence
 // makes: for a deleter that does not delete o but must be seen by the
 // writers that ask whether o is fenced (a pin PUT, Fenced). Retention holds

@@ -17,6 +17,7 @@ import (
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
 func pinPath(repo string, ref fmt.Stringer) string {
@@ -232,3 +233,46 @@ func TestE2EPinRequests(t *testing.T) {
 type stringer string
 
 func (s stringer) String() string { return string(s) }
+
+// A pin of a tag that a retention apply deletes while the pin is written:
+// the PUT found the tag, then the apply fenced it, read the pins (none
+// yet), deleted it and released its fence, all before the pin was stored
+// and the PUT asked whether the tag is fenced. It is not fenced any more,
+// and the tag is gone: the PUT must not answer 201, a protection of a tag
+// that no longer exists (its image is untagged, GC's to collect). It
+// answers 409; asked again, 404.
+func TestE2EPinOfATagRetentionDeleted(t *testing.T) {
+	g, p, _ := tagMoveApply(t)
+	tag := stringer(tagName(0))
+	found := storagetest.NewGate("Stat", layout.TagCurrentPath("svc/app", tagName(0)))
+	gcHook.SetAfter(t, found.WaitAfter)
+	type answer struct {
+		code int
+		body []byte
+	}
+	pinned := make(chan answer, 1)
+	go func() {
+		code, body := g.pin(t, "svc/app", tag, `{"note":"deployed"}`)
+		pinned <- answer{code, body}
+	}()
+	select {
+	case <-found.Reached: // the PUT found the tag
+	case a := <-pinned:
+		t.Fatalf("the PUT did not look for the tag through the storage: %d %s", a.code, a.body)
+	}
+	rep := g.apply(t, "svc/app", p.ID)
+	if tagged(t, g, "svc/app", tagName(0)) {
+		t.Fatalf("the apply kept %s: %+v", tagName(0), rep)
+	}
+	found.Release()
+	a := <-pinned
+	if a.code != http.StatusConflict {
+		t.Fatalf("pin PUT of a tag the apply deleted meanwhile: %d %s, want 409", a.code, a.body)
+	}
+	if c, _ := decodeErr(t, a.body); c != "GC_DELETING" {
+		t.Fatalf("pin PUT: %s", a.body)
+	}
+	if code, body := g.pin(t, "svc/app", tag, `{"note":"deployed"}`); code != http.StatusNotFound {
+		t.Fatalf("pin PUT again: %d %s, want 404", code, body)
+	}
+}

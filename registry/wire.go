@@ -211,7 +211,7 @@ func newGC(env *middleware.Env, opts config.Options, deletions reclaim.DeletionS
 	inuse := redisstore.NewInUse(env.Tracker.Client(), opts.Prefix)
 	return &gcapi.Config{Options: opts, Collector: col, Exists: repositoryExists(env.Raw), Status: storageStatus(env),
 		Pins: pins, InUse: inuse, Usage: usage, Retention: newRetention(env, opts, pins, inuse, deletions, col.Instance(), bin),
-		HasVersion: hasVersion(env.Raw), Fenced: manifestFenced(env.Tracker), TagFenced: env.Tracker.TagFenced, Trash: bin,
+		HasVersion: hasVersion(env.Raw), Fenced: manifestFenced(env.Tracker), TagState: env.Tracker.TagState, Trash: bin,
 		Deletions: deletions}, nil
 }
 

@@ -94,8 +94,9 @@ type Config struct {
 	HasVersion func(ctx context.Context, repo string, ref retention.Ref) (bool, error)
 	// Fenced reports whether a collector fences manifest d of repo.
 	Fenced func(ctx context.Context, repo string, d digest.Digest) (bool, error)
-	// TagFenced reports whether a retention apply is deleting tag of repo.
-	TagFenced func(ctx context.Context, repo, tag string) (bool, error)
+	// TagState reports whether a retention apply is deleting tag of repo
+	// (fenced), and whether one held its fence lately (the mark).
+	TagState func(ctx context.Context, repo, tag string) (fenced, lately bool, err error)
 	// Reclaimer is the background reclaimer's part of GET /gc/v1/status
 	// (nil: it is disabled).
 	Reclaimer func(ctx context.Context) any

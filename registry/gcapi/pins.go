@@ -1,6 +1,7 @@
 package gcapi
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"time"
@@ -100,7 +101,7 @@ func (h *API) putPin(w http.ResponseWriter, r *http.Request, repo string, ref re
 		return err
 	}
 	b, ctx := h.backend, r.Context()
-	if b.Exists == nil || b.HasVersion == nil || b.Fenced == nil || b.TagFenced == nil {
+	if b.Exists == nil || b.HasVersion == nil || b.Fenced == nil || b.TagState == nil {
 		return fmt.Errorf("%w: pins need the reclaim storage middleware", errMethod)
 	}
 	if ok, err := b.Exists(ctx, repo); err != nil {
@@ -120,24 +121,10 @@ func (h *API) putPin(w http.ResponseWriter, r *http.Request, repo string, ref re
 	// retention's compare-and-delete fences the tag before it reads the
 	// pins (redisstate/tagfence.go), a collector the manifest: write
 	// first, ask second
-	for _, c := range []struct {
-		on     bool
-		what   string
-		fenced func() (bool, error)
-	}{
-		{ref.Tag != "", "retention is deleting the tag", func() (bool, error) { return b.TagFenced(ctx, repo, ref.Tag) }},
-		{ref.Digest != "", "a collection is deleting the manifest", func() (bool, error) { return b.Fenced(ctx, repo, ref.Digest) }},
-	} {
-		if !c.on {
-			continue
-		}
-		fenced, err := c.fenced()
-		if err != nil {
-			return fmt.Errorf("%w: the pin is stored, but whether %s could not be read: %v", retention.ErrUnavailable, c.what, err)
-		}
-		if fenced {
-			return errPinRace
-		}
+	if raced, err := b.pinRaced(ctx, repo, ref); err != nil {
+		return err
+	} else if raced {
+		return errPinRace
 	}
 	// A 200 promises protection: a pin whose expiry passed while it was
 	// stored and checked (expires_in: 1ms, a slow Redis) protects nothing.
@@ -150,4 +137,42 @@ func (h *API) putPin(w http.ResponseWriter, r *http.Request, repo string, ref re
 	}
 	writeJSON(w, status, pin)
 	return nil
+}
+
+// pinRaced asks, once the pin of ref is stored, whether a deleter may have
+// missed it: one that holds ref's fence now (a retention apply the tag's,
+// a collector the manifest's) may have read the pins already. For a tag,
+// a retention apply that held the tag's fence lately (its mark) may have
+// read the pins, deleted the tag and released the fence, all after this
+// request found the tag: the tag is read again, and gone means raced.
+func (b *Config) pinRaced(ctx context.Context, repo string, ref retention.Ref) (bool, error) {
+	unreadable := func(what string, err error) error {
+		return fmt.Errorf("%w: the pin is stored, but whether %s could not be read: %v", retention.ErrUnavailable, what, err)
+	}
+	if ref.Tag != "" {
+		fenced, lately, err := b.TagState(ctx, repo, ref.Tag)
+		if err != nil {
+			return false, unreadable("retention is deleting the tag", err)
+		}
+		if fenced {
+			return true, nil
+		}
+		if lately {
+			ok, err := b.HasVersion(ctx, repo, ref)
+			if err != nil {
+				return false, unreadable("retention deleted the tag", err)
+			}
+			if !ok {
+				return true, nil
+			}
+		}
+	}
+	if ref.Digest != "" {
+		fenced, err := b.Fenced(ctx, repo, ref.Digest)
+		if err != nil {
+			return false, unreadable("a collection is deleting the manifest", err)
+		}
+		return fenced, nil
+	}
+	return false, nil
 }

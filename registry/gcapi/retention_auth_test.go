@@ -38,7 +38,7 @@ func TestPinsAndInUseScopes(t *testing.T) {
 		Exists:     func(context.Context, string) (bool, error) { return true, nil },
 		HasVersion: func(context.Context, string, retention.Ref) (bool, error) { return true, nil },
 		Fenced:     func(context.Context, string, digest.Digest) (bool, error) { return false, nil },
-		TagFenced:  func(context.Context, string, string) (bool, error) { return false, nil }}
+		TagState:   func(context.Context, string, string) (bool, bool, error) { return false, false, nil }}
 	srv := httptest.NewServer(newGCAPI(accesscontrol.New(conf), config.Options{GC: config.GC{Enabled: true}}, b, http.NotFoundHandler()))
 	defer srv.Close()
 
