@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/reclaim-registry/reclaim/internal/pause"
 	"github.com/reclaim-registry/reclaim/internal/rlog"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/redis/go-redis/v9"
@@ -72,16 +73,8 @@ func (t *Tracker) StartRecording(ctx context.Context) error {
 
 // KeepRecording calls StartRecording every interval until ctx is done.
 func (t *Tracker) KeepRecording(ctx context.Context, interval time.Duration) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		_ = t.StartRecording(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
+	_ = t.StartRecording(ctx)
+	pause.Every(ctx, interval, func() { _ = t.StartRecording(ctx) })
 }
 
 // failed notes a registry-side Redis failure: accesses may go unrecorded

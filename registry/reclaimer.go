@@ -13,6 +13,7 @@ import (
 	"github.com/reclaim-registry/reclaim/gc/reclaimer"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/internal/metrics"
+	"github.com/reclaim-registry/reclaim/internal/pause"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/storage/middleware"
 )
@@ -82,19 +83,12 @@ func (s *Server) Start() {
 // watchQueue refreshes the queue gauges between ticks as well, cheaply.
 func (s *Server) watchQueue(ctx context.Context) {
 	q := s.env.Queue()
-	t := time.NewTicker(s.opts.Reclaimer.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if total, due, err := q.Len(ctx); err == nil {
-				metricQueueLength.Set(float64(total))
-				metricQueueDue.Set(float64(due))
-			}
+	pause.Every(ctx, s.opts.Reclaimer.Interval, func() {
+		if total, due, err := q.Len(ctx); err == nil {
+			metricQueueLength.Set(float64(total))
+			metricQueueDue.Set(float64(due))
 		}
-	}
+	})
 }
 
 var (

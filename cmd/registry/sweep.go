@@ -22,6 +22,7 @@ import (
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/gc/reclaimer"
 	"github.com/reclaim-registry/reclaim/internal/config"
+	"github.com/reclaim-registry/reclaim/internal/pause"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/registry"
@@ -325,28 +326,18 @@ type sweepProgress struct {
 	w    io.Writer
 	st   *sweepStats
 	tty  bool
-	done chan struct{}
 	once bool
+	// stopDrawing ends the periodic draws, and waits for one under way.
+	stopDrawing func()
 }
 
 func newSweepProgress(w io.Writer, st *sweepStats) *sweepProgress {
-	p := &sweepProgress{w: w, st: st, tty: linkdb.IsTerminal(w), done: make(chan struct{})}
+	p := &sweepProgress{w: w, st: st, tty: linkdb.IsTerminal(w)}
 	every := 30 * time.Second
 	if p.tty {
 		every = 200 * time.Millisecond
 	}
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-p.done:
-				return
-			case <-t.C:
-				p.draw()
-			}
-		}
-	}()
+	p.stopDrawing = pause.EveryInBackground(context.Background(), every, p.draw)
 	return p
 }
 
@@ -378,7 +369,7 @@ func (p *sweepProgress) stop() {
 		return
 	}
 	p.once = true
-	close(p.done)
+	p.stopDrawing()
 	if p.tty {
 		p.draw()
 		fmt.Fprintln(p.w)

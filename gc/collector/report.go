@@ -9,12 +9,6 @@ import (
 	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 )
 
-// ObjectRef names one object.
-type ObjectRef struct {
-	Kind   reclaim.ObjectKind `json:"kind"`
-	Digest digest.Digest      `json:"digest"`
-}
-
 // Interruption is where an interrupted run died.
 type Interruption struct {
 	// Step it was in.
@@ -47,6 +41,12 @@ type Reconciliation struct {
 	// OrphansQueued are blobs found with data and no reverse link left,
 	// queued for the reclaimer's review.
 	OrphansQueued []digest.Digest `json:"orphans_queued"`
+}
+
+// ObjectRef names one object.
+type ObjectRef struct {
+	Kind   reclaim.ObjectKind `json:"kind"`
+	Digest digest.Digest      `json:"digest"`
 }
 
 // Recheck is one object a reconciliation looked at again.

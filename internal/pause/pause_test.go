@@ -24,3 +24,46 @@ func TestForEndsWithItsContext(t *testing.T) {
 		t.Fatalf("For on a cancelled context: %v, want context.Canceled", err)
 	}
 }
+
+func TestEveryCallsUntilItsContextEnds(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	Every(ctx, time.Millisecond, func() {
+		if calls++; calls == 3 {
+			cancel()
+		}
+	})
+	if calls != 3 {
+		t.Fatalf("fn called %d times after the context ended at the 3rd, want 3", calls)
+	}
+}
+
+func TestEveryInBackgroundStopWaitsForTheLastCall(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var returned bool
+	stop := EveryInBackground(context.Background(), time.Millisecond, func() {
+		select {
+		case entered <- struct{}{}:
+			<-release
+			returned = true
+		default: // later calls: nothing to do
+		}
+	})
+	<-entered
+	stopped := make(chan struct{})
+	go func() {
+		stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+		t.Fatal("stop returned while fn was still running")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(release)
+	<-stopped
+	if !returned {
+		t.Fatal("stop returned before fn did")
+	}
+	stop() // a second stop does nothing
+}

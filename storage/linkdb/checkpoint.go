@@ -12,6 +12,7 @@ import (
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 
+	"github.com/reclaim-registry/reclaim/internal/pause"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -224,21 +225,5 @@ func (r *rebuild) checkpointer(ctx context.Context) (stop func()) {
 	if r.opts.Checkpoint == nil {
 		return func() {}
 	}
-	done, exited := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(exited)
-		t := time.NewTicker(r.opts.CheckpointEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				r.saveCheckpoint(ctx)
-			}
-		}
-	}()
-	return func() { close(done); <-exited }
+	return pause.EveryInBackground(ctx, r.opts.CheckpointEvery, func() { r.saveCheckpoint(ctx) })
 }
