@@ -36,7 +36,7 @@ var allowed = map[string][]string{
 	// the storage tree, the referrers index and the link database
 	"storage/layout":                        {"reclaim"},
 	"storage/referrers":                     {"storage/layout"},
-	"storage/linkdb":                        {"internal/enum", "reclaim", "redisstate", "storage/layout", "storage/referrers"},
+	"storage/linkdb":                        {"internal/enum", "internal/pause", "reclaim", "redisstate", "storage/layout", "storage/referrers"},
 	"storage/linkdb/internal/gen":           {"reclaim", "storage/layout", "storage/referrers"},
 	"storage/linkdb/internal/gen/linkdbgen": {"storage/linkdb/internal/gen"},
 	"storage/storagetest":                   {"storage/storagetest/redistest"},
@@ -46,7 +46,7 @@ var allowed = map[string][]string{
 	"storage/budget": {"internal/metrics", "internal/pause"},
 
 	// every piece of Redis state
-	"redisstate": {"internal/enum", "internal/metrics", "internal/rlog", "reclaim", "reclaim/gcrun", "storage/layout"},
+	"redisstate": {"internal/enum", "internal/metrics", "internal/pause", "internal/rlog", "reclaim", "reclaim/gcrun", "storage/layout"},
 	// retention's record of manifest pulls: written by the middleware,
 	// read by retention, never by GC
 	"redisstate/pulls": {"reclaim"},
@@ -73,7 +73,7 @@ var allowed = map[string][]string{
 
 	// HTTP, and the binary
 	// registry: the Server, and wire.go, which builds everything below
-	"registry": {"gc", "gc/collector", "gc/reclaimer", "internal/config", "internal/metrics", "reclaim", "redisstate",
+	"registry": {"gc", "gc/collector", "gc/reclaimer", "internal/config", "internal/metrics", "internal/pause", "reclaim", "redisstate",
 		"registry/accesscontrol", "registry/console", "registry/deletionevents", "registry/gcapi", "retention", "retention/redisstore",
 		"storage/budget", "storage/layout", "storage/linkdb", "storage/middleware", "storage/referrers", "trash"},
 	// the GC API: handlers, route table, error table; no storage, no driver stack
@@ -84,7 +84,7 @@ var allowed = map[string][]string{
 	"registry/internal/scopetest": {}, // tests' access controller (test imports only)
 	"registry/console":            {"gc", "gc/collector", "gc/reclaimer", "internal/crosssite", "reclaim", "reclaim/gcrun"},
 	"registry/registrytest":       {"internal/config", "registry", "storage/storagetest"},
-	"cmd/registry": {"gc", "gc/collector", "gc/reclaimer", "internal/config", "reclaim", "redisstate", "registry", "retention", "retention/inuse",
+	"cmd/registry": {"gc", "gc/collector", "gc/reclaimer", "internal/config", "internal/pause", "reclaim", "redisstate", "registry", "retention", "retention/inuse",
 		"storage/budget", "storage/layout", "storage/linkdb", "storage/middleware"},
 
 	// whole-program tests (test files only)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/reclaim-registry/reclaim/internal/pause"
 )
 
 // poll calls cond at once and then every interval until it reports true,
@@ -30,28 +32,14 @@ func poll(ctx context.Context, interval, timeout time.Duration, cond func() bool
 	return true
 }
 
-// pause waits d or until ctx ends, and reports whether ctx is still live.
-// It paces a client (retry backoff, think time between operations); it
-// never stands in for an event the test could wait for.
-func pause(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // backoff is a client's wait before retry number attempt+1.
 func backoff(ctx context.Context, step time.Duration, attempt int) bool {
-	return pause(ctx, step*time.Duration(attempt+1))
+	return pause.For(ctx, step*time.Duration(attempt+1)) == nil
 }
 
 // jitter is a pause of between lo and lo+spread, drawn from rng.
 func jitter(ctx context.Context, rng *rand.Rand, lo, spread time.Duration) bool {
-	return pause(ctx, lo+time.Duration(rng.Int64N(int64(spread))))
+	return pause.For(ctx, lo+time.Duration(rng.Int64N(int64(spread)))) == nil
 }
 
 // passWindow waits until Redis's clock (the one every access record, fence

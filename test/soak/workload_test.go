@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/reclaim-registry/reclaim/internal/pause"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 )
 
@@ -391,14 +392,7 @@ func (w *workload) collector(ctx context.Context, r *registrytest.Registry, seed
 func (w *workload) auditor(ctx context.Context, every time.Duration) {
 	rng := rand.New(rand.NewPCG(99, 5))
 	// pacing: an audit round every so often, whatever else happens
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	pause.Every(ctx, every, func() {
 		for _, repo := range soakRepos {
 			tags, err := listTags(ctx, w.randomReg(rng), repo)
 			if err != nil {
@@ -408,7 +402,7 @@ func (w *workload) auditor(ctx context.Context, every time.Duration) {
 				w.pull(ctx, "audit pull", repo, ":"+tag, rng)
 			}
 		}
-	}
+	})
 }
 
 // run drives clients, a collector per instance and an auditor for d.
