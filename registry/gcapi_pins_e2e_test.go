@@ -240,39 +240,62 @@ func (s stringer) String() string { return string(s) }
 // and the PUT asked whether the tag is fenced. It is not fenced any more,
 // and the tag is gone: the PUT must not answer 201, a protection of a tag
 // that no longer exists (its image is untagged, GC's to collect). It
-// answers 409; asked again, 404.
+// answers 409; asked again, 404. Also when the PUT stalled so long that
+// the fence's mark (kept a minute after the release) is gone too.
 func TestE2EPinOfATagRetentionDeleted(t *testing.T) {
-	g, p, _ := tagMoveApply(t)
-	tag := stringer(tagName(0))
-	found := storagetest.NewGate("Stat", layout.TagCurrentPath("svc/app", tagName(0)))
-	gcHook.SetAfter(t, found.WaitAfter)
-	type answer struct {
-		code int
-		body []byte
+	for _, markGone := range []bool{false, true} {
+		t.Run(fmt.Sprintf("mark gone=%v", markGone), func(t *testing.T) {
+			g, p, _ := tagMoveApply(t)
+			tag := stringer(tagName(0))
+			found := storagetest.NewGate("Stat", layout.TagCurrentPath("svc/app", tagName(0)))
+			gcHook.SetAfter(t, found.WaitAfter)
+			type answer struct {
+				code int
+				body []byte
+			}
+			pinned := make(chan answer, 1)
+			go func() {
+				code, body := g.pin(t, "svc/app", tag, `{"note":"deployed"}`)
+				pinned <- answer{code, body}
+			}()
+			select {
+			case <-found.Reached: // the PUT found the tag
+			case a := <-pinned:
+				t.Fatalf("the PUT did not look for the tag through the storage: %d %s", a.code, a.body)
+			}
+			rep := g.apply(t, "svc/app", p.ID)
+			if tagged(t, g, "svc/app", tagName(0)) {
+				t.Fatalf("the apply kept %s: %+v", tagName(0), rep)
+			}
+			if markGone {
+				forgetTagMark(t, g, "svc/app", tagName(0))
+			}
+			found.Release()
+			a := <-pinned
+			if a.code != http.StatusConflict {
+				t.Fatalf("pin PUT of a tag the apply deleted meanwhile: %d %s, want 409", a.code, a.body)
+			}
+			if c, _ := decodeErr(t, a.body); c != "GC_DELETING" {
+				t.Fatalf("pin PUT: %s", a.body)
+			}
+			if code, body := g.pin(t, "svc/app", tag, `{"note":"deployed"}`); code != http.StatusNotFound {
+				t.Fatalf("pin PUT again: %d %s, want 404", code, body)
+			}
+		})
 	}
-	pinned := make(chan answer, 1)
-	go func() {
-		code, body := g.pin(t, "svc/app", tag, `{"note":"deployed"}`)
-		pinned <- answer{code, body}
-	}()
-	select {
-	case <-found.Reached: // the PUT found the tag
-	case a := <-pinned:
-		t.Fatalf("the PUT did not look for the tag through the storage: %d %s", a.code, a.body)
-	}
-	rep := g.apply(t, "svc/app", p.ID)
-	if tagged(t, g, "svc/app", tagName(0)) {
-		t.Fatalf("the apply kept %s: %+v", tagName(0), rep)
-	}
-	found.Release()
-	a := <-pinned
-	if a.code != http.StatusConflict {
-		t.Fatalf("pin PUT of a tag the apply deleted meanwhile: %d %s, want 409", a.code, a.body)
-	}
-	if c, _ := decodeErr(t, a.body); c != "GC_DELETING" {
-		t.Fatalf("pin PUT: %s", a.body)
-	}
-	if code, body := g.pin(t, "svc/app", tag, `{"note":"deployed"}`); code != http.StatusNotFound {
-		t.Fatalf("pin PUT again: %d %s, want 404", code, body)
+}
+
+// forgetTagMark deletes the mark a tag fence left (as a minute passing
+// would), and fails the test when there was none.
+func forgetTagMark(t *testing.T, g *gcRegistry, repo, tag string) {
+	t.Helper()
+	ctx, c := context.Background(), g.Server.Env().Tracker.Client()
+	n := 0
+	err := storagetest.ScanKeys(ctx, c, "*{tag:"+repo+"}:d:"+tag, func(k string) error {
+		n++
+		return c.Del(ctx, k).Err()
+	})
+	if err != nil || n == 0 {
+		t.Fatalf("forget the mark of %s:%s: %d keys, %v", repo, tag, n, err)
 	}
 }

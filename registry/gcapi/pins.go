@@ -142,30 +142,29 @@ func (h *API) putPin(w http.ResponseWriter, r *http.Request, repo string, ref re
 // pinRaced asks, once the pin of ref is stored, whether a deleter may have
 // missed it: one that holds ref's fence now (a retention apply the tag's,
 // a collector the manifest's) may have read the pins already. For a tag,
-// a retention apply that held the tag's fence lately (its mark) may have
-// read the pins, deleted the tag and released the fence, all after this
-// request found the tag: the tag is read again, and gone means raced.
+// an apply may also have fenced it, read the pins, deleted the tag and
+// released the fence, all after this request found the tag: so the tag is
+// read again, after the question (a deleter that fences later reads the
+// pins later, and sees this one), and gone means raced. Not only when the
+// fence's mark says a deleter was there lately: the mark lasts a minute,
+// and a request may stall for longer.
 func (b *Config) pinRaced(ctx context.Context, repo string, ref retention.Ref) (bool, error) {
 	unreadable := func(what string, err error) error {
 		return fmt.Errorf("%w: the pin is stored, but whether %s could not be read: %v", retention.ErrUnavailable, what, err)
 	}
 	if ref.Tag != "" {
-		fenced, lately, err := b.TagState(ctx, repo, ref.Tag)
+		fenced, _, err := b.TagState(ctx, repo, ref.Tag)
 		if err != nil {
 			return false, unreadable("retention is deleting the tag", err)
 		}
 		if fenced {
 			return true, nil
 		}
-		if lately {
-			ok, err := b.HasVersion(ctx, repo, ref)
-			if err != nil {
-				return false, unreadable("retention deleted the tag", err)
-			}
-			if !ok {
-				return true, nil
-			}
+		ok, err := b.HasVersion(ctx, repo, ref)
+		if err != nil {
+			return false, unreadable("the tag is still there", err)
 		}
+		return !ok, nil
 	}
 	if ref.Digest != "" {
 		fenced, err := b.Fenced(ctx, repo, ref.Digest)
