@@ -130,7 +130,7 @@ func (t *Tracker) Release(ctx context.Context, f *Fence) error {
 	}
 	var err error
 	if f.mark != "" {
-		err = releaseTagScript.Run(ctx, t.c, []string{f.key, f.mark}, f.Token, tagDeletedTTL.Milliseconds()).Err()
+		err = releaseTagScript.Run(ctx, t.c, []string{f.key, f.mark}, f.Token, TagMarkTTL.Milliseconds()).Err()
 	} else {
 		err = releaseScript.Run(ctx, t.c, []string{f.key}, f.Token).Err()
 	}

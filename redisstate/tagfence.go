@@ -27,17 +27,19 @@ import (
 // deleter may have fenced, read, deleted and released between the write
 // and the question (found by TestE2ERetentionApplyVsTagMove in CI). So a
 // tag fence leaves a mark from the moment it is taken until
-// tagDeletedTTL after its release (or its lease, if the deleter died),
+// TagMarkTTL after its release (or its lease, if the deleter died),
 // and a writer whose question finds the mark looks at the tag again, as
 // one that waited out the fence does.
 //
 //	reclaim:{tag:<repo>}:f:<tag>   fence on a tag (value: token, PX lease)
-//	reclaim:{tag:<repo>}:d:<tag>   a deleter held the tag's fence lately (PX lease + tagDeletedTTL, renewed on release)
+//	reclaim:{tag:<repo>}:d:<tag>   a deleter held the tag's fence lately (PX lease + TagMarkTTL, renewed on release)
 
-// tagDeletedTTL is how long after a tag fence a writer of the tag still
+// TagMarkTTL is how long after a tag fence a writer of the tag still
 // looks at the tag again: far longer than a push takes between its tag
-// write and its question.
-const tagDeletedTTL = time.Minute
+// write and its question. A writer whose question comes later than that
+// after its write cannot rely on the mark, and looks at the tag again
+// whatever its question found (storage/middleware, tagWritten).
+const TagMarkTTL = time.Minute
 
 func (t *Tracker) tagFenceKey(repo, tag string) string {
 	return t.opts.Prefix + "{tag:" + repo + "}:f:" + tag
@@ -73,7 +75,7 @@ func (t *Tracker) FenceTag(ctx context.Context, repo, tag string, lease time.Dur
 		return nil, err
 	}
 	key, mark := t.tagFenceKey(repo, tag), t.tagMarkKey(repo, tag)
-	ok, err := fenceTagScript.Run(ctx, t.c, []string{key, mark}, tok, lease.Milliseconds(), (lease + tagDeletedTTL).Milliseconds()).Int()
+	ok, err := fenceTagScript.Run(ctx, t.c, []string{key, mark}, tok, lease.Milliseconds(), (lease + TagMarkTTL).Milliseconds()).Int()
 	if err != nil {
 		return nil, fmt.Errorf("%w: fence tag %s of %s: %v", reclaim.ErrTrackerUnavailable, tag, repo, err)
 	}

@@ -327,43 +327,54 @@ func TestE2ERetentionApplyVsTagMove(t *testing.T) {
 // the fence. Its question then finds no fence; before the tag fence's mark
 // it answered 201 for a tag that was gone (seen in CI in
 // TestE2ERetentionApplyVsTagMove, when the apply won that race). The mark
-// makes it look at the tag again: 503, and its retry tags.
+// makes it look at the tag again: 503, and its retry tags. Also when the
+// push stalled for longer than the mark lasts (the mark deleted and the
+// clocks moved two minutes on): it then looks at the tag whatever its
+// question found.
 func TestE2ERetentionApplyReleasedBeforeThePushAsks(t *testing.T) {
-	g, p, checking := tagMoveApply(t)
-	moved := registrytest.Image(t, layer(t))
-	applied := make(chan *retention.ApplyReport, 1)
-	tagWritten := make(chan struct{})
-	var once sync.Once
-	gcHook.SetAfter(t, func(ctx context.Context, method, path string, err error) {
-		if method == "PutContent" && path == layout.TagCurrentPath("svc/app", tagName(0)) && err == nil {
-			once.Do(func() {
-				close(tagWritten)
-				rep := <-applied // the push is held until the apply is done
-				applied <- rep
+	for _, stalled := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stalled=%v", stalled), func(t *testing.T) {
+			g, p, checking := tagMoveApply(t)
+			moved := registrytest.Image(t, layer(t))
+			tagWritten, goOn := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			gcHook.SetAfter(t, func(ctx context.Context, method, path string, err error) {
+				if method == "PutContent" && path == layout.TagCurrentPath("svc/app", tagName(0)) && err == nil {
+					once.Do(func() {
+						close(tagWritten)
+						<-goOn // the push is held until the apply is done
+					})
+				}
+				checking.WaitAfter(ctx, method, path, err)
 			})
-		}
-		checking.WaitAfter(ctx, method, path, err)
-	})
-	go func() { applied <- g.apply(t, "svc/app", p.ID) }()
-	<-checking.Reached
-	pushed := make(chan error, 1)
-	go func() {
-		pushed <- remote.Write(g.Ref(t, "svc/app:"+tagName(0)), moved,
-			append(g.Remote(t), remote.WithRetryBackoff(remote.Backoff{Duration: time.Millisecond, Steps: 1}))...)
-	}()
-	<-tagWritten
-	checking.Release()
-	pushErr := <-pushed
-	rep := <-applied
-	if len(rep.Deleted) == 0 || rep.Deleted[0].Tag != tagName(0) {
-		t.Fatalf("the apply did not delete %s: the interleaving was not forced: %+v", tagName(0), rep)
+			applied := make(chan *retention.ApplyReport, 1)
+			go func() { applied <- g.apply(t, "svc/app", p.ID) }()
+			<-checking.Reached
+			pushed := make(chan error, 1)
+			go func() {
+				pushed <- remote.Write(g.Ref(t, "svc/app:"+tagName(0)), moved,
+					append(g.Remote(t), remote.WithRetryBackoff(remote.Backoff{Duration: time.Millisecond, Steps: 1}))...)
+			}()
+			<-tagWritten
+			checking.Release()
+			rep := <-applied
+			if stalled {
+				forgetTagMark(t, g, "svc/app", tagName(0))
+				g.Age(t, 2*time.Minute)
+			}
+			close(goOn)
+			pushErr := <-pushed
+			if len(rep.Deleted) == 0 || rep.Deleted[0].Tag != tagName(0) {
+				t.Fatalf("the apply did not delete %s: the interleaving was not forced: %+v", tagName(0), rep)
+			}
+			var te *transport.Error
+			if !errors.As(pushErr, &te) || te.StatusCode != http.StatusServiceUnavailable {
+				t.Fatalf("push whose tag the apply deleted after it was written: %v (tagged now: %v), want 503", pushErr, tagged(t, g, "svc/app", tagName(0)))
+			}
+			if err := remote.Write(g.Ref(t, "svc/app:"+tagName(0)), moved, g.Remote(t)...); err != nil {
+				t.Fatalf("retry of the push: %v", err)
+			}
+			registrytest.AssertPullable(t, g.Registry, "svc/app:"+tagName(0))
+		})
 	}
-	var te *transport.Error
-	if !errors.As(pushErr, &te) || te.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("push whose tag the apply deleted after it was written: %v (tagged now: %v), want 503", pushErr, tagged(t, g, "svc/app", tagName(0)))
-	}
-	if err := remote.Write(g.Ref(t, "svc/app:"+tagName(0)), moved, g.Remote(t)...); err != nil {
-		t.Fatalf("retry of the push: %v", err)
-	}
-	registrytest.AssertPullable(t, g.Registry, "svc/app:"+tagName(0))
 }

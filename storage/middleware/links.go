@@ -11,6 +11,7 @@ import (
 	"github.com/reclaim-registry/reclaim/internal/pause"
 	"github.com/reclaim-registry/reclaim/internal/rlog"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
@@ -350,11 +351,12 @@ func (d *driver) checkTagTarget(ctx context.Context, repo string, content []byte
 // revision link exists, checkTagTarget); if the write came more than half
 // a window after that check, the target is looked at again (dataBehind). Then
 // the write is checked against a tag delete in flight (retention's
-// compare-and-delete, tracker/tagfence.go): write first, ask second. A
+// compare-and-delete, redisstate/tagfence.go): write first, ask second. A
 // fence means the delete may have removed this very write: wait for the
 // release, and unless the tag still points at m, fail with a retryable
 // 503, so the client pushes again rather than hear 201 for a tag that is
-// gone.
+// gone. The fence's mark, or a request that took half TagMarkTTL since
+// its check, makes it look at the tag the same way.
 func (d *driver) tagWritten(ctx context.Context, path string, p layout.Path, content []byte, checked time.Time) error {
 	m, err := digest.Parse(string(content))
 	if err != nil || accessRecordsOff(ctx) || !layout.ValidRepo(p.Repo) || p.Tag == "" {
@@ -385,6 +387,10 @@ func (d *driver) tagWritten(ctx context.Context, path string, p layout.Path, con
 			return err
 		}
 	}
+	// a mark lasts TagMarkTTL past a release: a request that stalled
+	// about that long since its write may have outlived the mark of a
+	// deleter that ran meanwhile, so it looks at the tag whatever it found
+	lookAgain = lookAgain || d.env.now().Sub(checked) >= redisstate.TagMarkTTL/2
 	if !lookAgain {
 		return nil
 	}
