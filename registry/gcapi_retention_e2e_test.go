@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/opencontainers/go-digest"
@@ -265,6 +266,20 @@ func tagMoveApply(t *testing.T) (*gcRegistry, *retention.Plan, *storagetest.Gate
 	return g, p, storagetest.NewGate("Stat", layout.RevisionLinkPath("svc/app", vs[0]))
 }
 
+// applyThenPush starts the apply of p, waits until checking holds it, then
+// starts a push that moves tagName(0) to moved (one try, no retries).
+func applyThenPush(t *testing.T, g *gcRegistry, p *retention.Plan, checking *storagetest.Gate, moved v1.Image) (<-chan *retention.ApplyReport, <-chan error) {
+	applied := make(chan *retention.ApplyReport, 1)
+	go func() { applied <- g.apply(t, "svc/app", p.ID) }()
+	<-checking.Reached
+	pushed := make(chan error, 1)
+	go func() {
+		pushed <- remote.Write(g.Ref(t, "svc/app:"+tagName(0)), moved,
+			append(g.Remote(t), remote.WithRetryBackoff(remote.Backoff{Duration: time.Millisecond, Steps: 1}))...)
+	}()
+	return applied, pushed
+}
+
 // A push moves a planned tag while retention's apply is between its
 // fresh-state checks and its delete (issue 24, race 2). The apply is held
 // right after a storage call of its checks returned (the read of the
@@ -284,14 +299,7 @@ func TestE2ERetentionApplyVsTagMove(t *testing.T) {
 		}
 		checking.WaitAfter(ctx, method, path, err)
 	})
-	applied := make(chan *retention.ApplyReport, 1)
-	go func() { applied <- g.apply(t, "svc/app", p.ID) }()
-	<-checking.Reached
-	pushed := make(chan error, 1)
-	go func() {
-		pushed <- remote.Write(g.Ref(t, "svc/app:"+tagName(0)), moved,
-			append(g.Remote(t), remote.WithRetryBackoff(remote.Backoff{Duration: time.Millisecond, Steps: 1}))...)
-	}()
+	applied, pushed := applyThenPush(t, g, p, checking, moved)
 	var pushErr error
 	pushDone := false
 	select {
@@ -347,14 +355,7 @@ func TestE2ERetentionApplyReleasedBeforeThePushAsks(t *testing.T) {
 				}
 				checking.WaitAfter(ctx, method, path, err)
 			})
-			applied := make(chan *retention.ApplyReport, 1)
-			go func() { applied <- g.apply(t, "svc/app", p.ID) }()
-			<-checking.Reached
-			pushed := make(chan error, 1)
-			go func() {
-				pushed <- remote.Write(g.Ref(t, "svc/app:"+tagName(0)), moved,
-					append(g.Remote(t), remote.WithRetryBackoff(remote.Backoff{Duration: time.Millisecond, Steps: 1}))...)
-			}()
+			applied, pushed := applyThenPush(t, g, p, checking, moved)
 			<-tagWritten
 			checking.Release()
 			rep := <-applied
