@@ -7,18 +7,38 @@ import (
 
 	"github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 	"github.com/opencontainers/go-digest"
+	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
 
+// followFixture is a referrer of subject in a/b on an in-memory driver,
+// with its revision link written when linked.
+type followFixture struct {
+	base    *inmemory.Driver
+	subject digest.Digest
+	desc    v1.Descriptor
+	link    string
+}
+
+func newFollowFixture(t *testing.T, linked bool) followFixture {
+	t.Helper()
+	desc := referrerDesc(1, "a/b")
+	f := followFixture{base: inmemory.New(), subject: digest.FromString("subject"), desc: desc,
+		link: layout.RevisionLinkPath("a/b", desc.Digest)}
+	if linked {
+		if err := f.base.PutContent(t.Context(), f.link, []byte(desc.Digest)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
 // Follow looks again after each update: a writer of the revision link that
 // runs right after a look (forced by the hook) is followed too, and the
 // entry ends as the link does.
 func TestFollowLooksAgain(t *testing.T) {
-	subject := digest.FromString("subject")
-	desc := referrerDesc(1, "a/b")
-	link := layout.RevisionLinkPath("a/b", desc.Digest)
 	for _, c := range []struct {
 		name       string
 		linked     bool // the link before Follow
@@ -35,13 +55,8 @@ func TestFollowLooksAgain(t *testing.T) {
 		{"flapping", true, 100, false, followRounds + 1, ErrUnsettled},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ctx := t.Context()
-			base := inmemory.New()
-			if c.linked {
-				if err := base.PutContent(ctx, link, []byte(desc.Digest)); err != nil {
-					t.Fatal(err)
-				}
-			}
+			ctx, f := t.Context(), newFollowFixture(t, c.linked)
+			base, subject, desc, link := f.base, f.subject, f.desc, f.link
 			stats, flips := 0, 0
 			d := &storagetest.HookDriver{StorageDriver: base, After: func(ctx context.Context, method, p string, _ error) {
 				if method != "Stat" || p != link {
@@ -88,9 +103,6 @@ func TestFollowLooksAgain(t *testing.T) {
 // a PUT whose link a DELETE removed before its upkeep ends with no entry,
 // after one look more than when nothing raced it.
 func TestFollowFromStartsWithTheWritersWrite(t *testing.T) {
-	subject := digest.FromString("subject")
-	desc := referrerDesc(1, "a/b")
-	link := layout.RevisionLinkPath("a/b", desc.Digest)
 	for _, c := range []struct {
 		name      string
 		there     bool // the link when the upkeep runs
@@ -100,15 +112,10 @@ func TestFollowFromStartsWithTheWritersWrite(t *testing.T) {
 		{"link removed since", false, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ctx := t.Context()
-			base := inmemory.New()
-			if c.there {
-				if err := base.PutContent(ctx, link, []byte(desc.Digest)); err != nil {
-					t.Fatal(err)
-				}
-			}
+			ctx, f := t.Context(), newFollowFixture(t, c.there)
+			subject, desc, link := f.subject, f.desc, f.link
 			stats := 0
-			d := &storagetest.HookDriver{StorageDriver: base, After: func(_ context.Context, method, p string, _ error) {
+			d := &storagetest.HookDriver{StorageDriver: f.base, After: func(_ context.Context, method, p string, _ error) {
 				if method == "Stat" && p == link {
 					stats++
 				}
