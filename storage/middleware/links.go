@@ -400,7 +400,58 @@ func (d *driver) tagWritten(ctx context.Context, path string, p layout.Path, con
 	}
 	scopeOf(ctx).refuse(refusedTagDelete)
 	rlog.From(ctx).WithField("tag", p.Tag).Info("reclaim: tag write refused, a retention delete or a trash restore of the tag ran while it was written")
+	if layout.IsNotFound(err) {
+		d.clearTagLeftovers(ctx, p.Repo, p.Tag)
+	}
 	return fmt.Errorf("%w: tag %s of %s was deleted or restored by GC while it was written", ErrRetryable, p.Tag, p.Repo)
+}
+
+// tagLeftoversLease bounds the fence clearTagLeftovers holds: a Stat, a
+// confirmation and one delete.
+const tagLeftoversLease = 30 * time.Second
+
+// clearTagLeftovers removes the directory of a tag that has no current
+// link, after a write of the tag was refused. Distribution writes a tag's
+// index entry before its current link, so a refused write leaves
+// tags/<tag>/index/... behind when the tag's current link is gone: a
+// delete that ran while it was written took the current link but not an
+// entry written after its listing (an object store deletes a directory as
+// a listing and then the keys listed), or the write was refused before its
+// current link. Distribution's tag list shows such a directory as a tag
+// whose GET answers 404, until something writes or deletes the tag.
+//
+// It deletes as every tag deleter does (redisstate/tagfence.go): under
+// the tag's fence, and only when the current link is still absent under
+// it. A push that writes the tag meanwhile asks after its write, finds the
+// fence or its mark, and looks at its tag again: 503 if this removed it.
+// Best effort: a fence held by another deleter, or Redis unreachable,
+// leaves the directory as Distribution would.
+func (d *driver) clearTagLeftovers(ctx context.Context, repo, tag string) {
+	ctx = context.WithoutCancel(ctx) // the client may be gone; the leftover is not
+	current := layout.TagCurrentPath(repo, tag)
+	if _, err := d.StorageDriver.Stat(ctx, current); !layout.IsNotFound(err) {
+		return // tagged again meanwhile (or unreadable: leave it)
+	}
+	log := rlog.From(ctx).WithField("tag", tag)
+	f, err := d.env.Tracker.FenceTag(ctx, repo, tag, tagLeftoversLease)
+	if err != nil {
+		log.WithError(err).Info("reclaim: left the directory of a tag without a current link (could not fence the tag)")
+		return
+	}
+	defer func() { _ = d.env.Tracker.Release(ctx, f) }()
+	if _, err := d.StorageDriver.Stat(ctx, current); !layout.IsNotFound(err) {
+		return
+	}
+	if err := d.env.Tracker.Confirm(ctx, f, tagLeftoversLease); err != nil {
+		log.WithError(err).Info("reclaim: left the directory of a tag without a current link (fence lost)")
+		return
+	}
+	if err := d.StorageDriver.Delete(ctx, layout.TagsDir(repo)+"/"+tag); err != nil && !layout.IsNotFound(err) {
+		log.WithError(err).Warn("reclaim: could not remove the directory of a tag without a current link")
+		return
+	}
+	metricTagLeftovers.Inc()
+	log.Info("reclaim: removed the directory a refused tag write left without a current link")
 }
 
 // committed queues a blob just written into the blob store for review,

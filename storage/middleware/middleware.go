@@ -131,6 +131,9 @@ func (d *driver) PutContent(ctx context.Context, path string, content []byte) er
 		}
 		checked, err := d.tagTarget(ctx, p.Repo, content, deleted)
 		if err != nil {
+			// the index entry is written: a new tag must not be left
+			// as a directory without a current link
+			d.clearTagLeftovers(ctx, p.Repo, p.Tag)
 			return err
 		}
 		if err := d.StorageDriver.PutContent(ctx, path, content); err != nil {

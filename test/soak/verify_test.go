@@ -50,8 +50,10 @@ func verifyTag(ctx context.Context, t *testing.T, r *registrytest.Registry, repo
 	if err != nil && strings.Contains(err.Error(), "unknown tag=") {
 		// The tag directory exists without a current link: a tag
 		// write or delete failed half-way (upstream behaviour under
-		// storage faults). It references nothing. A tag whose
-		// manifest is gone says "unknown manifest" instead.
+		// storage faults; a write the middleware refused removes
+		// what it left, best effort: docs/gc-protocol.md, case 13).
+		// It references nothing. A tag whose manifest is gone says
+		// "unknown manifest" instead.
 		t.Logf("dangling tag directory %s:%s (no current link)", repo, tag)
 		return 0, false
 	}
