@@ -5,10 +5,13 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/opencontainers/go-digest"
@@ -77,21 +80,71 @@ func TestE2ERefusedTagWriteLeavesNoTagDirectory(t *testing.T) {
 	}
 	close(goOn)
 
-	pushErr := <-pushed
+	refusedThenRetried(t, g, repo+":"+tag, <-pushed, moved)
+}
+
+// refusedThenRetried fails unless pushErr is a 503 after which the tag list
+// of ref's repository does not name ref's tag, and a push of img to ref
+// then tags it.
+func refusedThenRetried(t *testing.T, g *gcRegistry, ref string, pushErr error, img v1.Image) {
+	t.Helper()
 	var te *transport.Error
 	if !errors.As(pushErr, &te) || te.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("push whose tag was deleted after it was written: %v, want 503", pushErr)
+		t.Fatalf("push of %s: %v, want 503", ref, pushErr)
 	}
+	repo, tag, _ := strings.Cut(ref, ":")
 	tags, err := remote.List(g.Repo(t, repo), g.Remote(t)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if slices.Contains(tags, tag) {
-		_, statErr := g.raw.Stat(ctx, layout.TagCurrentPath(repo, tag))
+		_, statErr := g.raw.Stat(context.Background(), layout.TagCurrentPath(repo, tag))
 		t.Fatalf("the tag list names %s after its write was refused (current link: %v): a tag no pull can fetch", tag, statErr)
 	}
-	if err := remote.Write(g.Ref(t, repo+":"+tag), moved, g.Remote(t)...); err != nil {
+	gcHook.Set(t, nil)
+	if err := remote.Write(g.Ref(t, ref), img, g.Remote(t)...); err != nil {
 		t.Fatalf("retry of the push: %v", err)
 	}
-	registrytest.AssertPullable(t, g.Registry, repo+":"+tag)
+	registrytest.AssertPullable(t, g.Registry, ref)
+}
+
+// A push of a new tag refused before its current link is written: the
+// manifest's revision link is gone between the tag's index entry (written
+// first) and the check before the current link (as a collect that ran
+// while the request stalled would leave it). The push answers 503; before,
+// the index entry stayed and the tag list named a tag no pull can fetch.
+// The refused push removes the directory; its retry tags.
+func TestE2ETagWriteRefusedBeforeItsCurrentLinkLeavesNoTagDirectory(t *testing.T) {
+	g := startRetention(t, nil)
+	ctx := context.Background()
+	const repo, tag = "svc/app", "new"
+	img := registrytest.Image(t, layer(t))
+	h, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := digest.Digest(h.String())
+
+	// armed once the manifest's revision link is written; the next look
+	// at it (the checks between it and the tag's current link) finds it gone
+	var armed atomic.Bool
+	var collected sync.Once
+	gcHook.SetAfter(t, func(_ context.Context, method, path string, err error) {
+		if method == "PutContent" && path == layout.RevisionLinkPath(repo, m) && err == nil {
+			armed.Store(true)
+		}
+	})
+	gcHook.Set(t, func(_ context.Context, method, path string) error {
+		if armed.Load() && method != "PutContent" && path == layout.RevisionLinkPath(repo, m) {
+			collected.Do(func() {
+				if err := g.raw.Delete(ctx, path); err != nil {
+					t.Errorf("delete %s: %v", path, err)
+				}
+			})
+		}
+		return nil
+	})
+	err = remote.Write(g.Ref(t, repo+":"+tag), img,
+		append(g.Remote(t), remote.WithRetryBackoff(remote.Backoff{Duration: time.Millisecond, Steps: 1}))...)
+	refusedThenRetried(t, g, repo+":"+tag, err, img)
 }

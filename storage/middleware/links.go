@@ -430,7 +430,9 @@ func (d *driver) clearTagLeftovers(ctx context.Context, repo, tag string) {
 	ctx = context.WithoutCancel(ctx) // the client may be gone; the leftover is not
 	current := layout.TagCurrentPath(repo, tag)
 	if _, err := d.StorageDriver.Stat(ctx, current); !layout.IsNotFound(err) {
-		return // tagged again meanwhile (or unreadable: leave it)
+		// tagged again meanwhile, or unreadable: leave it, and spare
+		// the tag a fence whose mark makes its pushes read it again
+		return
 	}
 	log := rlog.From(ctx).WithField("tag", tag)
 	f, err := d.env.Tracker.FenceTag(ctx, repo, tag, tagLeftoversLease)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
@@ -126,13 +127,13 @@ func (d *driver) PutContent(ctx context.Context, path string, content []byte) er
 		// the revision link's look first: a link it withdrew keeps the
 		// tag's old value (deferred.go)
 		deleted, err := scopeOf(ctx).joinLooks()
-		if err != nil {
-			return err
+		var checked time.Time
+		if err == nil {
+			checked, err = d.tagTarget(ctx, p.Repo, content, deleted)
 		}
-		checked, err := d.tagTarget(ctx, p.Repo, content, deleted)
 		if err != nil {
-			// the index entry is written: a new tag must not be left
-			// as a directory without a current link
+			// Distribution wrote the tag's index entry first: a new
+			// tag must not be left as a directory without a current link
 			d.clearTagLeftovers(ctx, p.Repo, p.Tag)
 			return err
 		}
