@@ -248,7 +248,7 @@ func retentionApply(a retention.ApplyReport) console.RetentionApply {
 		out.IndexNote = a.InUseNote
 	}
 	for _, t := range a.Skipped {
-		out.Left = append(out.Left, t.Reason)
+		out.Left = append(out.Left, t.Reason.String())
 	}
 	if a.Aborted != nil {
 		out.Aborted = a.Aborted.Reason.String() + ": " + a.Aborted.Detail

@@ -201,7 +201,7 @@ func TestE2ERetentionPinAfterPreview(t *testing.T) {
 		t.Fatalf("pin: %d %s", code, body)
 	}
 	rep := g.apply(t, "pinned/app", p.ID)
-	skipped := map[string]string{}
+	skipped := map[string]retention.LeftReason{}
 	for _, s := range rep.Skipped {
 		skipped[s.Tag] = s.Reason
 	}

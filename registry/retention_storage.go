@@ -98,7 +98,7 @@ const tagFenceLease = time.Minute
 // the tag's trash hold when the trash is on, delete the tag's directory
 // through the middleware exactly as Distribution's tag DELETE does,
 // release.
-func (s retentionStorage) DeleteTag(ctx context.Context, td retention.TagDelete, check func(context.Context) (string, string)) (string, string, string) {
+func (s retentionStorage) DeleteTag(ctx context.Context, td retention.TagDelete, check func(context.Context) (retention.LeftReason, string)) (retention.LeftReason, string, string) {
 	repo, tag, want := td.Repo, td.Tag, td.Want
 	f, err := s.fences.FenceTag(ctx, repo, tag, tagFenceLease)
 	if err != nil {

@@ -25,7 +25,7 @@ type TagWriter interface {
 	// or ChangedDeleteErr otherwise).
 	// When the trash is on, the tag's hold is written right before the
 	// delete, and trashEntry names it.
-	DeleteTag(ctx context.Context, d TagDelete, check func(context.Context) (reason, detail string)) (reason, detail, trashEntry string)
+	DeleteTag(ctx context.Context, d TagDelete, check func(context.Context) (reason LeftReason, detail string)) (reason LeftReason, detail, trashEntry string)
 }
 
 // TagDelete is one tag an apply deletes if it still points at Want.
@@ -35,27 +35,11 @@ type TagDelete struct {
 	Plan      string // the plan applied: the trash entry names it
 }
 
-// Why apply left a planned tag.
-const (
-	ChangedInUse    = "in_use"    // became in use since the plan
-	ChangedPinned   = "pinned"    // pinned since the plan
-	ChangedTagMoved = "tag_moved" // the tag points at another manifest now
-	ChangedTagGone  = "tag_gone"  // the tag was deleted meanwhile
-	ChangedPulled   = "pulled"    // pulled within the policy's pulled_within since the plan
-)
-
-// Why apply left a planned tag, in the words of a GC decision (reclaim's
-// Reason names: the same failure reads the same in both reports).
-var (
-	ChangedCheckFail = reclaim.ReasonCheckFailed.String()  // the fresh state could not be read: kept
-	ChangedDeleteErr = reclaim.ReasonDeleteFailed.String() // the delete failed: kept
-)
-
 // TagResult is one planned tag and what apply did with it.
 type TagResult struct {
 	Tag    string        `json:"tag"`
 	Digest digest.Digest `json:"digest"`
-	Reason string        `json:"reason,omitempty"`
+	Reason LeftReason    `json:"reason,omitempty"`
 	Detail string        `json:"detail,omitempty"`
 	// Trash is the trash entry that holds a deleted tag (trash.keep > 0):
 	// restorable by it, or by the plan id, until it expires.
@@ -158,7 +142,7 @@ func (a *Applier) Apply(ctx context.Context, plan *Plan, o ApplyOptions) *ApplyR
 		}
 		for _, tag := range v.Tags {
 			r := TagResult{Tag: tag, Digest: v.Digest}
-			r.Reason, r.Detail, r.Trash = a.Tags.DeleteTag(ctx, TagDelete{Repo: plan.Repository, Tag: tag, Want: v.Digest, Plan: plan.ID}, func(ctx context.Context) (string, string) {
+			r.Reason, r.Detail, r.Trash = a.Tags.DeleteTag(ctx, TagDelete{Repo: plan.Repository, Tag: tag, Want: v.Digest, Plan: plan.ID}, func(ctx context.Context) (LeftReason, string) {
 				return a.fresh(ctx, plan, v)
 			})
 			if r.Reason == "" {
@@ -226,7 +210,7 @@ func abortReport(err error) *AbortError {
 // fresh checks v against the state now, under the fence of the tag about
 // to be deleted (TagWriter.DeleteTag has read the tag by then); "" means
 // delete it.
-func (a *Applier) fresh(ctx context.Context, plan *Plan, v Version) (reason, detail string) {
+func (a *Applier) fresh(ctx context.Context, plan *Plan, v Version) (reason LeftReason, detail string) {
 	repo := plan.Repository
 	pins, err := a.Pins.List(ctx, repo)
 	if err != nil {
@@ -256,7 +240,7 @@ func (a *Applier) fresh(ctx context.Context, plan *Plan, v Version) (reason, det
 
 // pulledLately keeps a version one of whose manifests was pulled within
 // the plan's pulled_within ("" when none was, or the policy has none).
-func (a *Applier) pulledLately(ctx context.Context, plan *Plan, manifests []digest.Digest) (reason, detail string) {
+func (a *Applier) pulledLately(ctx context.Context, plan *Plan, manifests []digest.Digest) (reason LeftReason, detail string) {
 	if plan.Policy.PulledWithin == 0 {
 		return "", ""
 	}

@@ -24,7 +24,7 @@ func (f *fakeTags) Tag(_ context.Context, _, tag string) (digest.Digest, bool, e
 	return d, ok, nil
 }
 
-func (f *fakeTags) DeleteTag(ctx context.Context, td TagDelete, check func(context.Context) (string, string)) (string, string, string) {
+func (f *fakeTags) DeleteTag(ctx context.Context, td TagDelete, check func(context.Context) (LeftReason, string)) (LeftReason, string, string) {
 	repo, tag, want := td.Repo, td.Tag, td.Want
 	d, ok, err := f.Tag(ctx, repo, tag)
 	switch {
@@ -80,7 +80,7 @@ func TestApplyFreshState(t *testing.T) {
 		MaxAge: time.Hour, Recheck: time.Minute, Now: func() time.Time { return now }}
 	plan := &Plan{ID: "p", Repository: "r", Status: PlanReady, Decision: Decision{Candidates: cands}}
 	rep := a.Apply(t.Context(), plan, ApplyOptions{})
-	want := map[string]string{"unreadable": ChangedCheckFail, vs[1].Tags[0]: ChangedTagMoved, vs[2].Tags[0]: ChangedTagGone,
+	want := map[string]LeftReason{"unreadable": ChangedCheckFail, vs[1].Tags[0]: ChangedTagMoved, vs[2].Tags[0]: ChangedTagGone,
 		vs[3].Tags[0]: ChangedInUse, vs[4].Tags[0]: ChangedPinned}
 	if len(rep.Deleted) != 1 || rep.Deleted[0].Tag != vs[5].Tags[0] || len(rep.Skipped) != 5 || rep.Aborted != nil {
 		t.Fatalf("%+v", rep)

@@ -43,6 +43,41 @@ func (r SkipReason) MarshalText() ([]byte, error) { return skipReasons.MarshalTe
 // UnmarshalText decodes a name, strictly.
 func (r *SkipReason) UnmarshalText(b []byte) error { return skipReasons.UnmarshalText(b, r) }
 
+// LeftReason is why apply left a planned tag: a closed set, like
+// SkipReason (its names are the API's "reason" of a skipped tag and the
+// labels of reclaim_retention_apply_skipped_total).
+type LeftReason string
+
+// Why apply left a planned tag.
+const (
+	ChangedInUse    LeftReason = "in_use"    // became in use since the plan
+	ChangedPinned   LeftReason = "pinned"    // pinned since the plan
+	ChangedTagMoved LeftReason = "tag_moved" // the tag points at another manifest now
+	ChangedTagGone  LeftReason = "tag_gone"  // the tag was deleted meanwhile
+	ChangedPulled   LeftReason = "pulled"    // pulled within the policy's pulled_within since the plan
+	// ChangedCheckFail: the fresh state could not be read; kept. Spelled
+	// as reclaim.ReasonCheckFailed, so the same failure reads the same in
+	// a GC report and an apply report (a test holds them equal).
+	ChangedCheckFail LeftReason = "check_failed"
+	// ChangedDeleteErr: the delete failed; kept. Spelled as
+	// reclaim.ReasonDeleteFailed.
+	ChangedDeleteErr LeftReason = "delete_failed"
+)
+
+var leftReasons = enum.Strings("retention.LeftReason",
+	ChangedInUse, ChangedPinned, ChangedTagMoved, ChangedTagGone, ChangedPulled, ChangedCheckFail, ChangedDeleteErr)
+
+// LeftReasons lists every reason in table order.
+func LeftReasons() []LeftReason { return leftReasons.Values() }
+
+func (r LeftReason) String() string { return leftReasons.String(r) }
+
+// MarshalText encodes the name; a reason outside the set is an error.
+func (r LeftReason) MarshalText() ([]byte, error) { return leftReasons.MarshalText(r) }
+
+// UnmarshalText decodes a name, strictly.
+func (r *LeftReason) UnmarshalText(b []byte) error { return leftReasons.UnmarshalText(b, r) }
+
 // AbortError stops a run before it deletes anything more.
 // It is also what an apply report says when apply stopped (its JSON).
 type AbortError struct {

@@ -54,7 +54,7 @@ func observeApply(rep *retention.ApplyReport) {
 	log := logrus.WithFields(logrus.Fields{"repository": rep.Repository, "plan": rep.PlanID})
 	metricRetentionDeleted.Add(float64(len(rep.Deleted)))
 	for _, s := range rep.Skipped {
-		metricRetentionChanged.WithLabelValues(s.Reason).Inc()
+		metricRetentionChanged.WithLabelValues(s.Reason.String()).Inc()
 		log.WithFields(logrus.Fields{"tag": s.Tag, "reason": s.Reason}).Info("retention: planned tag left: " + s.Detail)
 	}
 	if rep.Aborted != nil {
