@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/reclaim-registry/reclaim/internal/enum"
 )
 
 // TrashEntry is one object a deleter removed while the trash was on
@@ -26,3 +28,35 @@ type TrashEntry struct {
 	Removed time.Time     `json:"removed"`
 	Expires time.Time     `json:"expires"`
 }
+
+// RestoreOutcome is what a restore did with one trash entry: the
+// "outcome" of the API's restore report, what the CLI and the console
+// print. A closed set, like Reason.
+type RestoreOutcome string
+
+// What a restore did with one entry.
+const (
+	OutcomeRestored     RestoreOutcome = "restored"      // put back; its hold is dropped
+	OutcomeAlreadyThere RestoreOutcome = "already_there" // the object was back already (pushed again); its hold is dropped
+	OutcomeTagMoved     RestoreOutcome = "tag_moved"     // the tag points elsewhere now: left alone, the entry stays
+	OutcomePurged       RestoreOutcome = "purged"        // its data is gone: nothing to put back
+	OutcomeNotLinkable  RestoreOutcome = "not_linkable"  // a blob no repository linked: nothing to put back, the entry stays until it expires
+	OutcomeFailed       RestoreOutcome = "failed"        // a write or read failed; the entry stays, a retry may finish it
+)
+
+var restoreOutcomes = enum.Strings("reclaim.RestoreOutcome",
+	OutcomeRestored, OutcomeAlreadyThere, OutcomeTagMoved, OutcomePurged, OutcomeNotLinkable, OutcomeFailed)
+
+// RestoreOutcomes lists every outcome in table order.
+func RestoreOutcomes() []RestoreOutcome { return restoreOutcomes.Values() }
+
+// Back reports whether the entry's object is back (restored or already there).
+func (o RestoreOutcome) Back() bool { return o == OutcomeRestored || o == OutcomeAlreadyThere }
+
+func (o RestoreOutcome) String() string { return restoreOutcomes.String(o) }
+
+// MarshalText encodes the name; an outcome outside the set is an error.
+func (o RestoreOutcome) MarshalText() ([]byte, error) { return restoreOutcomes.MarshalText(o) }
+
+// UnmarshalText decodes a name, strictly.
+func (o *RestoreOutcome) UnmarshalText(b []byte) error { return restoreOutcomes.UnmarshalText(b, o) }

@@ -121,7 +121,7 @@ func outcomes(rep trash.RestoreReport) string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(e.Outcome)
+		b.WriteString(e.Outcome.String())
 		if e.Detail != "" {
 			b.WriteString(" (" + e.Detail + ")")
 		}

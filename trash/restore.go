@@ -16,16 +16,6 @@ import (
 	"github.com/reclaim-registry/reclaim/storage/referrers"
 )
 
-// What a restore did with one entry.
-const (
-	Restored      = "restored"      // put back; its hold is dropped
-	AlreadyThere  = "already_there" // the object was back already (pushed again); its hold is dropped
-	TagMoved      = "tag_moved"     // the tag points elsewhere now: left alone, the entry stays
-	PurgedAlready = "purged"        // its data is gone: nothing to put back
-	NotLinkable   = "not_linkable"  // a blob no repository linked: nothing to put back, the entry stays until it expires
-	RestoreFailed = "failed"        // a write or read failed; the entry stays, a retry may finish it
-)
-
 // Selector picks what to restore: a repository's tag or digest, a GC
 // run, or a retention plan. Exactly one of (Repo with Tag or Digest),
 // Run and Plan.
@@ -66,9 +56,9 @@ func (s Selector) Validate() error {
 
 // RestoredEntry is what a restore did with one entry.
 type RestoredEntry struct {
-	Entry   reclaim.TrashEntry `json:"entry"`
-	Outcome string             `json:"outcome"`
-	Detail  string             `json:"detail,omitempty"`
+	Entry   reclaim.TrashEntry     `json:"entry"`
+	Outcome reclaim.RestoreOutcome `json:"outcome"`
+	Detail  string                 `json:"detail,omitempty"`
 }
 
 // RestoreReport is one restore.
@@ -93,7 +83,7 @@ const tagLease = time.Minute
 // driver like a push's, so a collect that fenced one of them first makes
 // the restore wait or fail (and retry), and one that fences after sees it
 // accessed. A tag is written under its fence, only where it is absent:
-// one a client re-pointed meanwhile is left alone (TagMoved).
+// one a client re-pointed meanwhile is left alone (reclaim.OutcomeTagMoved).
 func (b *Bin) Restore(ctx context.Context, s Selector) (RestoreReport, error) {
 	if err := s.Validate(); err != nil {
 		return RestoreReport{}, err
@@ -111,7 +101,7 @@ func (b *Bin) Restore(ctx context.Context, s Selector) (RestoreReport, error) {
 	rep := RestoreReport{Entries: []RestoredEntry{}}
 	for _, e := range entries {
 		res := r.entry(ctx, e)
-		if res.outcome == Restored || res.outcome == AlreadyThere {
+		if res.outcome.Back() {
 			if err := b.Drop(ctx, e); err != nil {
 				res.detail = joinDetail(res.detail, "put back, but its hold is left: "+err.Error())
 			}
@@ -174,7 +164,10 @@ type restoreKey struct {
 	d    digest.Digest
 }
 
-type result struct{ outcome, detail string }
+type result struct {
+	outcome reclaim.RestoreOutcome
+	detail  string
+}
 
 // restorer restores the objects of one Restore, each once.
 type restorer struct {
@@ -193,7 +186,7 @@ func (r *restorer) entry(ctx context.Context, e reclaim.TrashEntry) result {
 	case reclaim.KindTag:
 		return r.tag(ctx, e)
 	}
-	return result{NotLinkable, "no repository linked this blob when it was removed"}
+	return result{reclaim.OutcomeNotLinkable, "no repository linked this blob when it was removed"}
 }
 
 // layer puts back repo's layer link to d (optional: a foreign layer whose
@@ -204,7 +197,7 @@ func (r *restorer) layer(ctx context.Context, repo string, d digest.Digest, opti
 		return res
 	}
 	res := r.link(ctx, layout.LayerLinkPath(repo, d), d, optional)
-	if res.outcome == Restored {
+	if res.outcome == reclaim.OutcomeRestored {
 		r.dropHolds(ctx, k)
 	}
 	r.done[k] = res
@@ -219,9 +212,9 @@ func (r *restorer) manifest(ctx context.Context, repo string, m digest.Digest) r
 	if res, ok := r.done[k]; ok {
 		return res
 	}
-	r.done[k] = result{RestoreFailed, "a manifest that references itself"}
+	r.done[k] = result{reclaim.OutcomeFailed, "a manifest that references itself"}
 	res := r.manifestOnce(ctx, repo, m)
-	if res.outcome == Restored {
+	if res.outcome == reclaim.OutcomeRestored {
 		r.dropHolds(ctx, k)
 	}
 	r.done[k] = res
@@ -231,29 +224,29 @@ func (r *restorer) manifest(ctx context.Context, repo string, m digest.Digest) r
 func (r *restorer) manifestOnce(ctx context.Context, repo string, m digest.Digest) result {
 	payload, err := r.b.cfg.Raw.GetContent(ctx, layout.BlobDataPath(m))
 	if layout.IsNotFound(err) {
-		return result{PurgedAlready, "the manifest's data is gone"}
+		return result{reclaim.OutcomePurged, "the manifest's data is gone"}
 	}
 	if err != nil {
-		return result{RestoreFailed, "read manifest: " + err.Error()}
+		return result{reclaim.OutcomeFailed, "read manifest: " + err.Error()}
 	}
 	refs, err := referencesOf(payload)
 	if err != nil {
-		return result{RestoreFailed, fmt.Sprintf("manifest %s: %v", m, err)}
+		return result{reclaim.OutcomeFailed, fmt.Sprintf("manifest %s: %v", m, err)}
 	}
 	for _, l := range refs.blobs {
-		if res := r.layer(ctx, repo, l.Digest, len(l.URLs) > 0); res.outcome != Restored {
+		if res := r.layer(ctx, repo, l.Digest, len(l.URLs) > 0); res.outcome != reclaim.OutcomeRestored {
 			return result{res.outcome, fmt.Sprintf("blob %s: %s", l.Digest, res.detail)}
 		}
 	}
 	for _, c := range refs.manifests {
-		if res := r.manifest(ctx, repo, c); res.outcome != Restored {
+		if res := r.manifest(ctx, repo, c); res.outcome != reclaim.OutcomeRestored {
 			return result{res.outcome, fmt.Sprintf("child manifest %s: %s", c, res.detail)}
 		}
 	}
-	if res := r.refsStillLinked(ctx, repo, refs); res.outcome != Restored {
+	if res := r.refsStillLinked(ctx, repo, refs); res.outcome != reclaim.OutcomeRestored {
 		return res
 	}
-	if res := r.link(ctx, layout.RevisionLinkPath(repo, m), m, false); res.outcome != Restored {
+	if res := r.link(ctx, layout.RevisionLinkPath(repo, m), m, false); res.outcome != reclaim.OutcomeRestored {
 		return res
 	}
 	// The entry follows the link (from the link just written) rather than
@@ -262,10 +255,10 @@ func (r *restorer) manifestOnce(ctx context.Context, repo string, m digest.Diges
 	// would list a manifest that is gone.
 	if subject, desc, ok, err := referrers.Of(payload, m, ""); err == nil && ok {
 		if _, err := referrers.New(r.b.cfg.Raw).FollowFrom(ctx, repo, subject, desc, true); err != nil {
-			return result{RestoreFailed, "referrers index entry: " + err.Error()}
+			return result{reclaim.OutcomeFailed, "referrers index entry: " + err.Error()}
 		}
 	}
-	return result{Restored, ""}
+	return result{reclaim.OutcomeRestored, ""}
 }
 
 // refsStillLinked looks again, right before m's revision link, at the
@@ -283,12 +276,12 @@ func (r *restorer) refsStillLinked(ctx context.Context, repo string, refs refs) 
 		_, err := r.b.cfg.Driver.Stat(ctx, p)
 		switch {
 		case err == nil:
-			return result{Restored, ""}
+			return result{reclaim.OutcomeRestored, ""}
 		case !layout.IsNotFound(err):
-			return result{RestoreFailed, fmt.Sprintf("look at %s again: %v", k.d, err)}
+			return result{reclaim.OutcomeFailed, fmt.Sprintf("look at %s again: %v", k.d, err)}
 		}
 		res := put()
-		if res.outcome == Restored {
+		if res.outcome == reclaim.OutcomeRestored {
 			r.dropHolds(ctx, k) // the collect's: what it removed is back
 		}
 		return res
@@ -296,18 +289,18 @@ func (r *restorer) refsStillLinked(ctx context.Context, repo string, refs refs) 
 	for _, l := range refs.blobs {
 		p := layout.LayerLinkPath(repo, l.Digest)
 		put := func() result { return r.link(ctx, p, l.Digest, len(l.URLs) > 0) }
-		if res := look(restoreKey{reclaim.KindLayerLink, repo, l.Digest}, p, put); res.outcome != Restored {
+		if res := look(restoreKey{reclaim.KindLayerLink, repo, l.Digest}, p, put); res.outcome != reclaim.OutcomeRestored {
 			return result{res.outcome, fmt.Sprintf("blob %s, looked at again: %s", l.Digest, res.detail)}
 		}
 	}
 	for _, c := range refs.manifests {
 		// a child removed meanwhile may have lost its own references too
 		put := func() result { return r.manifestOnce(ctx, repo, c) }
-		if res := look(restoreKey{reclaim.KindManifest, repo, c}, layout.RevisionLinkPath(repo, c), put); res.outcome != Restored {
+		if res := look(restoreKey{reclaim.KindManifest, repo, c}, layout.RevisionLinkPath(repo, c), put); res.outcome != reclaim.OutcomeRestored {
 			return result{res.outcome, fmt.Sprintf("child manifest %s, looked at again: %s", c, res.detail)}
 		}
 	}
-	return result{Restored, ""}
+	return result{reclaim.OutcomeRestored, ""}
 }
 
 // link writes a forward link through the middleware, as a push does: the
@@ -316,9 +309,9 @@ func (r *restorer) refsStillLinked(ctx context.Context, repo string, refs refs) 
 func (r *restorer) link(ctx context.Context, p string, d digest.Digest, optional bool) result {
 	if _, err := r.b.cfg.Raw.Stat(ctx, layout.BlobDataPath(d)); layout.IsNotFound(err) {
 		if optional {
-			return result{Restored, "foreign layer: no data stored"}
+			return result{reclaim.OutcomeRestored, "foreign layer: no data stored"}
 		}
-		return result{PurgedAlready, "its data is gone"}
+		return result{reclaim.OutcomePurged, "its data is gone"}
 	}
 	var err error
 	for attempt := range 5 {
@@ -328,56 +321,56 @@ func (r *restorer) link(ctx context.Context, p string, d digest.Digest, optional
 		// A purge that held the blob's fence deleted the data after the
 		// look above: the write was refused, and every retry would be.
 		if _, serr := r.b.cfg.Raw.Stat(ctx, layout.BlobDataPath(d)); layout.IsNotFound(serr) {
-			return result{PurgedAlready, "its data is gone"}
+			return result{reclaim.OutcomePurged, "its data is gone"}
 		}
 		if err := pause.For(ctx, time.Duration(attempt+1)*200*time.Millisecond); err != nil {
-			return result{RestoreFailed, err.Error()}
+			return result{reclaim.OutcomeFailed, err.Error()}
 		}
 	}
 	switch {
 	case layout.IsNotFound(err):
-		return result{PurgedAlready, "its data is gone"}
+		return result{reclaim.OutcomePurged, "its data is gone"}
 	case err != nil:
-		return result{RestoreFailed, err.Error()}
+		return result{reclaim.OutcomeFailed, err.Error()}
 	}
-	return result{Restored, ""}
+	return result{reclaim.OutcomeRestored, ""}
 }
 
 // tag puts back e's tag where it is absent, under the tag's fence: a push
 // of the tag meanwhile either wrote first (and the restore leaves it,
-// TagMoved) or waits for the fence and then finds its own write gone and
+// reclaim.OutcomeTagMoved) or waits for the fence and then finds its own write gone and
 // answers 503 (middleware's tagWritten), never 201 for a lost write.
 func (r *restorer) tag(ctx context.Context, e reclaim.TrashEntry) result {
-	if res := r.manifest(ctx, e.Repo, e.Digest); res.outcome != Restored {
+	if res := r.manifest(ctx, e.Repo, e.Digest); res.outcome != reclaim.OutcomeRestored {
 		return result{res.outcome, "its manifest: " + res.detail}
 	}
 	tr := r.b.cfg.Tracker
 	f, err := tr.FenceTag(ctx, e.Repo, e.Tag, tagLease)
 	if err != nil {
-		return result{RestoreFailed, "fence tag: " + err.Error()}
+		return result{reclaim.OutcomeFailed, "fence tag: " + err.Error()}
 	}
 	defer func() { _ = tr.Release(context.WithoutCancel(ctx), f) }()
 	cur, err := r.b.cfg.Raw.GetContent(ctx, layout.TagCurrentPath(e.Repo, e.Tag))
 	switch {
 	case err == nil && string(cur) == e.Digest.String():
-		return result{AlreadyThere, ""}
+		return result{reclaim.OutcomeAlreadyThere, ""}
 	case err == nil:
-		return result{TagMoved, "the tag points at " + string(cur) + " now: left alone"}
+		return result{reclaim.OutcomeTagMoved, "the tag points at " + string(cur) + " now: left alone"}
 	case !layout.IsNotFound(err):
-		return result{RestoreFailed, "read tag: " + err.Error()}
+		return result{reclaim.OutcomeFailed, "read tag: " + err.Error()}
 	}
 	// as Distribution's tag store writes a tag: its index entry, then current
 	link := []byte(e.Digest.String())
 	if err := r.b.cfg.Raw.PutContent(ctx, layout.TagIndexPath(e.Repo, e.Tag, e.Digest), link); err != nil {
-		return result{RestoreFailed, "write tag index: " + err.Error()}
+		return result{reclaim.OutcomeFailed, "write tag index: " + err.Error()}
 	}
 	if err := tr.Confirm(ctx, f, tagLease); err != nil {
-		return result{RestoreFailed, err.Error()}
+		return result{reclaim.OutcomeFailed, err.Error()}
 	}
 	if err := r.b.cfg.Raw.PutContent(ctx, layout.TagCurrentPath(e.Repo, e.Tag), link); err != nil {
-		return result{RestoreFailed, "write tag: " + err.Error()}
+		return result{reclaim.OutcomeFailed, "write tag: " + err.Error()}
 	}
-	return result{Restored, ""}
+	return result{reclaim.OutcomeRestored, ""}
 }
 
 // dropHolds drops every hold of the kind and repository k names on its

@@ -31,9 +31,9 @@ type trashListing struct {
 
 type trashRestoreReport struct {
 	Entries []struct {
-		Entry   reclaim.TrashEntry `json:"entry"`
-		Outcome string             `json:"outcome"`
-		Detail  string             `json:"detail"`
+		Entry   reclaim.TrashEntry     `json:"entry"`
+		Outcome reclaim.RestoreOutcome `json:"outcome"`
+		Detail  string                 `json:"detail"`
 	} `json:"entries"`
 	Restored int `json:"restored"`
 	Left     int `json:"left"`
@@ -205,7 +205,7 @@ func newTrashRestoreCommand() *cobra.Command {
 			}
 			failed := 0
 			for _, e := range rep.Entries {
-				if e.Outcome == "failed" {
+				if e.Outcome == reclaim.OutcomeFailed {
 					failed++
 				}
 			}

@@ -132,12 +132,11 @@ type Trash struct {
 // digest, a GC run's entries, or a retention plan's.
 type RestoreSelector struct{ Repo, Tag, Digest, Run, Plan string }
 
-// Restored is what a restore did with one entry; Outcome is the trash's
-// word ("restored", "already_there", "tag_moved", "purged",
-// "not_linkable", "failed").
+// Restored is what a restore did with one entry.
 type Restored struct {
-	Entry           reclaim.TrashEntry
-	Outcome, Detail string
+	Entry   reclaim.TrashEntry
+	Outcome reclaim.RestoreOutcome
+	Detail  string
 }
 
 // Handler serves the console under Prefix and passes anything else to next.

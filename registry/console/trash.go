@@ -85,27 +85,28 @@ type restoreView struct {
 // restoredRow is one entry a restore looked at, in an operator's words.
 type restoredRow struct {
 	reclaim.TrashEntry
-	Outcome, Words, Detail string
-	OK                     bool
+	Outcome       reclaim.RestoreOutcome
+	Words, Detail string
+	OK            bool
 }
 
 // outcomeWords says what a restore did with an entry; ok: it is back.
-func outcomeWords(outcome string) (words string, ok bool) {
+func outcomeWords(outcome reclaim.RestoreOutcome) (words string, ok bool) {
 	switch outcome {
-	case "restored":
+	case reclaim.OutcomeRestored:
 		return "restored", true
-	case "already_there":
+	case reclaim.OutcomeAlreadyThere:
 		return "already there (pushed again since)", true
-	case "tag_moved":
+	case reclaim.OutcomeTagMoved:
 		return "tag moved: left alone", false
-	case "purged":
+	case reclaim.OutcomePurged:
 		return "purged: data gone", false
-	case "not_linkable":
+	case reclaim.OutcomeNotLinkable:
 		return "not put back: a blob no repository linked (restoring what linked it puts it back in use)", false
-	case "failed":
+	case reclaim.OutcomeFailed:
 		return "failed", false
 	}
-	return outcome, false
+	return outcome.String(), false
 }
 
 func (h *Handler) trash(w http.ResponseWriter, r *http.Request) {

@@ -45,8 +45,8 @@ func (f *pagesFixture) withTrash(ft *fakeTrash) {
 		Restore: func(_ context.Context, s RestoreSelector) ([]Restored, error) {
 			ft.restored = append(ft.restored, s)
 			var out []Restored
-			for i, o := range []string{"restored", "already_there", "tag_moved", "purged", "not_linkable", "failed"} {
-				out = append(out, Restored{Entry: ft.entries[i%len(ft.entries)], Outcome: o, Detail: "detail of " + o})
+			for i, o := range reclaim.RestoreOutcomes() {
+				out = append(out, Restored{Entry: ft.entries[i%len(ft.entries)], Outcome: o, Detail: "detail of " + o.String()})
 			}
 			return out, nil
 		},
