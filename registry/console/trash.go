@@ -90,23 +90,14 @@ type restoredRow struct {
 	OK            bool
 }
 
-// outcomeWords says what a restore did with an entry; ok: it is back.
-func outcomeWords(outcome reclaim.RestoreOutcome) (words string, ok bool) {
-	switch outcome {
-	case reclaim.OutcomeRestored:
-		return "restored", true
-	case reclaim.OutcomeAlreadyThere:
-		return "already there (pushed again since)", true
-	case reclaim.OutcomeTagMoved:
-		return "tag moved: left alone", false
-	case reclaim.OutcomePurged:
-		return "purged: data gone", false
-	case reclaim.OutcomeNotLinkable:
-		return "not put back: a blob no repository linked (restoring what linked it puts it back in use)", false
-	case reclaim.OutcomeFailed:
-		return "failed", false
-	}
-	return outcome.String(), false
+// outcomeWords says what a restore did with an entry, for an operator.
+var outcomeWords = map[reclaim.RestoreOutcome]string{
+	reclaim.OutcomeRestored:     "restored",
+	reclaim.OutcomeAlreadyThere: "already there (pushed again since)",
+	reclaim.OutcomeTagMoved:     "tag moved: left alone",
+	reclaim.OutcomePurged:       "purged: data gone",
+	reclaim.OutcomeNotLinkable:  "not put back: a blob no repository linked (restoring what linked it puts it back in use)",
+	reclaim.OutcomeFailed:       "failed",
 }
 
 func (h *Handler) trash(w http.ResponseWriter, r *http.Request) {
@@ -205,7 +196,10 @@ func (h *Handler) restore(w http.ResponseWriter, r *http.Request) {
 	v := &restoreView{}
 	for _, e := range done {
 		row := restoredRow{TrashEntry: e.Entry, Outcome: e.Outcome, Detail: e.Detail}
-		row.Words, row.OK = outcomeWords(e.Outcome)
+		row.Words, row.OK = outcomeWords[e.Outcome], e.Outcome.Back()
+		if row.Words == "" {
+			row.Words = e.Outcome.String()
+		}
 		if row.OK {
 			v.Restored++
 		} else {

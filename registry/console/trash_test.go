@@ -231,3 +231,12 @@ func TestRunMovedToTrash(t *testing.T) {
 		t.Errorf("the run's facts: %.1500s", page)
 	}
 }
+
+// Every outcome a restore can report has words on the page.
+func TestEveryRestoreOutcomeHasWords(t *testing.T) {
+	for _, o := range reclaim.RestoreOutcomes() {
+		if outcomeWords[o] == "" {
+			t.Errorf("restore outcome %s has no words", o)
+		}
+	}
+}
