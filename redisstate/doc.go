@@ -1,16 +1,18 @@
 // Package redisstate is Reclaim's state in Redis, all of it: access
 // records and the recording epoch, fences and tombstones, the
 // per-repository GC lock and run records, tag fences, the review queue, the
-// reclaimable-bytes estimates and their rankings, the freed counters, the
-// reclaimer's scrub cursor, and the health of the Redis servers that hold
-// them. Retention's stores (pins, in-use sources, plans) are
-// retention/redisstore.
+// freed counters, the reclaimer's scrub cursor, and the health of the
+// Redis servers that hold them. Beside it: the reclaimable-bytes estimates
+// and their rankings (redisstate/usage), retention's record of pulls
+// (redisstate/pulls), and the work-list shape the review queue and the
+// usage refresh share (redisstate/due). Retention's stores (pins, in-use
+// sources, plans) are retention/redisstore.
 //
 // A Tracker (NewTracker) holds the state the GC protocol rests on: it
 // records accesses and takes fences in one atomic step per blob, keeps the
 // recording epoch, the locks, the run records and the freed counters, and
-// watches Redis for lost writes (redishealth.go). Queue, UsageStore and
-// ScrubCursor are the stores beside it, each on keys of its own. Every
+// watches Redis for lost writes (redishealth.go). Queue and ScrubCursor
+// are the stores beside it, each on keys of its own. Every
 // failure to reach Redis wraps reclaim.ErrTrackerUnavailable; a fenced
 // object answers reclaim.ErrFenced.
 //
@@ -38,7 +40,7 @@
 //	reclaim:freed:<yyyy-mm-dd>       hash: bytes, objects, runs GC deleted that UTC day (freed.go; 8 days)
 //	reclaim:review                   sorted set: blobs due for review by the reclaimer (queue.go)
 //	reclaim:scrub:cursor             where the reclaimer's scrub stands in the catalog (scrub.go)
-//	reclaim:{<r>}:usage, reclaim:usage:...  usage estimates, their rankings and cursor (usage.go)
+//	reclaim:{<r>}:usage, reclaim:usage:...  usage estimates, their rankings and cursor (package redisstate/usage)
 //	reclaim:{<r>}:pulls              hash: manifest digest -> unix ms of its last counted pull (package redisstate/pulls; retention only, never GC)
 //
 // Times are Redis server time (TIME inside the scripts), so registry and GC

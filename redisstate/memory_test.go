@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate/usage"
 	"github.com/reclaim-registry/reclaim/storage/storagetest/redistest"
 )
 
@@ -84,7 +85,7 @@ func TestMeasureRedisMemory(t *testing.T) {
 		tombstones, afterQueue, afterGone, perTombstone, perTombstone)
 
 	repos := records / 100
-	putUsageMany(ctx, t, NewUsageStore(c, ""), repos)
+	putUsageMany(ctx, t, usage.New(c, ""), repos)
 	afterUsage := usedMemory(ctx, t, c)
 	perUsage := float64(afterUsage-afterGone) / float64(repos)
 	t.Logf("%d repositories' usage estimates: used_memory %d -> %d: %.0f bytes per repository, %.0f MB per million",
@@ -141,7 +142,7 @@ func markGoneMany(ctx context.Context, t *testing.T, tr *Tracker, n int) {
 
 // putUsageMany stores a usage estimate for each of n repositories, as the
 // reclaimer's refresh of every repository leaves them.
-func putUsageMany(ctx context.Context, t *testing.T, s *UsageStore, n int) {
+func putUsageMany(ctx context.Context, t *testing.T, s *usage.Store, n int) {
 	t.Helper()
 	for i := range n {
 		u := reclaim.Usage{

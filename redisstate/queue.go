@@ -9,6 +9,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate/due"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -66,32 +67,6 @@ end
 return due
 `)
 
-// KEYS[1]: zset; ARGV: max items, lease ms. Returns {now, m1, due1, m2, due2, ...}.
-var claimScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local items = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
-local out = {now}
-local lease = now + tonumber(ARGV[2])
-for i = 1, #items, 2 do
-  redis.call('ZADD', KEYS[1], lease, items[i])
-  out[#out+1] = items[i]
-  out[#out+1] = items[i+1]
-end
-return out
-`)
-
-// KEYS[1]: zset; ARGV: (member, lease score) pairs. Removes each member
-// only if its score is still the claim's; returns how many it removed.
-var ackScript = redis.NewScript(`
-local n = 0
-for i = 1, #ARGV, 2 do
-  local cur = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  if cur and tonumber(cur) == tonumber(ARGV[i+1]) then n = n + redis.call('ZREM', KEYS[1], ARGV[i]) end
-end
-return n
-`)
-
 // KEYS[1]: zset; ARGV: member, lease score, due ms. Re-scores the member to
 // due if it still holds the claim's score (else a newer enqueue decides).
 var requeueScript = redis.NewScript(`
@@ -127,32 +102,19 @@ func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]reclai
 	if n <= 0 || lease <= 0 {
 		return nil, fmt.Errorf("redisstate: Claim(%d, %v): bad arguments", n, lease)
 	}
-	res, err := claimScript.Run(ctx, q.c, []string{q.key}, n, lease.Milliseconds()).Slice()
+	leaseScore, claimed, err := due.Claim(ctx, q.c, q.key, n, lease)
 	if err != nil {
 		return nil, fmt.Errorf("%w: claim review items: %v", reclaim.ErrTrackerUnavailable, err)
 	}
-	if len(res) == 0 {
-		return nil, fmt.Errorf("%w: claim: empty reply", reclaim.ErrTrackerUnavailable)
-	}
-	now, _ := res[0].(int64)
-	leaseScore := now + lease.Milliseconds()
-	out := make([]reclaim.ReviewItem, 0, (len(res)-1)/2)
-	for i := 1; i+1 < len(res); i += 2 {
-		m, _ := res[i].(string)
-		d, err := digest.Parse(m)
+	out := make([]reclaim.ReviewItem, 0, len(claimed))
+	for _, c := range claimed {
+		d, err := digest.Parse(c.Member)
 		if err != nil {
 			// A member nobody valid wrote; drop it rather than loop on it.
-			_ = q.c.ZRem(ctx, q.key, m).Err()
+			_ = q.c.ZRem(ctx, q.key, c.Member).Err()
 			continue
 		}
-		var due float64
-		switch s := res[i+1].(type) {
-		case string:
-			due, _ = strconv.ParseFloat(s, 64)
-		case int64:
-			due = float64(s)
-		}
-		out = append(out, reclaim.ReviewItem{Blob: d, Due: time.UnixMilli(int64(due)), Lease: leaseScore})
+		out = append(out, reclaim.ReviewItem{Blob: d, Due: time.UnixMilli(c.Due), Lease: leaseScore})
 	}
 	return out, nil
 }
@@ -160,23 +122,20 @@ func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]reclai
 // Done removes claimed items, each unless it was enqueued again
 // meanwhile, in one round trip.
 func (q *Queue) Done(ctx context.Context, items ...reclaim.ReviewItem) error {
-	if len(items) == 0 {
-		return nil
+	held := make([]due.Held, len(items))
+	for i, c := range items {
+		held[i] = due.Held{Member: c.Blob.String(), LeaseScore: c.Lease}
 	}
-	args := make([]any, 0, 2*len(items))
-	for _, c := range items {
-		args = append(args, c.Blob.String(), c.Lease)
-	}
-	if err := ackScript.Run(ctx, q.c, []string{q.key}, args...).Err(); err != nil {
+	if err := due.Done(ctx, q.c, q.key, held...); err != nil {
 		return fmt.Errorf("%w: ack %d review items (first %s): %v", reclaim.ErrTrackerUnavailable, len(items), items[0].Blob, err)
 	}
 	return nil
 }
 
-// Requeue makes a claimed item due again at due, unless it was enqueued
+// Requeue makes a claimed item due again at time at, unless it was enqueued
 // again meanwhile (then the newer due time stands).
-func (q *Queue) Requeue(ctx context.Context, c reclaim.ReviewItem, due time.Time) error {
-	if err := requeueScript.Run(ctx, q.c, []string{q.key}, c.Blob.String(), c.Lease, due.UnixMilli()).Err(); err != nil {
+func (q *Queue) Requeue(ctx context.Context, c reclaim.ReviewItem, at time.Time) error {
+	if err := requeueScript.Run(ctx, q.c, []string{q.key}, c.Blob.String(), c.Lease, at.UnixMilli()).Err(); err != nil {
 		return fmt.Errorf("%w: requeue %s: %v", reclaim.ErrTrackerUnavailable, c.Blob, err)
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/reclaim-registry/reclaim/internal/metrics"
 	"github.com/reclaim-registry/reclaim/internal/pause"
 	"github.com/reclaim-registry/reclaim/redisstate"
+	"github.com/reclaim-registry/reclaim/redisstate/usage"
 	"github.com/reclaim-registry/reclaim/storage/middleware"
 )
 
@@ -93,7 +94,7 @@ func (s *Server) watchQueue(ctx context.Context) {
 
 var (
 	_ reclaimer.Queue      = (*redisstate.Queue)(nil)
-	_ reclaimer.UsageStore = (*redisstate.UsageStore)(nil)
+	_ reclaimer.UsageStore = (*usage.Store)(nil)
 )
 
 // Reclaimer metrics, in Prometheus' default registry, named like the JSON.

@@ -27,6 +27,7 @@ import (
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
+	"github.com/reclaim-registry/reclaim/redisstate/usage"
 	"github.com/reclaim-registry/reclaim/registry/accesscontrol"
 	"github.com/reclaim-registry/reclaim/registry/deletionevents"
 	"github.com/reclaim-registry/reclaim/registry/gcapi"
@@ -173,7 +174,7 @@ func dryRunWait(d time.Duration) time.Duration {
 // API's Config with the access controller, the status parts and next.
 func newGC(env *middleware.Env, opts config.Options, deletions reclaim.DeletionSink, bin *trash.Bin) (*gcapi.Config, error) {
 	pins := redisstore.NewPins(env.Tracker.Client(), opts.Prefix, nil)
-	usage := redisstate.NewUsageStore(env.Tracker.Client(), opts.Prefix)
+	usageStore := usage.New(env.Tracker.Client(), opts.Prefix)
 	var holder collector.TrashHolder // nil unless the trash is on (no typed nil)
 	if bin != nil {
 		holder = bin
@@ -195,7 +196,7 @@ func newGC(env *middleware.Env, opts config.Options, deletions reclaim.DeletionS
 		Repair:               env.Links,
 		MarkLinkDBIncomplete: markLinkDBIncomplete(env),
 		Pinner:               pins,
-		Usage:                usage,
+		Usage:                usageStore,
 		Review:               env.Queue(),
 		Context:              middleware.ForGC, // within GC's storage budget
 		Window:               opts.Window,
@@ -210,7 +211,7 @@ func newGC(env *middleware.Env, opts config.Options, deletions reclaim.DeletionS
 	}
 	inuse := redisstore.NewInUse(env.Tracker.Client(), opts.Prefix)
 	return &gcapi.Config{Options: opts, Collector: col, Exists: repositoryExists(env.Raw), Status: storageStatus(env),
-		Pins: pins, InUse: inuse, Usage: usage, Retention: newRetention(env, opts, pins, inuse, deletions, col.Instance(), bin),
+		Pins: pins, InUse: inuse, Usage: usageStore, Retention: newRetention(env, opts, pins, inuse, deletions, col.Instance(), bin),
 		HasVersion: hasVersion(env.Raw), Fenced: manifestFenced(env.Tracker), TagState: env.Tracker.TagState, Trash: bin,
 		Deletions: deletions}, nil
 }
@@ -259,6 +260,6 @@ var (
 	_ collector.RunRecorder  = (*redisstate.Tracker)(nil)
 	_ collector.LinkIndex    = (*linkdb.ReverseLinks)(nil)
 	_ collector.LinkRepairer = (*linkdb.ReverseLinks)(nil)
-	_ collector.UsageStore   = (*redisstate.UsageStore)(nil)
+	_ collector.UsageStore   = (*usage.Store)(nil)
 	_ collector.FreedCounter = (*redisstate.Tracker)(nil)
 )

@@ -46,7 +46,12 @@ var allowed = map[string][]string{
 	"storage/budget": {"internal/metrics", "internal/pause"},
 
 	// every piece of Redis state
-	"redisstate": {"internal/enum", "internal/metrics", "internal/pause", "internal/rlog", "reclaim", "reclaim/gcrun", "storage/layout"},
+	"redisstate": {"internal/enum", "internal/metrics", "internal/pause", "internal/rlog", "reclaim", "reclaim/gcrun", "redisstate/due", "storage/layout"},
+	// the one shape of a work list in Redis (claim with a lease, done by compare)
+	"redisstate/due": {},
+	// the reclaimable-bytes estimates and their rankings: read by the GC
+	// API, written by collects and the reclaimer's refresh, never by GC's decisions
+	"redisstate/usage": {"reclaim", "redisstate/due"},
 	// retention's record of manifest pulls: written by the middleware,
 	// read by retention, never by GC
 	"redisstate/pulls": {"reclaim"},
@@ -73,11 +78,11 @@ var allowed = map[string][]string{
 
 	// HTTP, and the binary
 	// registry: the Server, and wire.go, which builds everything below
-	"registry": {"gc", "gc/collector", "gc/reclaimer", "internal/config", "internal/metrics", "internal/pause", "reclaim", "redisstate",
+	"registry": {"gc", "gc/collector", "gc/reclaimer", "internal/config", "internal/metrics", "internal/pause", "reclaim", "redisstate", "redisstate/usage",
 		"registry/accesscontrol", "registry/console", "registry/deletionevents", "registry/gcapi", "retention", "retention/redisstore",
 		"storage/budget", "storage/layout", "storage/linkdb", "storage/middleware", "storage/referrers", "trash"},
 	// the GC API: handlers, route table, error table; no storage, no driver stack
-	"registry/gcapi":         {"gc/collector", "internal/config", "internal/crosssite", "internal/metrics", "reclaim", "reclaim/gcrun", "redisstate", "registry/accesscontrol", "retention", "retention/inuse", "retention/redisstore", "trash"},
+	"registry/gcapi":         {"gc/collector", "internal/config", "internal/crosssite", "internal/metrics", "reclaim", "reclaim/gcrun", "redisstate", "redisstate/usage", "registry/accesscontrol", "retention", "retention/inuse", "retention/redisstore", "trash"},
 	"registry/accesscontrol": {},
 	// deletion events: what runs deleted, to Distribution's notification endpoints
 	"registry/deletionevents":     {"reclaim"},

@@ -8,6 +8,7 @@ import (
 	"github.com/reclaim-registry/reclaim/gc/internal/gctest"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/redisstate"
+	"github.com/reclaim-registry/reclaim/redisstate/usage"
 	"github.com/reclaim-registry/reclaim/storage/middleware"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
@@ -39,15 +40,15 @@ func TestMeasureUsageRefresh(t *testing.T) {
 			t.Fatal(err)
 		}
 		storagetest.Age(t, client, prefix, 2*time.Hour)
-		collector := func(usage UsageStore) *Collector {
-			c, err := New(Config{Driver: r.Env.Driver, Tracker: &redisTracker{Tracker: tr}, Links: r.Env.Links, Usage: usage, Clock: tr, Freed: tr,
+		collector := func(store UsageStore) *Collector {
+			c, err := New(Config{Driver: r.Env.Driver, Tracker: &redisTracker{Tracker: tr}, Links: r.Env.Links, Usage: store, Clock: tr, Freed: tr,
 				Context: middleware.WithoutAccessRecords, LinkDBComplete: func(context.Context) (bool, error) { return true, nil }, Window: time.Hour})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return c
 		}
-		plain, withUsage := collector(nil), collector(redisstate.NewUsageStore(client, prefix))
+		plain, withUsage := collector(nil), collector(usage.New(client, prefix))
 		var u reclaim.Usage
 		var redisTrips [3]int64
 		counter.Reset()

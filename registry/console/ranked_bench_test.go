@@ -11,7 +11,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
-	"github.com/reclaim-registry/reclaim/redisstate"
+	"github.com/reclaim-registry/reclaim/redisstate/usage"
 	"github.com/reclaim-registry/reclaim/registry/console"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
@@ -28,7 +28,7 @@ func BenchmarkConsoleRanked10k(b *testing.B) {
 	addr, prefix := storagetest.RealOrMini(b)
 	c := storagetest.NewClient(addr)
 	b.Cleanup(func() { c.Close() })
-	store := redisstate.NewUsageStore(c, prefix)
+	store := usage.New(c, prefix)
 	ctx := context.Background()
 	names := make([]string, repos)
 	for i := range repos {

@@ -28,7 +28,7 @@ import (
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
-	"github.com/reclaim-registry/reclaim/redisstate"
+	"github.com/reclaim-registry/reclaim/redisstate/usage"
 	"github.com/reclaim-registry/reclaim/registry/accesscontrol"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/redisstore"
@@ -84,7 +84,7 @@ type Config struct {
 	// layer links). Optional: without it the collector finds out.
 	Exists func(ctx context.Context, repo string) (bool, error)
 	// Usage keeps the repositories' usage estimates and their rankings.
-	Usage *redisstate.UsageStore
+	Usage *usage.Store
 	// Pins and InUse are the retention stores.
 	Pins  *redisstore.Pins
 	InUse *redisstore.InUse

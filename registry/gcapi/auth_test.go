@@ -15,7 +15,7 @@ import (
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
-	"github.com/reclaim-registry/reclaim/redisstate"
+	"github.com/reclaim-registry/reclaim/redisstate/usage"
 	"github.com/reclaim-registry/reclaim/registry/accesscontrol"
 	_ "github.com/reclaim-registry/reclaim/registry/internal/scopetest" // "gcscopetest": grants a request's X-Scopes
 )
@@ -23,7 +23,7 @@ import (
 // scopeAPI serves the GC API with scopetest's auth, on a collector
 // over an in-memory storage that holds team/app (and keeps its usage
 // estimates in usage, when given). do sends a request with grant.
-func scopeAPI(t *testing.T, usage *redisstate.UsageStore) (do func(method, path, grant string) *http.Response) {
+func scopeAPI(t *testing.T, store *usage.Store) (do func(method, path, grant string) *http.Response) {
 	t.Helper()
 	conf := &configuration.Configuration{Auth: configuration.Auth{"gcscopetest": configuration.Parameters{}}}
 	d := inmemory.New()
@@ -33,8 +33,8 @@ func scopeAPI(t *testing.T, usage *redisstate.UsageStore) (do func(method, path,
 	}
 	cfg := collector.Config{Driver: d, Tracker: notRecording{}, Links: noLinks{}}
 	b := &Config{}
-	if usage != nil {
-		cfg.Usage, b.Usage = usage, usage
+	if store != nil {
+		cfg.Usage, b.Usage = store, store
 	}
 	col, err := collector.New(cfg)
 	if err != nil {

@@ -9,11 +9,11 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
-	"github.com/reclaim-registry/reclaim/redisstate"
+	"github.com/reclaim-registry/reclaim/redisstate/usage"
 )
 
 // Usage, the reclaimable-bytes estimates (gc/collector/usage.go, kept by
-// redisstate's UsageStore):
+// redisstate/usage's Store):
 //
 //	GET /gc/v1/repositories/<name>/usage[?refresh=true]   one repository's estimate
 //	GET /gc/v1/usage[?top=N&by=reclaimable|exclusive]     the repositories ranked highest
@@ -125,15 +125,15 @@ func (h *API) topUsage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	n, by := defaultUsageTop, redisstate.ByReclaimable
+	n, by := defaultUsageTop, usage.ByReclaimable
 	if v, ok := q["top"]; ok {
 		if n, err = strconv.Atoi(v); !positiveRe.MatchString(v) || err != nil || n > maxUsageTop {
 			return fmt.Errorf("%w: top=%q: want an integer from 1 to %d", errBadRequest, v, maxUsageTop)
 		}
 	}
 	if v, ok := q["by"]; ok {
-		if v != redisstate.ByReclaimable && v != redisstate.ByExclusive {
-			return fmt.Errorf("%w: by=%q: want %s or %s", errBadRequest, v, redisstate.ByReclaimable, redisstate.ByExclusive)
+		if v != usage.ByReclaimable && v != usage.ByExclusive {
+			return fmt.Errorf("%w: by=%q: want %s or %s", errBadRequest, v, usage.ByReclaimable, usage.ByExclusive)
 		}
 		by = v
 	}

@@ -13,14 +13,14 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/config"
-	"github.com/reclaim-registry/reclaim/redisstate"
+	"github.com/reclaim-registry/reclaim/redisstate/usage"
 	"github.com/reclaim-registry/reclaim/registry/accesscontrol"
 )
 
 // TestUsageScopes: a stored estimate needs pull on the repository, a
 // refresh delete (it is a dry-run collect), the ranking the catalog scope.
 func TestUsageScopes(t *testing.T) {
-	do := scopeAPI(t, redisstate.NewUsageStore(redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}), ""))
+	do := scopeAPI(t, usage.New(redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}), ""))
 	for _, c := range []struct {
 		path, grant string
 		status      int
@@ -51,7 +51,7 @@ func FuzzUsageRoute(f *testing.F) {
 		"z/retention/plans/abc/apply", "a/plans/0123456789abcdef01234567/apply", "a/collect", "a/plan", "runs/x", "a/retention/preview"} {
 		f.Add(seed)
 	}
-	store := redisstate.NewUsageStore(redis.NewClient(&redis.Options{Addr: miniredis.RunT(f).Addr()}), "")
+	store := usage.New(redis.NewClient(&redis.Options{Addr: miniredis.RunT(f).Addr()}), "")
 	api := newGCAPI(&accesscontrol.Control{}, config.Options{GC: config.GC{Enabled: true}}, &Config{Usage: store,
 		Exists: func(context.Context, string) (bool, error) { return false, nil }}, http.NotFoundHandler())
 	f.Fuzz(func(t *testing.T, name string) {

@@ -1,4 +1,4 @@
-package redisstate
+package usage
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 
 func TestUsageStoreRanks(t *testing.T) {
 	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
-		s, ctx := NewUsageStore(b.Client(t), b.Prefix), context.Background()
+		s, ctx := New(b.Client(t), b.Prefix), context.Background()
 		t0 := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
 		// names that share a prefix and one that ends like a route
 		for i, u := range []reclaim.Usage{
@@ -93,7 +93,7 @@ func TestUsageStoreRanks(t *testing.T) {
 
 func TestUsageStoreClaims(t *testing.T) {
 	storagetest.ForEachBackend(t, func(t *testing.T, b storagetest.Backend) {
-		s, ctx := NewUsageStore(b.Client(t), b.Prefix), context.Background()
+		s, ctx := New(b.Client(t), b.Prefix), context.Background()
 		if err := s.PutUsage(ctx, reclaim.Usage{Repository: "capped/repo", ComputedAt: time.Now()}, true); err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +137,7 @@ func TestUsageStoreClaims(t *testing.T) {
 }
 
 // passDue moves every due score d into the past.
-func passDue(t *testing.T, s *UsageStore, d time.Duration) {
+func passDue(t *testing.T, s *Store, d time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	items, err := s.c.ZRangeWithScores(ctx, s.key("due"), 0, -1).Result()

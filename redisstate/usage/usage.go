@@ -1,4 +1,8 @@
-package redisstate
+// Package usage keeps each repository's reclaimable-bytes estimate in
+// Reclaim's Redis and ranks the repositories by it: the GC API's usage
+// endpoints read it, a collect writes it, the reclaimer refreshes the
+// stale and the due ones. GC's decisions never read it.
+package usage
 
 import (
 	"context"
@@ -9,10 +13,11 @@ import (
 	"time"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/redisstate/due"
 	"github.com/redis/go-redis/v9"
 )
 
-// UsageStore keeps each repository's reclaimable-bytes estimate
+// Store keeps each repository's reclaimable-bytes estimate
 // (reclaim.Usage, made by gc/collector/usage.go) and ranks the repositories by it:
 //
 //	reclaim:{<repo>}:usage       JSON reclaim.Usage, the repository's last estimate
@@ -29,14 +34,17 @@ import (
 // and a write is a pipeline of single-key commands, never a transaction
 // across slots. The rankings may therefore lag the record by the width of
 // one pipeline; each read of the ranking reads the records themselves.
-type UsageStore struct {
+type Store struct {
 	c      redis.UniversalClient
 	prefix string
 }
 
-// NewUsageStore returns the usage store under prefix (default "reclaim:").
-func NewUsageStore(c redis.UniversalClient, prefix string) *UsageStore {
-	return &UsageStore{c: c, prefix: orDefaultPrefix(prefix)}
+// New returns the usage store under prefix (default "reclaim:").
+func New(c redis.UniversalClient, prefix string) *Store {
+	if prefix == "" {
+		prefix = "reclaim:"
+	}
+	return &Store{c: c, prefix: prefix}
 }
 
 // The rankings.
@@ -45,8 +53,8 @@ const (
 	ByExclusive   = "exclusive"
 )
 
-func (s *UsageStore) recordKey(repo string) string { return s.prefix + "{" + repo + "}:usage" }
-func (s *UsageStore) key(name string) string       { return s.prefix + "usage:" + name }
+func (s *Store) recordKey(repo string) string { return s.prefix + "{" + repo + "}:usage" }
+func (s *Store) key(name string) string       { return s.prefix + "usage:" + name }
 
 // KEYS[1]: the due set; ARGV[1]: member. Due now (Redis time), whatever
 // its score was: a repository claimed and marked again meanwhile stays due
@@ -61,7 +69,7 @@ func unavailable(what string, err error) error {
 }
 
 // PutUsage stores u and ranks it; due marks it due for a refresh at once.
-func (s *UsageStore) PutUsage(ctx context.Context, u reclaim.Usage, due bool) error {
+func (s *Store) PutUsage(ctx context.Context, u reclaim.Usage, due bool) error {
 	b, err := json.Marshal(u)
 	if err != nil {
 		return err
@@ -82,7 +90,7 @@ func (s *UsageStore) PutUsage(ctx context.Context, u reclaim.Usage, due bool) er
 }
 
 // DeleteUsage drops repo's record and its ranks.
-func (s *UsageStore) DeleteUsage(ctx context.Context, repo string) error {
+func (s *Store) DeleteUsage(ctx context.Context, repo string) error {
 	pipe := s.c.Pipeline()
 	pipe.Del(ctx, s.recordKey(repo))
 	for _, k := range []string{ByReclaimable, ByExclusive, "computed", "due"} {
@@ -95,7 +103,7 @@ func (s *UsageStore) DeleteUsage(ctx context.Context, repo string) error {
 }
 
 // Usage reads repo's record; ok is false when there is none.
-func (s *UsageStore) Usage(ctx context.Context, repo string) (u reclaim.Usage, ok bool, err error) {
+func (s *Store) Usage(ctx context.Context, repo string) (u reclaim.Usage, ok bool, err error) {
 	b, err := s.c.Get(ctx, s.recordKey(repo)).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return reclaim.Usage{}, false, nil
@@ -113,7 +121,7 @@ func (s *UsageStore) Usage(ctx context.Context, repo string) (u reclaim.Usage, o
 // (ByReclaimable or ByExclusive), highest first, and how many are ranked.
 // It costs one round trip for the ranking and one per Redis master for
 // the records, whatever the registry holds.
-func (s *UsageStore) Top(ctx context.Context, by string, n int) ([]reclaim.Usage, int64, error) {
+func (s *Store) Top(ctx context.Context, by string, n int) ([]reclaim.Usage, int64, error) {
 	if (by != ByReclaimable && by != ByExclusive) || n <= 0 {
 		return nil, 0, fmt.Errorf("usage: Top(%q, %d): bad arguments", by, n)
 	}
@@ -148,7 +156,7 @@ func (s *UsageStore) Top(ctx context.Context, by string, n int) ([]reclaim.Usage
 }
 
 // MarkUsageDue marks repo due for a refresh now.
-func (s *UsageStore) MarkUsageDue(ctx context.Context, repo string) error {
+func (s *Store) MarkUsageDue(ctx context.Context, repo string) error {
 	if err := markDueScript.Run(ctx, s.c, []string{s.key("due")}, repo).Err(); err != nil {
 		return unavailable("mark "+repo+" due", err)
 	}
@@ -157,27 +165,25 @@ func (s *UsageStore) MarkUsageDue(ctx context.Context, repo string) error {
 
 // ClaimDueUsage takes up to n due repositories, oldest first, and holds
 // them for lease: no other reclaimer claims them until it runs out.
-func (s *UsageStore) ClaimDueUsage(ctx context.Context, n int, lease time.Duration) ([]reclaim.UsageClaim, error) {
+func (s *Store) ClaimDueUsage(ctx context.Context, n int, lease time.Duration) ([]reclaim.UsageClaim, error) {
 	if n <= 0 || lease <= 0 {
 		return nil, fmt.Errorf("usage: ClaimDueUsage(%d, %v): bad arguments", n, lease)
 	}
-	res, err := claimScript.Run(ctx, s.c, []string{s.key("due")}, n, lease.Milliseconds()).Slice()
-	if err != nil || len(res) == 0 {
+	leaseScore, claimed, err := due.Claim(ctx, s.c, s.key("due"), n, lease)
+	if err != nil {
 		return nil, unavailable("claim due", err)
 	}
-	now, _ := res[0].(int64)
-	out := make([]reclaim.UsageClaim, 0, (len(res)-1)/2)
-	for i := 1; i+1 < len(res); i += 2 {
-		repo, _ := res[i].(string)
-		out = append(out, reclaim.UsageClaim{Repo: repo, Lease: now + lease.Milliseconds()})
+	out := make([]reclaim.UsageClaim, len(claimed))
+	for i, c := range claimed {
+		out[i] = reclaim.UsageClaim{Repo: c.Member, Lease: leaseScore}
 	}
 	return out, nil
 }
 
 // DoneDueUsage unmarks a claimed repository, unless it was marked due
 // again since the claim.
-func (s *UsageStore) DoneDueUsage(ctx context.Context, c reclaim.UsageClaim) error {
-	if err := ackScript.Run(ctx, s.c, []string{s.key("due")}, c.Repo, c.Lease).Err(); err != nil {
+func (s *Store) DoneDueUsage(ctx context.Context, c reclaim.UsageClaim) error {
+	if err := due.Done(ctx, s.c, s.key("due"), due.Held{Member: c.Repo, LeaseScore: c.Lease}); err != nil {
 		return unavailable("done "+c.Repo, err)
 	}
 	return nil
@@ -185,7 +191,7 @@ func (s *UsageStore) DoneDueUsage(ctx context.Context, c reclaim.UsageClaim) err
 
 // StaleUsage lists up to n repositories whose estimate was made before
 // before, oldest first.
-func (s *UsageStore) StaleUsage(ctx context.Context, n int, before time.Time) ([]string, error) {
+func (s *Store) StaleUsage(ctx context.Context, n int, before time.Time) ([]string, error) {
 	repos, err := s.c.ZRangeByScore(ctx, s.key("computed"), &redis.ZRangeBy{Min: "-inf",
 		Max: "(" + strconv.FormatInt(before.UnixMilli(), 10), Count: int64(n)}).Result()
 	if err != nil {
@@ -196,7 +202,7 @@ func (s *UsageStore) StaleUsage(ctx context.Context, n int, before time.Time) ([
 
 // MissingUsage returns those of repos that have no record, in one
 // pipeline.
-func (s *UsageStore) MissingUsage(ctx context.Context, repos []string) ([]string, error) {
+func (s *Store) MissingUsage(ctx context.Context, repos []string) ([]string, error) {
 	if len(repos) == 0 {
 		return nil, nil
 	}
@@ -217,21 +223,23 @@ func (s *UsageStore) MissingUsage(ctx context.Context, repos []string) ([]string
 	return out, nil
 }
 
-// UsageCursor is where the walk of the catalog stands ("" at its start).
-func (s *UsageStore) UsageCursor(ctx context.Context) (string, error) {
-	c, err := s.cursor().get(ctx)
-	if err != nil {
+// UsageCursor is where the walk of the catalog stands ("" at its start):
+// the last repository name it looked at.
+func (s *Store) UsageCursor(ctx context.Context) (string, error) {
+	c, err := s.c.Get(ctx, s.key("cursor")).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return "", nil
+	case err != nil:
 		return "", unavailable("cursor", err)
 	}
 	return c, nil
 }
 
 // SetUsageCursor moves the walk of the catalog.
-func (s *UsageStore) SetUsageCursor(ctx context.Context, cursor string) error {
-	if err := s.cursor().set(ctx, cursor); err != nil {
+func (s *Store) SetUsageCursor(ctx context.Context, cursor string) error {
+	if err := s.c.Set(ctx, s.key("cursor"), cursor, 0).Err(); err != nil {
 		return unavailable("set cursor", err)
 	}
 	return nil
 }
-
-func (s *UsageStore) cursor() walkCursor { return walkCursor{s.c, s.key("cursor")} }
