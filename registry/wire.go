@@ -230,7 +230,7 @@ func policyOf(r config.Retention) retention.Policy {
 }
 
 // newRetention builds the retention endpoints' planner and applier on
-// storage (retention_storage.go) and the Redis stores; the applier tells
+// storage (storage.go) and the Redis stores; the applier tells
 // deletions what it deleted, as the collector named instance.
 func newRetention(env *middleware.Env, opts config.Options, pins *redisstore.Pins, inuse *redisstore.InUse,
 	deletions reclaim.DeletionSink, instance string, bin *trash.Bin) *gcapi.Retention {

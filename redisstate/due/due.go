@@ -20,32 +20,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// KEYS[1]: zset; ARGV: max items, lease ms. Returns {now, m1, due1, m2, due2, ...}.
-var claimScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local items = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
-local out = {now}
-local lease = now + tonumber(ARGV[2])
-for i = 1, #items, 2 do
-  redis.call('ZADD', KEYS[1], lease, items[i])
-  out[#out+1] = items[i]
-  out[#out+1] = items[i+1]
-end
-return out
-`)
-
-// KEYS[1]: zset; ARGV: (member, lease score) pairs. Removes each member
-// only if its score is still the claim's; returns how many it removed.
-var doneScript = redis.NewScript(`
-local n = 0
-for i = 1, #ARGV, 2 do
-  local cur = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  if cur and tonumber(cur) == tonumber(ARGV[i+1]) then n = n + redis.call('ZREM', KEYS[1], ARGV[i]) end
-end
-return n
-`)
-
 // Claimed is one member a claim took: when it had become due (unix ms).
 type Claimed struct {
 	Member string
@@ -79,6 +53,21 @@ func Claim(ctx context.Context, c redis.Scripter, key string, n int, lease time.
 	return now + lease.Milliseconds(), claimed, nil
 }
 
+// KEYS[1]: zset; ARGV: max items, lease ms. Returns {now, m1, due1, m2, due2, ...}.
+var claimScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local items = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
+local out = {now}
+local lease = now + tonumber(ARGV[2])
+for i = 1, #items, 2 do
+  redis.call('ZADD', KEYS[1], lease, items[i])
+  out[#out+1] = items[i]
+  out[#out+1] = items[i+1]
+end
+return out
+`)
+
 // Held is a claimed member and the lease score its claim gave it.
 type Held struct {
 	Member     string
@@ -97,3 +86,14 @@ func Done(ctx context.Context, c redis.Scripter, key string, held ...Held) error
 	}
 	return doneScript.Run(ctx, c, []string{key}, args...).Err()
 }
+
+// KEYS[1]: zset; ARGV: (member, lease score) pairs. Removes each member
+// only if its score is still the claim's; returns how many it removed.
+var doneScript = redis.NewScript(`
+local n = 0
+for i = 1, #ARGV, 2 do
+  local cur = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if cur and tonumber(cur) == tonumber(ARGV[i+1]) then n = n + redis.call('ZREM', KEYS[1], ARGV[i]) end
+end
+return n
+`)
