@@ -49,36 +49,3 @@ func TestReasonsDocumented(t *testing.T) {
 		}
 	}
 }
-
-// A restore's outcomes are a closed set: each round-trips, a name outside
-// it does not parse, and docs/api.md and docs/openapi.yaml list each.
-func TestRestoreOutcomesClosedAndDocumented(t *testing.T) {
-	for _, doc := range []string{"../docs/api.md", "../docs/openapi.yaml"} {
-		b, err := os.ReadFile(doc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, o := range RestoreOutcomes() {
-			if !strings.Contains(string(b), "`"+o.String()+"`") && !strings.Contains(string(b), " "+o.String()+",") && !strings.Contains(string(b), " "+o.String()+"]") {
-				t.Errorf("%s does not mention restore outcome %s", doc, o)
-			}
-		}
-	}
-	for _, o := range RestoreOutcomes() {
-		b, err := json.Marshal(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var back RestoreOutcome
-		if err := json.Unmarshal(b, &back); err != nil || back != o {
-			t.Fatalf("%s does not round-trip: %v", o, err)
-		}
-	}
-	var o RestoreOutcome
-	if err := json.Unmarshal([]byte(`"gone"`), &o); err == nil {
-		t.Fatal("an outcome outside the set parsed")
-	}
-	if !OutcomeAlreadyThere.Back() || OutcomeTagMoved.Back() {
-		t.Fatal("Back: only restored and already_there are back")
-	}
-}

@@ -3,7 +3,7 @@ package reclaim
 import "time"
 
 // Usage is one repository's reclaimable-bytes estimate, computed by gc
-// (gc/collector/usage.go) and kept by the tracker (redisstate/usage.go). Every
+// (gc/collector/usage.go) and kept in Redis (redisstate/usage). Every
 // number is a lower bound of the truth at ComputedAt: a blob whose check
 // was uncertain (a reverse link that is not a link file, an unknown size,
 // a link database not known complete) counts in neither ReclaimableBytes

@@ -12,6 +12,7 @@ import (
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/registry/console"
 	"github.com/reclaim-registry/reclaim/registry/gcapi"
@@ -68,7 +69,7 @@ func (c *consoleData) trash() *console.Trash {
 	}
 	return &console.Trash{
 		Keep:     bin.Keep(),
-		List:     func(ctx context.Context) ([]reclaim.TrashEntry, error) { return bin.List(ctx, trash.Filter{}) },
+		List:     func(ctx context.Context) ([]trashentry.Entry, error) { return bin.List(ctx, trash.Filter{}) },
 		Held:     bin.Held,
 		Hits:     func(ctx context.Context, days int) (int64, error) { return bin.Hits(ctx, time.Now(), days) },
 		Validate: func(s console.RestoreSelector) error { return sel(s).Validate() },

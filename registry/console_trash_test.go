@@ -9,6 +9,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 	"github.com/reclaim-registry/reclaim/trash"
 )
 
@@ -19,9 +20,9 @@ import (
 func TestConsoleTrashAccess(t *testing.T) {
 	s, get := consoleServer(t, map[string]any{"window": "1s", "dedup": "10ms", "gc": map[string]any{"enabled": true},
 		"trash": map[string]any{"keep": "1h"}})
-	held := map[string]reclaim.TrashEntry{}
+	held := map[string]trashentry.Entry{}
 	for repo, run := range map[string]string{"team/app": teamRun, "other/app": otherRun} {
-		e, err := s.trash.Hold(t.Context(), reclaim.TrashEntry{Kind: reclaim.KindManifest, Repo: repo, Run: run,
+		e, err := s.trash.Hold(t.Context(), trashentry.Entry{Kind: reclaim.KindManifest, Repo: repo, Run: run,
 			Digest: digest.FromString(repo), Size: 10, Reason: "unreferenced", By: "gc"})
 		if err != nil {
 			t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/storage/budget"
@@ -206,11 +207,11 @@ func (s retentionStorage) DeleteTag(ctx context.Context, td retention.TagDelete,
 	if err := s.fences.Confirm(ctx, f, tagFenceLease); err != nil {
 		return retention.ChangedCheckFail, err.Error(), ""
 	}
-	var held reclaim.TrashEntry
+	var held trashentry.Entry
 	if s.trash != nil {
 		// the hold first: a crash before the delete leaves a hold on a
 		// tagged manifest (data kept longer), never a lost tag's record
-		held, err = s.trash.Hold(ctx, reclaim.TrashEntry{Kind: reclaim.KindTag, Repo: repo, Tag: tag, Digest: want,
+		held, err = s.trash.Hold(ctx, trashentry.Entry{Kind: reclaim.KindTag, Repo: repo, Tag: tag, Digest: want,
 			Reason: "retention", By: "retention", Plan: td.Plan})
 		if err != nil {
 			return retention.ChangedCheckFail, "write trash hold: " + err.Error(), ""

@@ -18,6 +18,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
@@ -62,7 +63,7 @@ func TestE2ETrashCrashWhileMovingIn(t *testing.T) {
 			t.Fatalf("second collect: %+v", rep2.ManifestsDeleted)
 		}
 		rep := g.restore(t, "repository="+repo+"&digest="+d.String())
-		if outcomeOf(rep, reclaim.KindManifest, d) != reclaim.OutcomeRestored || rep.Left != 0 {
+		if outcomeOf(rep, reclaim.KindManifest, d) != trashentry.Restored || rep.Left != 0 {
 			t.Fatalf("restore: %+v", rep)
 		}
 		registrytest.AssertPullable(t, g.Registry, repo+"@"+d.String())
@@ -94,7 +95,7 @@ func TestE2ETrashCrashDuringRestore(t *testing.T) {
 			return nil
 		})
 		first := g.restore(t, "run="+run)
-		if first.Left == 0 || outcomeOf(first, reclaim.KindManifest, d) != reclaim.OutcomeFailed {
+		if first.Left == 0 || outcomeOf(first, reclaim.KindManifest, d) != trashentry.Failed {
 			t.Fatalf("restore with a failing link write: %+v", first)
 		}
 		// the failed write's reverse link stays (a leak, never a
@@ -104,7 +105,7 @@ func TestE2ETrashCrashDuringRestore(t *testing.T) {
 			t.Fatalf("after the failed restore %d entries stay, want %d: %+v", l.Total, first.Left, l.Entries)
 		}
 		second := g.restore(t, "run="+run)
-		if second.Left != 0 || outcomeOf(second, reclaim.KindManifest, d) != reclaim.OutcomeRestored {
+		if second.Left != 0 || outcomeOf(second, reclaim.KindManifest, d) != trashentry.Restored {
 			t.Fatalf("second restore: %+v", second)
 		}
 		registrytest.AssertPullable(t, g.Registry, repo+"@"+d.String())
@@ -142,7 +143,7 @@ func TestE2ETrashRedisLost(t *testing.T) {
 			}
 		}
 		rep := g.restore(t, "repository="+repo+"&digest="+d.String())
-		if outcomeOf(rep, reclaim.KindManifest, d) != reclaim.OutcomeRestored || rep.Left != 0 {
+		if outcomeOf(rep, reclaim.KindManifest, d) != trashentry.Restored || rep.Left != 0 {
 			t.Fatalf("restore from the holds in storage: %+v", rep)
 		}
 		registrytest.AssertPullable(t, g.Registry, repo+"@"+d.String())

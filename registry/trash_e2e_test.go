@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 	"github.com/reclaim-registry/reclaim/registry"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
@@ -53,9 +54,9 @@ func startTrash(t testing.TB, cache registrytest.Option, keep string, extra map[
 }
 
 type trashListing struct {
-	Entries   []reclaim.TrashEntry `json:"entries"`
-	Total     int                  `json:"total"`
-	BytesHeld int64                `json:"bytes_held"`
+	Entries   []trashentry.Entry `json:"entries"`
+	Total     int                `json:"total"`
+	BytesHeld int64              `json:"bytes_held"`
 }
 
 func (g *gcRegistry) trashList(t *testing.T, query string) trashListing {
@@ -266,7 +267,7 @@ func TestE2ETrashReclaimerHoldsThenPurges(t *testing.T) {
 	untag(t, g, repo, m.String()) // the manifest DELETE: its blob is queued for review
 	g.settle(t)
 	data := layout.BlobDataPath(digest.Digest(m.String()))
-	var held reclaim.TrashEntry
+	var held trashentry.Entry
 	waitTrash(t, "the reclaimer to hold the manifest blob", func() bool {
 		for _, e := range g.trashList(t, "digest="+m.String()).Entries {
 			held = e

@@ -16,6 +16,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
@@ -65,7 +66,7 @@ func wantNoLoss(t *testing.T, g *gcRegistry, rep trash.RestoreReport) {
 func wantDataOf(t *testing.T, g *gcRegistry, rep trash.RestoreReport) {
 	t.Helper()
 	for _, e := range rep.Entries {
-		if e.Outcome != reclaim.OutcomeRestored && e.Outcome != reclaim.OutcomeAlreadyThere {
+		if e.Outcome != trashentry.Restored && e.Outcome != trashentry.AlreadyThere {
 			continue
 		}
 		if _, err := g.raw.Stat(t.Context(), layout.BlobDataPath(e.Entry.Digest)); err != nil {
@@ -74,7 +75,7 @@ func wantDataOf(t *testing.T, g *gcRegistry, rep trash.RestoreReport) {
 	}
 }
 
-func outcomeOf(rep trash.RestoreReport, kind reclaim.ObjectKind, d digest.Digest) reclaim.RestoreOutcome {
+func outcomeOf(rep trash.RestoreReport, kind reclaim.ObjectKind, d digest.Digest) trashentry.Outcome {
 	for _, e := range rep.Entries {
 		if e.Entry.Kind == kind && e.Entry.Digest == d {
 			return e.Outcome
@@ -131,7 +132,7 @@ func TestE2ETrashRestoreVsPurgeAfterItsReverseLink(t *testing.T) {
 		if pr.BlobsFreed != 3 {
 			t.Fatalf("purge while a restore held one blob's reverse link: %d blobs freed, want 3: %+v", pr.BlobsFreed, pr)
 		}
-		if o := outcomeOf(rep, reclaim.KindManifest, d); o != reclaim.OutcomePurged {
+		if o := outcomeOf(rep, reclaim.KindManifest, d); o != trashentry.Purged {
 			t.Fatalf("restore of the purged manifest: %q, want purged: %+v", o, rep)
 		}
 		if rep.Restored != 1 {
@@ -194,11 +195,11 @@ func TestE2ETrashRestoreVsPurgeUnderItsFence(t *testing.T) {
 			t.Fatalf("the purge freed nothing (the interleaving did not happen): %+v", pr)
 		}
 		for _, e := range rep.Entries {
-			if e.Outcome == reclaim.OutcomeFailed {
+			if e.Outcome == trashentry.Failed {
 				t.Errorf("entry %s %s: failed (%s); the purge won, so it is purged", e.Entry.Kind, e.Entry.Digest, e.Detail)
 			}
 		}
-		if o := outcomeOf(rep, reclaim.KindManifest, d); o != reclaim.OutcomePurged {
+		if o := outcomeOf(rep, reclaim.KindManifest, d); o != trashentry.Purged {
 			t.Errorf("restore of the manifest: %q, want purged: %+v", o, rep)
 		}
 		wantNoLoss(t, g, rep)
@@ -238,7 +239,7 @@ func TestE2ETrashRestoreAfterTagRepushed(t *testing.T) {
 		_, _ = trashedTag(t, g, repo)
 		pushed := push(t, g, repo+":"+tagName(0), registrytest.Image(t, layer(t)))
 		rep := g.restore(t, "repository="+repo+"&tag="+tagName(0))
-		if len(rep.Entries) != 1 || rep.Entries[0].Outcome != reclaim.OutcomeTagMoved || rep.Left != 1 {
+		if len(rep.Entries) != 1 || rep.Entries[0].Outcome != trashentry.TagMoved || rep.Left != 1 {
 			t.Fatalf("restore of a re-pushed tag: %+v", rep)
 		}
 		if got := g.tagTarget(t, repo, tagName(0)); got != pushed.String() {
@@ -379,9 +380,9 @@ func TestE2ETrashSlowRestoreVsCollect(t *testing.T) {
 			t.Fatalf("the collect should have unlinked the three restored layer links (the interleaving did not happen): %+v", crep.LayersUnlinked)
 		}
 		t.Logf("restore: %+v", rep)
-		if outcomeOf(rep, reclaim.KindManifest, d) == reclaim.OutcomeRestored {
+		if outcomeOf(rep, reclaim.KindManifest, d) == trashentry.Restored {
 			registrytest.AssertPullable(t, g.Registry, repo+"@"+d.String())
-		} else if again := g.restore(t, "repository="+repo+"&digest="+d.String()); outcomeOf(again, reclaim.KindManifest, d) != reclaim.OutcomeRestored {
+		} else if again := g.restore(t, "repository="+repo+"&digest="+d.String()); outcomeOf(again, reclaim.KindManifest, d) != trashentry.Restored {
 			t.Fatalf("restore again: %+v", again)
 		}
 		registrytest.AssertPullable(t, g.Registry, repo+"@"+d.String())

@@ -12,7 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/reclaim-registry/reclaim/internal/metrics"
-	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/trash"
 )
@@ -105,7 +105,7 @@ func trashName(repo, what, ref string) (string, string, trash.Selector) {
 // tagRe is the OCI tag grammar.
 var tagRe = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
 
-func deleter(e reclaim.TrashEntry) string {
+func deleter(e trashentry.Entry) string {
 	switch {
 	case e.Plan != "":
 		return "retention plan " + e.Plan

@@ -24,6 +24,8 @@ var allowed = map[string][]string{
 	"reclaim": {"internal/enum"},
 	// the words of one GC run: status, step, progress, state, handle
 	"reclaim/gcrun": {"reclaim"},
+	// the words of recoverable deletion: a trash entry, a restore's outcome
+	"reclaim/trashentry": {"internal/enum", "reclaim"},
 
 	// small helpers, importing nothing of the project
 	"internal/config":    {}, // one typed configuration: depends on nothing it configures
@@ -63,14 +65,14 @@ var allowed = map[string][]string{
 	// garbage collection: the pure decision, a run's I/O around it, and
 	// the background reclaimer on the collector's deletion step
 	"gc":           {"reclaim"},
-	"gc/collector": {"gc", "internal/pause", "reclaim", "reclaim/gcrun", "storage/layout"},
+	"gc/collector": {"gc", "internal/pause", "reclaim", "reclaim/gcrun", "reclaim/trashentry", "storage/layout"},
 	"gc/reclaimer": {"gc", "gc/collector", "internal/pause", "reclaim", "storage/layout"},
 	// the fixtures the collector's and the reclaimer's tests share
 	"gc/internal/gctest": {"internal/config", "reclaim", "storage/layout", "storage/linkdb", "storage/middleware", "storage/storagetest"},
 
 	// retention: the domain, and its state in Redis
 	// recoverable deletion: holds on blobs, their Redis index, restore, purge
-	"trash": {"gc", "internal/pause", "reclaim", "redisstate", "storage/layout", "storage/referrers"},
+	"trash": {"gc", "internal/pause", "reclaim", "reclaim/trashentry", "redisstate", "storage/layout", "storage/referrers"},
 
 	"retention":            {"internal/enum", "reclaim", "retention/inuse"},
 	"retention/inuse":      {},
@@ -78,19 +80,20 @@ var allowed = map[string][]string{
 
 	// HTTP, and the binary
 	// registry: the Server, and wire.go, which builds everything below
-	"registry": {"gc", "gc/collector", "gc/reclaimer", "internal/config", "internal/metrics", "internal/pause", "reclaim", "redisstate", "redisstate/usage",
-		"registry/accesscontrol", "registry/console", "registry/deletionevents", "registry/gcapi", "retention", "retention/redisstore",
-		"storage/budget", "storage/layout", "storage/linkdb", "storage/middleware", "storage/referrers", "trash"},
+	"registry": {"gc", "gc/collector", "gc/reclaimer", "internal/config", "internal/metrics", "internal/pause", "reclaim", "reclaim/trashentry",
+		"redisstate", "redisstate/usage", "registry/accesscontrol", "registry/console", "registry/deletionevents", "registry/gcapi", "retention",
+		"retention/redisstore", "storage/budget", "storage/layout", "storage/linkdb", "storage/middleware", "storage/referrers", "trash"},
 	// the GC API: handlers, route table, error table; no storage, no driver stack
-	"registry/gcapi":         {"gc/collector", "internal/config", "internal/crosssite", "internal/metrics", "reclaim", "reclaim/gcrun", "redisstate", "redisstate/usage", "registry/accesscontrol", "retention", "retention/inuse", "retention/redisstore", "trash"},
+	"registry/gcapi": {"gc/collector", "internal/config", "internal/crosssite", "internal/metrics", "reclaim", "reclaim/gcrun", "reclaim/trashentry",
+		"redisstate", "redisstate/usage", "registry/accesscontrol", "retention", "retention/inuse", "retention/redisstore", "trash"},
 	"registry/accesscontrol": {},
 	// deletion events: what runs deleted, to Distribution's notification endpoints
 	"registry/deletionevents":     {"reclaim"},
 	"registry/internal/scopetest": {}, // tests' access controller (test imports only)
-	"registry/console":            {"gc", "gc/collector", "gc/reclaimer", "internal/crosssite", "reclaim", "reclaim/gcrun"},
+	"registry/console":            {"gc", "gc/collector", "gc/reclaimer", "internal/crosssite", "reclaim", "reclaim/gcrun", "reclaim/trashentry"},
 	"registry/registrytest":       {"internal/config", "registry", "storage/storagetest"},
-	"cmd/registry": {"gc", "gc/collector", "gc/reclaimer", "internal/config", "internal/pause", "reclaim", "redisstate", "registry", "retention", "retention/inuse",
-		"storage/budget", "storage/layout", "storage/linkdb", "storage/middleware"},
+	"cmd/registry": {"gc", "gc/collector", "gc/reclaimer", "internal/config", "internal/pause", "reclaim", "reclaim/trashentry", "redisstate",
+		"registry", "retention", "retention/inuse", "storage/budget", "storage/layout", "storage/linkdb", "storage/middleware"},
 
 	// whole-program tests (test files only)
 	"test":      {},

@@ -15,7 +15,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
@@ -77,7 +77,7 @@ func (b *Bin) Keep() time.Duration { return b.cfg.Keep }
 // removed: one storage write, durable as a reverse link, then one Redis
 // round trip for the index (best effort: storage is the truth). It sets
 // the entry's ID, Removed and Expires.
-func (b *Bin) Hold(ctx context.Context, e reclaim.TrashEntry) (reclaim.TrashEntry, error) {
+func (b *Bin) Hold(ctx context.Context, e trashentry.Entry) (trashentry.Entry, error) {
 	now := b.now(ctx)
 	var rnd [4]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
@@ -100,7 +100,7 @@ func (b *Bin) Hold(ctx context.Context, e reclaim.TrashEntry) (reclaim.TrashEntr
 
 // Drop removes e's hold and its index entries: a restore that put the
 // object back, a purge, or a delete that did not happen.
-func (b *Bin) Drop(ctx context.Context, e reclaim.TrashEntry) error {
+func (b *Bin) Drop(ctx context.Context, e trashentry.Entry) error {
 	err := b.cfg.Raw.Delete(ctx, path.Dir(layout.TrashHoldPath(e.Digest, e.ID)))
 	if err != nil && !layout.IsNotFound(err) {
 		return fmt.Errorf("drop hold %s on %s: %w", e.ID, e.Digest, err)
@@ -110,7 +110,7 @@ func (b *Bin) Drop(ctx context.Context, e reclaim.TrashEntry) error {
 
 // Holds reads every hold on blob from storage, oldest first. A hold that
 // cannot be parsed is an error: it keeps its blob all the same.
-func (b *Bin) Holds(ctx context.Context, blob digest.Digest) ([]reclaim.TrashEntry, error) {
+func (b *Bin) Holds(ctx context.Context, blob digest.Digest) ([]trashentry.Entry, error) {
 	dirs, err := b.cfg.Raw.List(ctx, layout.TrashDir(blob))
 	if layout.IsNotFound(err) {
 		return nil, nil
@@ -118,7 +118,7 @@ func (b *Bin) Holds(ctx context.Context, blob digest.Digest) ([]reclaim.TrashEnt
 	if err != nil {
 		return nil, err
 	}
-	var out []reclaim.TrashEntry
+	var out []trashentry.Entry
 	for _, dir := range dirs {
 		id := dir[strings.LastIndexByte(dir, '/')+1:]
 		if !layout.ValidTrashID(id) {
@@ -136,15 +136,15 @@ func (b *Bin) Holds(ctx context.Context, blob digest.Digest) ([]reclaim.TrashEnt
 }
 
 // read reads one hold from storage; ok is false when it is gone.
-func (b *Bin) read(ctx context.Context, blob digest.Digest, id string) (reclaim.TrashEntry, bool, error) {
+func (b *Bin) read(ctx context.Context, blob digest.Digest, id string) (trashentry.Entry, bool, error) {
 	raw, err := b.cfg.Raw.GetContent(ctx, layout.TrashHoldPath(blob, id))
 	if layout.IsNotFound(err) {
-		return reclaim.TrashEntry{}, false, nil
+		return trashentry.Entry{}, false, nil
 	}
 	if err != nil {
-		return reclaim.TrashEntry{}, false, err
+		return trashentry.Entry{}, false, err
 	}
-	var e reclaim.TrashEntry
+	var e trashentry.Entry
 	if err := json.Unmarshal(raw, &e); err != nil || e.ID != id || e.Digest != blob {
 		return e, false, fmt.Errorf("trash hold %s on %s: not a hold record (%q)", id, blob, truncate(raw))
 	}
@@ -161,6 +161,6 @@ func truncate(b []byte) string {
 // Lookup tells a pull that would answer 404 whether it asks for something
 // in the trash: name is "tag:<tag>", a manifest digest, or "blob:<digest>".
 // One Redis round trip.
-func (b *Bin) Lookup(ctx context.Context, repo, name string) (reclaim.TrashEntry, bool, error) {
+func (b *Bin) Lookup(ctx context.Context, repo, name string) (trashentry.Entry, bool, error) {
 	return b.idx.lookup(ctx, repo, name)
 }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 )
 
 // hitDaysKept is how many days of trash hits are kept.
@@ -22,7 +22,7 @@ func (x index) hitsKey(day time.Time) string {
 
 // CountHit records one hit on e at at: one Redis round trip, on a path
 // that answers 404 (or restores) anyway.
-func (b *Bin) CountHit(ctx context.Context, e reclaim.TrashEntry, at time.Time) error {
+func (b *Bin) CountHit(ctx context.Context, e trashentry.Entry, at time.Time) error {
 	key := b.idx.hitsKey(at)
 	_, err := b.idx.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.HIncrBy(ctx, key, "hits", 1)
@@ -57,7 +57,7 @@ func (b *Bin) Hits(ctx context.Context, now time.Time, days int) (int64, error) 
 // Held sums the entries in the trash and the bytes their holds keep (the
 // index's view: one scan of it).
 func (b *Bin) Held(ctx context.Context) (entries int, bytes int64, err error) {
-	err = b.idx.scan(ctx, func(e reclaim.TrashEntry) error {
+	err = b.idx.scan(ctx, func(e trashentry.Entry) error {
 		entries++
 		bytes += e.Size
 		return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 )
 
 // index is the trash's Redis index; storage holds the entries themselves.
@@ -31,7 +32,7 @@ func (x index) expiryKey() string           { return x.prefix + "trash:expiry" }
 func (x index) namesKey(repo string) string { return x.prefix + "trash:names:{" + repo + "}" }
 
 // name is what a pull of e's object asks for; "" for a blob nobody links.
-func name(e reclaim.TrashEntry) string {
+func name(e trashentry.Entry) string {
 	switch e.Kind {
 	case reclaim.KindTag:
 		return "tag:" + e.Tag
@@ -46,7 +47,7 @@ func name(e reclaim.TrashEntry) string {
 // add indexes e: one pipelined round trip (its keys may live on different
 // Cluster slots, so not a transaction; a partial add is repaired by
 // Reindex and harms nothing meanwhile: storage decides).
-func (x index) add(ctx context.Context, e reclaim.TrashEntry) error {
+func (x index) add(ctx context.Context, e trashentry.Entry) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return err
@@ -71,7 +72,7 @@ end
 return 0`)
 
 // remove drops e from the index.
-func (x index) remove(ctx context.Context, e reclaim.TrashEntry) error {
+func (x index) remove(ctx context.Context, e trashentry.Entry) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return err
@@ -89,15 +90,15 @@ func (x index) remove(ctx context.Context, e reclaim.TrashEntry) error {
 
 // lookup is the one round trip of a pull that would 404: the newest entry
 // that removed what it asks for, if any.
-func (x index) lookup(ctx context.Context, repo, n string) (reclaim.TrashEntry, bool, error) {
+func (x index) lookup(ctx context.Context, repo, n string) (trashentry.Entry, bool, error) {
 	b, err := x.c.HGet(ctx, x.namesKey(repo), n).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return reclaim.TrashEntry{}, false, nil
+		return trashentry.Entry{}, false, nil
 	}
 	if err != nil {
-		return reclaim.TrashEntry{}, false, err
+		return trashentry.Entry{}, false, err
 	}
-	var e reclaim.TrashEntry
+	var e trashentry.Entry
 	if err := json.Unmarshal(b, &e); err != nil {
 		return e, false, fmt.Errorf("trash index %s %s: %w", repo, n, err)
 	}
@@ -106,7 +107,7 @@ func (x index) lookup(ctx context.Context, repo, n string) (reclaim.TrashEntry, 
 
 // scan calls fn with every indexed entry, a page at a time: its cost
 // grows with the number of entries in the trash.
-func (x index) scan(ctx context.Context, fn func(reclaim.TrashEntry) error) error {
+func (x index) scan(ctx context.Context, fn func(trashentry.Entry) error) error {
 	var cursor uint64
 	for {
 		kv, next, err := x.c.HScan(ctx, x.entriesKey(), cursor, "*", 1000).Result()
@@ -114,7 +115,7 @@ func (x index) scan(ctx context.Context, fn func(reclaim.TrashEntry) error) erro
 			return err
 		}
 		for i := 0; i+1 < len(kv); i += 2 {
-			var e reclaim.TrashEntry
+			var e trashentry.Entry
 			if err := json.Unmarshal([]byte(kv[i+1]), &e); err != nil {
 				return fmt.Errorf("trash index entry %s: %w", kv[i], err)
 			}
@@ -129,7 +130,7 @@ func (x index) scan(ctx context.Context, fn func(reclaim.TrashEntry) error) erro
 }
 
 // due lists up to max entries expired at now, oldest expiry first.
-func (x index) due(ctx context.Context, now time.Time, max int) ([]reclaim.TrashEntry, error) {
+func (x index) due(ctx context.Context, now time.Time, max int) ([]trashentry.Entry, error) {
 	ids, err := x.c.ZRangeByScore(ctx, x.expiryKey(), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: int64(max)}).Result()
 	if err != nil || len(ids) == 0 {
 		return nil, err
@@ -138,7 +139,7 @@ func (x index) due(ctx context.Context, now time.Time, max int) ([]reclaim.Trash
 	if err != nil {
 		return nil, err
 	}
-	out := make([]reclaim.TrashEntry, 0, len(ids))
+	out := make([]trashentry.Entry, 0, len(ids))
 	for i, v := range vals {
 		s, ok := v.(string)
 		if !ok {
@@ -146,7 +147,7 @@ func (x index) due(ctx context.Context, now time.Time, max int) ([]reclaim.Trash
 			x.c.ZRem(ctx, x.expiryKey(), ids[i])
 			continue
 		}
-		var e reclaim.TrashEntry
+		var e trashentry.Entry
 		if err := json.Unmarshal([]byte(s), &e); err != nil {
 			return nil, fmt.Errorf("trash index entry %s: %w", ids[i], err)
 		}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 )
 
 // Filter selects entries; zero fields select everything.
@@ -22,7 +22,7 @@ type Filter struct {
 	Until  time.Time // removed before
 }
 
-func (f Filter) match(e reclaim.TrashEntry) bool {
+func (f Filter) match(e trashentry.Entry) bool {
 	return (f.Repo == "" || e.Repo == f.Repo) && (f.Tag == "" || e.Tag == f.Tag) && (f.Digest == "" || e.Digest == f.Digest) &&
 		(f.Run == "" || e.Run == f.Run) && (f.Plan == "" || e.Plan == f.Plan) &&
 		(f.Since.IsZero() || !e.Removed.Before(f.Since)) && (f.Until.IsZero() || e.Removed.Before(f.Until))
@@ -31,15 +31,15 @@ func (f Filter) match(e reclaim.TrashEntry) bool {
 // List returns the indexed entries f selects, newest first. It reads the
 // whole index (its cost grows with the entries in the trash, not with the
 // registry).
-func (b *Bin) List(ctx context.Context, f Filter) ([]reclaim.TrashEntry, error) {
-	var out []reclaim.TrashEntry
-	err := b.idx.scan(ctx, func(e reclaim.TrashEntry) error {
+func (b *Bin) List(ctx context.Context, f Filter) ([]trashentry.Entry, error) {
+	var out []trashentry.Entry
+	err := b.idx.scan(ctx, func(e trashentry.Entry) error {
 		if f.match(e) {
 			out = append(out, e)
 		}
 		return nil
 	})
-	slices.SortFunc(out, func(a, b reclaim.TrashEntry) int {
+	slices.SortFunc(out, func(a, b trashentry.Entry) int {
 		if c := b.Removed.Compare(a.Removed); c != 0 {
 			return c
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 )
 
 // Purger deletes a blob's data for good once nothing links or holds it,
@@ -20,7 +21,7 @@ type Purger interface {
 
 // Purged is what a purge did with one entry.
 type Purged struct {
-	Entry reclaim.TrashEntry `json:"entry"`
+	Entry trashentry.Entry `json:"entry"`
 	// Blob is the decision on the entry's blob after its hold went:
 	// deleted (its data freed), or kept with the reason (another link or
 	// hold, an access within the window, a failed check).
@@ -60,7 +61,7 @@ func (b *Bin) PurgeExpired(ctx context.Context, p Purger, now time.Time, max int
 	if err != nil {
 		return PurgeReport{}, fmt.Errorf("trash: list expired entries: %w", err)
 	}
-	return b.purge(ctx, p, due, func(e reclaim.TrashEntry) bool { return !e.Expires.After(now) }), nil
+	return b.purge(ctx, p, due, func(e trashentry.Entry) bool { return !e.Expires.After(now) }), nil
 }
 
 // PurgeRemovedBefore purges up to max entries removed before t, whatever
@@ -73,13 +74,13 @@ func (b *Bin) PurgeRemovedBefore(ctx context.Context, p Purger, t time.Time, max
 	if len(entries) > max {
 		entries = entries[len(entries)-max:] // List is newest first: the oldest
 	}
-	return b.purge(ctx, p, entries, func(e reclaim.TrashEntry) bool { return e.Removed.Before(t) }), nil
+	return b.purge(ctx, p, entries, func(e trashentry.Entry) bool { return e.Removed.Before(t) }), nil
 }
 
 // purge removes each entry's hold, as its record in storage says (the
 // index may be stale: a hold rewritten or gone), then asks p to delete
 // the blob's data, which it does only when nothing else keeps it.
-func (b *Bin) purge(ctx context.Context, p Purger, entries []reclaim.TrashEntry, due func(reclaim.TrashEntry) bool) PurgeReport {
+func (b *Bin) purge(ctx context.Context, p Purger, entries []trashentry.Entry, due func(trashentry.Entry) bool) PurgeReport {
 	rep := PurgeReport{Entries: []Purged{}}
 	for _, e := range entries {
 		if ctx.Err() != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/internal/pause"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/referrers"
 )
@@ -56,9 +57,9 @@ func (s Selector) Validate() error {
 
 // RestoredEntry is what a restore did with one entry.
 type RestoredEntry struct {
-	Entry   reclaim.TrashEntry     `json:"entry"`
-	Outcome reclaim.RestoreOutcome `json:"outcome"`
-	Detail  string                 `json:"detail,omitempty"`
+	Entry   trashentry.Entry   `json:"entry"`
+	Outcome trashentry.Outcome `json:"outcome"`
+	Detail  string             `json:"detail,omitempty"`
 }
 
 // RestoreReport is one restore.
@@ -71,7 +72,7 @@ type RestoreReport struct {
 	// AlsoRestored are entries the selection did not name whose objects
 	// came back with it (a manifest's layer links, an index's children):
 	// their holds are dropped too.
-	AlsoRestored []reclaim.TrashEntry `json:"also_restored,omitempty"`
+	AlsoRestored []trashentry.Entry `json:"also_restored,omitempty"`
 }
 
 // tagLease bounds how long a restore that died holds a tag's fence.
@@ -83,7 +84,7 @@ const tagLease = time.Minute
 // driver like a push's, so a collect that fenced one of them first makes
 // the restore wait or fail (and retry), and one that fences after sees it
 // accessed. A tag is written under its fence, only where it is absent:
-// one a client re-pointed meanwhile is left alone (reclaim.OutcomeTagMoved).
+// one a client re-pointed meanwhile is left alone (trashentry.TagMoved).
 func (b *Bin) Restore(ctx context.Context, s Selector) (RestoreReport, error) {
 	if err := s.Validate(); err != nil {
 		return RestoreReport{}, err
@@ -93,7 +94,7 @@ func (b *Bin) Restore(ctx context.Context, s Selector) (RestoreReport, error) {
 		return RestoreReport{}, err
 	}
 	order := map[reclaim.ObjectKind]int{reclaim.KindLayerLink: 0, reclaim.KindManifest: 1, reclaim.KindTag: 2, reclaim.KindBlob: 3}
-	slices.SortStableFunc(entries, func(a, b reclaim.TrashEntry) int { return order[a.Kind] - order[b.Kind] })
+	slices.SortStableFunc(entries, func(a, b trashentry.Entry) int { return order[a.Kind] - order[b.Kind] })
 	r := &restorer{b: b, done: map[restoreKey]result{}, selected: map[string]bool{}}
 	for _, e := range entries {
 		r.selected[e.ID] = true
@@ -117,7 +118,7 @@ func (b *Bin) Restore(ctx context.Context, s Selector) (RestoreReport, error) {
 
 // selected lists the entries s picks: from the index, and for a digest
 // also from the holds in storage (the truth, when the index lost some).
-func (b *Bin) selected(ctx context.Context, s Selector) ([]reclaim.TrashEntry, error) {
+func (b *Bin) selected(ctx context.Context, s Selector) ([]trashentry.Entry, error) {
 	f := Filter{Repo: s.Repo, Run: s.Run, Plan: s.Plan, Tag: s.Tag}
 	if s.Digest != "" {
 		f.Digest = s.Digest
@@ -140,15 +141,15 @@ func (b *Bin) selected(ctx context.Context, s Selector) ([]reclaim.TrashEntry, e
 		return nil, fmt.Errorf("trash: read holds of %s: %w", s.Digest, err)
 	}
 	for _, e := range stored {
-		if e.Repo == s.Repo && e.Kind != reclaim.KindTag && !slices.ContainsFunc(entries, func(x reclaim.TrashEntry) bool { return x.ID == e.ID }) {
+		if e.Repo == s.Repo && e.Kind != reclaim.KindTag && !slices.ContainsFunc(entries, func(x trashentry.Entry) bool { return x.ID == e.ID }) {
 			entries = append(entries, e)
 		}
 	}
-	return slices.DeleteFunc(entries, func(e reclaim.TrashEntry) bool { return e.Kind == reclaim.KindTag }), nil
+	return slices.DeleteFunc(entries, func(e trashentry.Entry) bool { return e.Kind == reclaim.KindTag }), nil
 }
 
-func onlyKind(es []reclaim.TrashEntry, k reclaim.ObjectKind) []reclaim.TrashEntry {
-	return slices.DeleteFunc(es, func(e reclaim.TrashEntry) bool { return e.Kind != k })
+func onlyKind(es []trashentry.Entry, k reclaim.ObjectKind) []trashentry.Entry {
+	return slices.DeleteFunc(es, func(e trashentry.Entry) bool { return e.Kind != k })
 }
 
 func joinDetail(a, b string) string {
@@ -165,7 +166,7 @@ type restoreKey struct {
 }
 
 type result struct {
-	outcome reclaim.RestoreOutcome
+	outcome trashentry.Outcome
 	detail  string
 }
 
@@ -173,11 +174,11 @@ type result struct {
 type restorer struct {
 	b        *Bin
 	done     map[restoreKey]result
-	selected map[string]bool      // the ids the selection named
-	also     []reclaim.TrashEntry // entries dropped beside them
+	selected map[string]bool    // the ids the selection named
+	also     []trashentry.Entry // entries dropped beside them
 }
 
-func (r *restorer) entry(ctx context.Context, e reclaim.TrashEntry) result {
+func (r *restorer) entry(ctx context.Context, e trashentry.Entry) result {
 	switch e.Kind {
 	case reclaim.KindLayerLink:
 		return r.layer(ctx, e.Repo, e.Digest, false)
@@ -186,7 +187,7 @@ func (r *restorer) entry(ctx context.Context, e reclaim.TrashEntry) result {
 	case reclaim.KindTag:
 		return r.tag(ctx, e)
 	}
-	return result{reclaim.OutcomeNotLinkable, "no repository linked this blob when it was removed"}
+	return result{trashentry.NotLinkable, "no repository linked this blob when it was removed"}
 }
 
 // layer puts back repo's layer link to d (optional: a foreign layer whose
@@ -197,7 +198,7 @@ func (r *restorer) layer(ctx context.Context, repo string, d digest.Digest, opti
 		return res
 	}
 	res := r.link(ctx, layout.LayerLinkPath(repo, d), d, optional)
-	if res.outcome == reclaim.OutcomeRestored {
+	if res.outcome == trashentry.Restored {
 		r.dropHolds(ctx, k)
 	}
 	r.done[k] = res
@@ -212,9 +213,9 @@ func (r *restorer) manifest(ctx context.Context, repo string, m digest.Digest) r
 	if res, ok := r.done[k]; ok {
 		return res
 	}
-	r.done[k] = result{reclaim.OutcomeFailed, "a manifest that references itself"}
+	r.done[k] = result{trashentry.Failed, "a manifest that references itself"}
 	res := r.manifestOnce(ctx, repo, m)
-	if res.outcome == reclaim.OutcomeRestored {
+	if res.outcome == trashentry.Restored {
 		r.dropHolds(ctx, k)
 	}
 	r.done[k] = res
@@ -224,29 +225,29 @@ func (r *restorer) manifest(ctx context.Context, repo string, m digest.Digest) r
 func (r *restorer) manifestOnce(ctx context.Context, repo string, m digest.Digest) result {
 	payload, err := r.b.cfg.Raw.GetContent(ctx, layout.BlobDataPath(m))
 	if layout.IsNotFound(err) {
-		return result{reclaim.OutcomePurged, "the manifest's data is gone"}
+		return result{trashentry.Purged, "the manifest's data is gone"}
 	}
 	if err != nil {
-		return result{reclaim.OutcomeFailed, "read manifest: " + err.Error()}
+		return result{trashentry.Failed, "read manifest: " + err.Error()}
 	}
 	refs, err := referencesOf(payload)
 	if err != nil {
-		return result{reclaim.OutcomeFailed, fmt.Sprintf("manifest %s: %v", m, err)}
+		return result{trashentry.Failed, fmt.Sprintf("manifest %s: %v", m, err)}
 	}
 	for _, l := range refs.blobs {
-		if res := r.layer(ctx, repo, l.Digest, len(l.URLs) > 0); res.outcome != reclaim.OutcomeRestored {
+		if res := r.layer(ctx, repo, l.Digest, len(l.URLs) > 0); res.outcome != trashentry.Restored {
 			return result{res.outcome, fmt.Sprintf("blob %s: %s", l.Digest, res.detail)}
 		}
 	}
 	for _, c := range refs.manifests {
-		if res := r.manifest(ctx, repo, c); res.outcome != reclaim.OutcomeRestored {
+		if res := r.manifest(ctx, repo, c); res.outcome != trashentry.Restored {
 			return result{res.outcome, fmt.Sprintf("child manifest %s: %s", c, res.detail)}
 		}
 	}
-	if res := r.refsStillLinked(ctx, repo, refs); res.outcome != reclaim.OutcomeRestored {
+	if res := r.refsStillLinked(ctx, repo, refs); res.outcome != trashentry.Restored {
 		return res
 	}
-	if res := r.link(ctx, layout.RevisionLinkPath(repo, m), m, false); res.outcome != reclaim.OutcomeRestored {
+	if res := r.link(ctx, layout.RevisionLinkPath(repo, m), m, false); res.outcome != trashentry.Restored {
 		return res
 	}
 	// The entry follows the link (from the link just written) rather than
@@ -255,10 +256,10 @@ func (r *restorer) manifestOnce(ctx context.Context, repo string, m digest.Diges
 	// would list a manifest that is gone.
 	if subject, desc, ok, err := referrers.Of(payload, m, ""); err == nil && ok {
 		if _, err := referrers.New(r.b.cfg.Raw).FollowFrom(ctx, repo, subject, desc, true); err != nil {
-			return result{reclaim.OutcomeFailed, "referrers index entry: " + err.Error()}
+			return result{trashentry.Failed, "referrers index entry: " + err.Error()}
 		}
 	}
-	return result{reclaim.OutcomeRestored, ""}
+	return result{trashentry.Restored, ""}
 }
 
 // refsStillLinked looks again, right before m's revision link, at the
@@ -276,12 +277,12 @@ func (r *restorer) refsStillLinked(ctx context.Context, repo string, refs refs) 
 		_, err := r.b.cfg.Driver.Stat(ctx, p)
 		switch {
 		case err == nil:
-			return result{reclaim.OutcomeRestored, ""}
+			return result{trashentry.Restored, ""}
 		case !layout.IsNotFound(err):
-			return result{reclaim.OutcomeFailed, fmt.Sprintf("look at %s again: %v", k.d, err)}
+			return result{trashentry.Failed, fmt.Sprintf("look at %s again: %v", k.d, err)}
 		}
 		res := put()
-		if res.outcome == reclaim.OutcomeRestored {
+		if res.outcome == trashentry.Restored {
 			r.dropHolds(ctx, k) // the collect's: what it removed is back
 		}
 		return res
@@ -289,18 +290,18 @@ func (r *restorer) refsStillLinked(ctx context.Context, repo string, refs refs) 
 	for _, l := range refs.blobs {
 		p := layout.LayerLinkPath(repo, l.Digest)
 		put := func() result { return r.link(ctx, p, l.Digest, len(l.URLs) > 0) }
-		if res := look(restoreKey{reclaim.KindLayerLink, repo, l.Digest}, p, put); res.outcome != reclaim.OutcomeRestored {
+		if res := look(restoreKey{reclaim.KindLayerLink, repo, l.Digest}, p, put); res.outcome != trashentry.Restored {
 			return result{res.outcome, fmt.Sprintf("blob %s, looked at again: %s", l.Digest, res.detail)}
 		}
 	}
 	for _, c := range refs.manifests {
 		// a child removed meanwhile may have lost its own references too
 		put := func() result { return r.manifestOnce(ctx, repo, c) }
-		if res := look(restoreKey{reclaim.KindManifest, repo, c}, layout.RevisionLinkPath(repo, c), put); res.outcome != reclaim.OutcomeRestored {
+		if res := look(restoreKey{reclaim.KindManifest, repo, c}, layout.RevisionLinkPath(repo, c), put); res.outcome != trashentry.Restored {
 			return result{res.outcome, fmt.Sprintf("child manifest %s, looked at again: %s", c, res.detail)}
 		}
 	}
-	return result{reclaim.OutcomeRestored, ""}
+	return result{trashentry.Restored, ""}
 }
 
 // link writes a forward link through the middleware, as a push does: the
@@ -309,9 +310,9 @@ func (r *restorer) refsStillLinked(ctx context.Context, repo string, refs refs) 
 func (r *restorer) link(ctx context.Context, p string, d digest.Digest, optional bool) result {
 	if _, err := r.b.cfg.Raw.Stat(ctx, layout.BlobDataPath(d)); layout.IsNotFound(err) {
 		if optional {
-			return result{reclaim.OutcomeRestored, "foreign layer: no data stored"}
+			return result{trashentry.Restored, "foreign layer: no data stored"}
 		}
-		return result{reclaim.OutcomePurged, "its data is gone"}
+		return result{trashentry.Purged, "its data is gone"}
 	}
 	var err error
 	for attempt := range 5 {
@@ -321,56 +322,56 @@ func (r *restorer) link(ctx context.Context, p string, d digest.Digest, optional
 		// A purge that held the blob's fence deleted the data after the
 		// look above: the write was refused, and every retry would be.
 		if _, serr := r.b.cfg.Raw.Stat(ctx, layout.BlobDataPath(d)); layout.IsNotFound(serr) {
-			return result{reclaim.OutcomePurged, "its data is gone"}
+			return result{trashentry.Purged, "its data is gone"}
 		}
 		if err := pause.For(ctx, time.Duration(attempt+1)*200*time.Millisecond); err != nil {
-			return result{reclaim.OutcomeFailed, err.Error()}
+			return result{trashentry.Failed, err.Error()}
 		}
 	}
 	switch {
 	case layout.IsNotFound(err):
-		return result{reclaim.OutcomePurged, "its data is gone"}
+		return result{trashentry.Purged, "its data is gone"}
 	case err != nil:
-		return result{reclaim.OutcomeFailed, err.Error()}
+		return result{trashentry.Failed, err.Error()}
 	}
-	return result{reclaim.OutcomeRestored, ""}
+	return result{trashentry.Restored, ""}
 }
 
 // tag puts back e's tag where it is absent, under the tag's fence: a push
 // of the tag meanwhile either wrote first (and the restore leaves it,
-// reclaim.OutcomeTagMoved) or waits for the fence and then finds its own write gone and
+// trashentry.TagMoved) or waits for the fence and then finds its own write gone and
 // answers 503 (middleware's tagWritten), never 201 for a lost write.
-func (r *restorer) tag(ctx context.Context, e reclaim.TrashEntry) result {
-	if res := r.manifest(ctx, e.Repo, e.Digest); res.outcome != reclaim.OutcomeRestored {
+func (r *restorer) tag(ctx context.Context, e trashentry.Entry) result {
+	if res := r.manifest(ctx, e.Repo, e.Digest); res.outcome != trashentry.Restored {
 		return result{res.outcome, "its manifest: " + res.detail}
 	}
 	tr := r.b.cfg.Tracker
 	f, err := tr.FenceTag(ctx, e.Repo, e.Tag, tagLease)
 	if err != nil {
-		return result{reclaim.OutcomeFailed, "fence tag: " + err.Error()}
+		return result{trashentry.Failed, "fence tag: " + err.Error()}
 	}
 	defer func() { _ = tr.Release(context.WithoutCancel(ctx), f) }()
 	cur, err := r.b.cfg.Raw.GetContent(ctx, layout.TagCurrentPath(e.Repo, e.Tag))
 	switch {
 	case err == nil && string(cur) == e.Digest.String():
-		return result{reclaim.OutcomeAlreadyThere, ""}
+		return result{trashentry.AlreadyThere, ""}
 	case err == nil:
-		return result{reclaim.OutcomeTagMoved, "the tag points at " + string(cur) + " now: left alone"}
+		return result{trashentry.TagMoved, "the tag points at " + string(cur) + " now: left alone"}
 	case !layout.IsNotFound(err):
-		return result{reclaim.OutcomeFailed, "read tag: " + err.Error()}
+		return result{trashentry.Failed, "read tag: " + err.Error()}
 	}
 	// as Distribution's tag store writes a tag: its index entry, then current
 	link := []byte(e.Digest.String())
 	if err := r.b.cfg.Raw.PutContent(ctx, layout.TagIndexPath(e.Repo, e.Tag, e.Digest), link); err != nil {
-		return result{reclaim.OutcomeFailed, "write tag index: " + err.Error()}
+		return result{trashentry.Failed, "write tag index: " + err.Error()}
 	}
 	if err := tr.Confirm(ctx, f, tagLease); err != nil {
-		return result{reclaim.OutcomeFailed, err.Error()}
+		return result{trashentry.Failed, err.Error()}
 	}
 	if err := r.b.cfg.Raw.PutContent(ctx, layout.TagCurrentPath(e.Repo, e.Tag), link); err != nil {
-		return result{reclaim.OutcomeFailed, "write tag: " + err.Error()}
+		return result{trashentry.Failed, "write tag: " + err.Error()}
 	}
-	return result{reclaim.OutcomeRestored, ""}
+	return result{trashentry.Restored, ""}
 }
 
 // dropHolds drops every hold of the kind and repository k names on its

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest/redistest"
@@ -42,7 +43,7 @@ func TestHoldIsStoredIndexedAndDropped(t *testing.T) {
 	ctx := context.Background()
 	b, d, _ := newBin(t)
 	blob := digest.FromString("manifest")
-	e, err := b.Hold(ctx, reclaim.TrashEntry{Kind: reclaim.KindTag, Repo: "team/app", Tag: "v1", Digest: blob, By: "retention", Plan: "p1"})
+	e, err := b.Hold(ctx, trashentry.Entry{Kind: reclaim.KindTag, Repo: "team/app", Tag: "v1", Digest: blob, By: "retention", Plan: "p1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,8 +80,8 @@ func TestDropKeepsANewerEntrysName(t *testing.T) {
 	ctx := context.Background()
 	b, _, _ := newBin(t)
 	blob := digest.FromString("m")
-	old, _ := b.Hold(ctx, reclaim.TrashEntry{Kind: reclaim.KindManifest, Repo: "a/b", Digest: blob})
-	newer, _ := b.Hold(ctx, reclaim.TrashEntry{Kind: reclaim.KindManifest, Repo: "a/b", Digest: blob, Run: "r2"})
+	old, _ := b.Hold(ctx, trashentry.Entry{Kind: reclaim.KindManifest, Repo: "a/b", Digest: blob})
+	newer, _ := b.Hold(ctx, trashentry.Entry{Kind: reclaim.KindManifest, Repo: "a/b", Digest: blob, Run: "r2"})
 	if err := b.Drop(ctx, old); err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func TestMeasureIndexMemory(t *testing.T) {
 	before := used()
 	for i := range n {
 		d := digest.FromString(fmt.Sprint(i))
-		if _, err := b.Hold(ctx, reclaim.TrashEntry{Kind: reclaim.KindManifest, Repo: fmt.Sprintf("group/repo%03d", i%200), Digest: d,
+		if _, err := b.Hold(ctx, trashentry.Entry{Kind: reclaim.KindManifest, Repo: fmt.Sprintf("group/repo%03d", i%200), Digest: d,
 			Size: 1234, Reason: "unreferenced", By: "gc", Run: "0123456789abcdef01234567"}); err != nil {
 			t.Fatal(err)
 		}
@@ -207,7 +208,7 @@ func TestReindexAfterRedisLoss(t *testing.T) {
 	b, _, m := newBin(t)
 	var ids []string
 	for i := range 3 {
-		e, err := b.Hold(ctx, reclaim.TrashEntry{Kind: reclaim.KindLayerLink, Repo: "a/b", Digest: digest.FromString(fmt.Sprint(i))})
+		e, err := b.Hold(ctx, trashentry.Entry{Kind: reclaim.KindLayerLink, Repo: "a/b", Digest: digest.FromString(fmt.Sprint(i))})
 		if err != nil {
 			t.Fatal(err)
 		}

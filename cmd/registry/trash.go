@@ -16,6 +16,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 )
 
 // `registry trash list|restore|purge`: recoverable deletion through the GC
@@ -23,17 +24,17 @@ import (
 // the CLI only reads the JSON the API documents (docs/openapi.yaml).
 
 type trashListing struct {
-	Entries     []reclaim.TrashEntry `json:"entries"`
-	Total       int                  `json:"total"`
-	BytesHeld   int64                `json:"bytes_held"`
-	KeepSeconds int64                `json:"keep_seconds"`
+	Entries     []trashentry.Entry `json:"entries"`
+	Total       int                `json:"total"`
+	BytesHeld   int64              `json:"bytes_held"`
+	KeepSeconds int64              `json:"keep_seconds"`
 }
 
 type trashRestoreReport struct {
 	Entries []struct {
-		Entry   reclaim.TrashEntry     `json:"entry"`
-		Outcome reclaim.RestoreOutcome `json:"outcome"`
-		Detail  string                 `json:"detail"`
+		Entry   trashentry.Entry   `json:"entry"`
+		Outcome trashentry.Outcome `json:"outcome"`
+		Detail  string             `json:"detail"`
 	} `json:"entries"`
 	Restored int `json:"restored"`
 	Left     int `json:"left"`
@@ -41,9 +42,9 @@ type trashRestoreReport struct {
 
 type trashPurgeReport struct {
 	Entries []struct {
-		Entry reclaim.TrashEntry `json:"entry"`
-		Blob  *gc.Decision       `json:"blob"`
-		Error string             `json:"error"`
+		Entry trashentry.Entry `json:"entry"`
+		Blob  *gc.Decision     `json:"blob"`
+		Error string           `json:"error"`
 	} `json:"entries"`
 	BytesFreed int64 `json:"bytes_freed"`
 	BlobsFreed int   `json:"blobs_freed"`
@@ -205,7 +206,7 @@ func newTrashRestoreCommand() *cobra.Command {
 			}
 			failed := 0
 			for _, e := range rep.Entries {
-				if e.Outcome == reclaim.OutcomeFailed {
+				if e.Outcome == trashentry.Failed {
 					failed++
 				}
 			}
@@ -219,7 +220,7 @@ func newTrashRestoreCommand() *cobra.Command {
 	return cmd
 }
 
-func entryName(e reclaim.TrashEntry) string {
+func entryName(e trashentry.Entry) string {
 	if e.Tag != "" {
 		return ":" + e.Tag + " (" + shortDigest(e.Digest.String()) + ")"
 	}

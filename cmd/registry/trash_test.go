@@ -15,6 +15,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 	"github.com/reclaim-registry/reclaim/registry"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
@@ -191,7 +192,7 @@ func TestTrashReindexCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		if _, err := srv.Trash().Hold(t.Context(), reclaim.TrashEntry{Kind: reclaim.KindLayerLink, Repo: "a/b", Digest: digest.FromString(strconv.Itoa(i))}); err != nil {
+		if _, err := srv.Trash().Hold(t.Context(), trashentry.Entry{Kind: reclaim.KindLayerLink, Repo: "a/b", Digest: digest.FromString(strconv.Itoa(i))}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/gc"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
 
@@ -62,11 +63,11 @@ func (dl *deleter) fenceWindow(ctx context.Context) {
 
 // hold writes the trash's hold for an object about to be removed; the
 // zero entry (and no error) when the trash is off or this is a purge.
-func (dl *deleter) hold(ctx context.Context, kind reclaim.ObjectKind, d digest.Digest, size int64) (reclaim.TrashEntry, error) {
+func (dl *deleter) hold(ctx context.Context, kind reclaim.ObjectKind, d digest.Digest, size int64) (trashentry.Entry, error) {
 	if dl.c.cfg.Trash == nil || dl.purge {
-		return reclaim.TrashEntry{}, nil
+		return trashentry.Entry{}, nil
 	}
-	e, err := dl.c.cfg.Trash.Hold(ctx, reclaim.TrashEntry{Kind: kind, Repo: dl.pol.Repo, Digest: d, Size: size,
+	e, err := dl.c.cfg.Trash.Hold(ctx, trashentry.Entry{Kind: kind, Repo: dl.pol.Repo, Digest: d, Size: size,
 		Reason: reclaim.ReasonUnreferenced.String(), By: dl.by, Run: dl.runID})
 	if err != nil {
 		return e, fmt.Errorf("write trash hold: %w", err)
@@ -75,7 +76,7 @@ func (dl *deleter) hold(ctx context.Context, kind reclaim.ObjectKind, d digest.D
 }
 
 // unhold drops the hold of a delete that did not happen.
-func (dl *deleter) unhold(ctx context.Context, e reclaim.TrashEntry, dec *gc.Decision) {
+func (dl *deleter) unhold(ctx context.Context, e trashentry.Entry, dec *gc.Decision) {
 	if e.ID == "" {
 		return
 	}

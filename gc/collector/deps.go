@@ -7,6 +7,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 )
 
 // Tracker is the part of the access tracker (Redis) a run needs. Errors wrap
@@ -70,10 +71,10 @@ type Pinner interface {
 type TrashHolder interface {
 	// Hold records e durably on the blob e.Digest and returns it with its
 	// ID, Removed and Expires set.
-	Hold(ctx context.Context, e reclaim.TrashEntry) (reclaim.TrashEntry, error)
+	Hold(ctx context.Context, e trashentry.Entry) (trashentry.Entry, error)
 	// Drop removes a hold whose delete did not happen, best effort (a
 	// hold left on a linked object only keeps data longer).
-	Drop(ctx context.Context, e reclaim.TrashEntry) error
+	Drop(ctx context.Context, e trashentry.Entry) error
 	// Keep is how long an entry stays restorable.
 	Keep() time.Duration
 }

@@ -33,6 +33,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 )
 
 // Prefix is where the registry serves the console.
@@ -111,7 +112,7 @@ type Config struct {
 type Trash struct {
 	Keep time.Duration // how long an entry stays restorable
 	// List returns every entry, newest first.
-	List func(ctx context.Context) ([]reclaim.TrashEntry, error)
+	List func(ctx context.Context) ([]trashentry.Entry, error)
 	// Held counts the entries and the bytes they hold.
 	Held func(ctx context.Context) (entries int, bytes int64, err error)
 	// Hits counts the pulls of something in the trash in the last days
@@ -134,8 +135,8 @@ type RestoreSelector struct{ Repo, Tag, Digest, Run, Plan string }
 
 // Restored is what a restore did with one entry.
 type Restored struct {
-	Entry   reclaim.TrashEntry
-	Outcome reclaim.RestoreOutcome
+	Entry   trashentry.Entry
+	Outcome trashentry.Outcome
 	Detail  string
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 )
 
 // The trash page (trash.keep > 0): what deleters removed and can still be
@@ -46,7 +47,7 @@ func (h *Handler) trashState(r *http.Request) trashState {
 
 // trashRow is one entry on the trash page.
 type trashRow struct {
-	reclaim.TrashEntry
+	trashentry.Entry
 	RunID string // Run when the caller may open the run's page, else ""
 	// ByTag: the restore button puts back the tag (the newest removal of
 	// it: an older one is Superseded, restored by no button); otherwise
@@ -84,20 +85,20 @@ type restoreView struct {
 
 // restoredRow is one entry a restore looked at, in an operator's words.
 type restoredRow struct {
-	reclaim.TrashEntry
-	Outcome       reclaim.RestoreOutcome
+	trashentry.Entry
+	Outcome       trashentry.Outcome
 	Words, Detail string
 	OK            bool
 }
 
 // outcomeWords says what a restore did with an entry, for an operator.
-var outcomeWords = map[reclaim.RestoreOutcome]string{
-	reclaim.OutcomeRestored:     "restored",
-	reclaim.OutcomeAlreadyThere: "already there (pushed again since)",
-	reclaim.OutcomeTagMoved:     "tag moved: left alone",
-	reclaim.OutcomePurged:       "purged: data gone",
-	reclaim.OutcomeNotLinkable:  "not put back: a blob no repository linked (restoring what linked it puts it back in use)",
-	reclaim.OutcomeFailed:       "failed",
+var outcomeWords = map[trashentry.Outcome]string{
+	trashentry.Restored:     "restored",
+	trashentry.AlreadyThere: "already there (pushed again since)",
+	trashentry.TagMoved:     "tag moved: left alone",
+	trashentry.Purged:       "purged: data gone",
+	trashentry.NotLinkable:  "not put back: a blob no repository linked (restoring what linked it puts it back in use)",
+	trashentry.Failed:       "failed",
 }
 
 func (h *Handler) trash(w http.ResponseWriter, r *http.Request) {
@@ -130,7 +131,7 @@ func (h *Handler) fillTrash(r *http.Request, d *trashData) {
 		}
 		d.Total++
 		d.Bytes += e.Size
-		row := trashRow{TrashEntry: e, ByTag: e.Kind == reclaim.KindTag}
+		row := trashRow{Entry: e, ByTag: e.Kind == reclaim.KindTag}
 		if e.Run != "" {
 			row.RunID = pull(e.Repo, e.Run)
 		}
@@ -195,7 +196,7 @@ func (h *Handler) restore(w http.ResponseWriter, r *http.Request) {
 	}
 	v := &restoreView{}
 	for _, e := range done {
-		row := restoredRow{TrashEntry: e.Entry, Outcome: e.Outcome, Detail: e.Detail}
+		row := restoredRow{Entry: e.Entry, Outcome: e.Outcome, Detail: e.Detail}
 		row.Words, row.OK = outcomeWords[e.Outcome], e.Outcome.Back()
 		if row.Words == "" {
 			row.Words = e.Outcome.String()

@@ -12,12 +12,13 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 )
 
 // fakeTrash is a trash on made-up entries that records the restores asked
 // of it.
 type fakeTrash struct {
-	entries  []reclaim.TrashEntry // newest first, as Bin.List
+	entries  []trashentry.Entry // newest first, as Bin.List
 	restored []RestoreSelector
 	deny     error
 }
@@ -26,7 +27,7 @@ type fakeTrash struct {
 func (f *pagesFixture) withTrash(ft *fakeTrash) {
 	f.h.cfg.Trash = &Trash{
 		Keep: 72 * time.Hour,
-		List: func(context.Context) ([]reclaim.TrashEntry, error) { return ft.entries, nil },
+		List: func(context.Context) ([]trashentry.Entry, error) { return ft.entries, nil },
 		Held: func(context.Context) (int, int64, error) {
 			var n int64
 			for _, e := range ft.entries {
@@ -45,7 +46,7 @@ func (f *pagesFixture) withTrash(ft *fakeTrash) {
 		Restore: func(_ context.Context, s RestoreSelector) ([]Restored, error) {
 			ft.restored = append(ft.restored, s)
 			var out []Restored
-			for i, o := range reclaim.RestoreOutcomes() {
+			for i, o := range trashentry.Outcomes() {
 				out = append(out, Restored{Entry: ft.entries[i%len(ft.entries)], Outcome: o, Detail: "detail of " + o.String()})
 			}
 			return out, nil
@@ -55,18 +56,18 @@ func (f *pagesFixture) withTrash(ft *fakeTrash) {
 
 // trashEntries are a run's tag-less deletions, a plan's tag deletions (one
 // tag removed twice: the older entry is superseded) and a reclaimer's blob.
-func trashEntries(now time.Time) []reclaim.TrashEntry {
-	exp := func(e reclaim.TrashEntry) reclaim.TrashEntry { e.Expires = e.Removed.Add(72 * time.Hour); return e }
-	return []reclaim.TrashEntry{
-		exp(reclaim.TrashEntry{ID: "5-a", Kind: reclaim.KindTag, Repo: "team/app", Tag: "v1", Digest: dg("m-v1b"), Size: 900,
+func trashEntries(now time.Time) []trashentry.Entry {
+	exp := func(e trashentry.Entry) trashentry.Entry { e.Expires = e.Removed.Add(72 * time.Hour); return e }
+	return []trashentry.Entry{
+		exp(trashentry.Entry{ID: "5-a", Kind: reclaim.KindTag, Repo: "team/app", Tag: "v1", Digest: dg("m-v1b"), Size: 900,
 			Reason: "retention", By: "retention", Plan: "0123456789abcdef01234567", Removed: now.Add(-time.Minute)}),
-		exp(reclaim.TrashEntry{ID: "4-a", Kind: reclaim.KindManifest, Repo: "team/app", Digest: dg("m-old"), Size: 1500,
+		exp(trashentry.Entry{ID: "4-a", Kind: reclaim.KindManifest, Repo: "team/app", Digest: dg("m-old"), Size: 1500,
 			Reason: "unreferenced", By: "gc", Run: "01bigrealrun", Removed: now.Add(-2 * time.Minute)}),
-		exp(reclaim.TrashEntry{ID: "3-a", Kind: reclaim.KindLayerLink, Repo: "team/app", Digest: dg("layer"), Size: 4 << 20,
+		exp(trashentry.Entry{ID: "3-a", Kind: reclaim.KindLayerLink, Repo: "team/app", Digest: dg("layer"), Size: 4 << 20,
 			Reason: "unreferenced", By: "gc", Run: "01bigrealrun", Removed: now.Add(-3 * time.Minute)}),
-		exp(reclaim.TrashEntry{ID: "2-a", Kind: reclaim.KindTag, Repo: "team/app", Tag: "v1", Digest: dg("m-v1a"), Size: 800,
+		exp(trashentry.Entry{ID: "2-a", Kind: reclaim.KindTag, Repo: "team/app", Tag: "v1", Digest: dg("m-v1a"), Size: 800,
 			Reason: "retention", By: "retention", Plan: "0123456789abcdef01234567", Removed: now.Add(-time.Hour)}),
-		exp(reclaim.TrashEntry{ID: "1-a", Kind: reclaim.KindBlob, Digest: dg("orphan"), Size: 2048,
+		exp(trashentry.Entry{ID: "1-a", Kind: reclaim.KindBlob, Digest: dg("orphan"), Size: 2048,
 			Reason: "unreferenced", By: "reclaimer", Removed: now.Add(-2 * time.Hour)}),
 	}
 }
@@ -234,7 +235,7 @@ func TestRunMovedToTrash(t *testing.T) {
 
 // Every outcome a restore can report has words on the page.
 func TestEveryRestoreOutcomeHasWords(t *testing.T) {
-	for _, o := range reclaim.RestoreOutcomes() {
+	for _, o := range trashentry.Outcomes() {
 		if outcomeWords[o] == "" {
 			t.Errorf("restore outcome %s has no words", o)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 	"github.com/reclaim-registry/reclaim/trash"
 )
 
@@ -103,7 +104,7 @@ func (h *API) trashList(w http.ResponseWriter, r *http.Request) error {
 		entries = entries[:limit]
 	}
 	if entries == nil {
-		entries = []reclaim.TrashEntry{}
+		entries = []trashentry.Entry{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"entries": entries, "total": total, "bytes_held": held,
 		"keep_seconds": int64(bin.Keep() / time.Second)})

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/trash"
@@ -22,8 +23,8 @@ func judgeTrash(ctx context.Context, t *testing.T, c *cluster) {
 	t.Helper()
 	r := c.regs[0]
 	var list struct {
-		Entries []reclaim.TrashEntry `json:"entries"`
-		Total   int                  `json:"total"`
+		Entries []trashentry.Entry `json:"entries"`
+		Total   int                `json:"total"`
 	}
 	if err := getJSON(ctx, r, "/gc/v1/trash?limit=1000", &list); err != nil {
 		t.Fatalf("trash list: %v", err)
