@@ -15,7 +15,7 @@ import (
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
-	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/pin"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/storagetest"
 )
@@ -50,8 +50,8 @@ func TestE2EPinKeepsUntaggedManifest(t *testing.T) {
 	g := startGC(t)
 	d := deletable(t, g, "pin/app")
 	code, body := g.pin(t, "pin/app", d, `{"note":"legal hold #42"}`)
-	var pin retention.Pin
-	if code != http.StatusCreated || json.Unmarshal(body, &pin) != nil || pin.Note != "legal hold #42" || pin.Ref != d.String() || pin.ExpiresAt != nil {
+	var got pin.Pin
+	if code != http.StatusCreated || json.Unmarshal(body, &got) != nil || got.Note != "legal hold #42" || got.Ref != d.String() || got.ExpiresAt != nil {
 		t.Fatalf("PUT pin: %d %s", code, body)
 	}
 	if code, body := g.pin(t, "pin/app", d, `{"note":"legal hold #43"}`); code != http.StatusOK {
@@ -59,7 +59,7 @@ func TestE2EPinKeepsUntaggedManifest(t *testing.T) {
 	}
 	code, _, body = g.send(t, http.MethodGet, "/gc/v1/repositories/pin/app/pins", "")
 	var list struct {
-		Pins []retention.Pin `json:"pins"`
+		Pins []pin.Pin `json:"pins"`
 	}
 	if code != http.StatusOK || json.Unmarshal(body, &list) != nil || len(list.Pins) != 1 || list.Pins[0].Note != "legal hold #43" {
 		t.Fatalf("GET pins: %d %s", code, body)

@@ -14,6 +14,7 @@ import (
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/inuse"
+	"github.com/reclaim-registry/reclaim/retention/pin"
 	"github.com/reclaim-registry/reclaim/retention/redisstore"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 )
@@ -194,7 +195,7 @@ func TestE2ERetentionPinAfterPreview(t *testing.T) {
 	declare(t, g, "prod", img("pinned/app", vs[5]))
 	p := g.preview(t, "pinned/app", `{"rollback_slack":0,"min_age":"720h"}`)
 	wantCandidates(t, p, vs[:5])
-	if code, body := g.pin(t, "pinned/app", retention.Ref{Tag: "v001"}, `{"note":"audit"}`); code != http.StatusCreated {
+	if code, body := g.pin(t, "pinned/app", pin.Ref{Tag: "v001"}, `{"note":"audit"}`); code != http.StatusCreated {
 		t.Fatalf("pin: %d %s", code, body)
 	}
 	if code, body := g.pin(t, "pinned/app", vs[3], ""); code != http.StatusCreated {

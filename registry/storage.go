@@ -20,6 +20,7 @@ import (
 	"github.com/reclaim-registry/reclaim/reclaim/trashentry"
 	"github.com/reclaim-registry/reclaim/redisstate"
 	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/pin"
 	"github.com/reclaim-registry/reclaim/storage/budget"
 	"github.com/reclaim-registry/reclaim/storage/layout"
 	"github.com/reclaim-registry/reclaim/storage/linkdb"
@@ -30,8 +31,8 @@ import (
 // hasVersion is gcapi.Config.HasVersion on d: a tag has a current link, a
 // manifest a revision link. Read below the middleware: asking records no
 // access.
-func hasVersion(d storagedriver.StorageDriver) func(ctx context.Context, repo string, ref retention.Ref) (bool, error) {
-	return func(ctx context.Context, repo string, ref retention.Ref) (bool, error) {
+func hasVersion(d storagedriver.StorageDriver) func(ctx context.Context, repo string, ref pin.Ref) (bool, error) {
+	return func(ctx context.Context, repo string, ref pin.Ref) (bool, error) {
 		var p string
 		if ref.Tag != "" {
 			p = layout.TagCurrentPath(repo, ref.Tag)

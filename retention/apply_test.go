@@ -8,6 +8,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/retention/inuse"
+	"github.com/reclaim-registry/reclaim/retention/pin"
 )
 
 type fakeTags struct {
@@ -50,9 +51,9 @@ type fakeContains map[inuse.Image]bool
 
 func (f fakeContains) Contains(_ context.Context, im inuse.Image) (bool, error) { return f[im], nil }
 
-type fakePins []Pin
+type fakePins []pin.Pin
 
-func (f fakePins) List(context.Context, string) ([]Pin, error) { return f, nil }
+func (f fakePins) List(context.Context, string) ([]pin.Pin, error) { return f, nil }
 
 // Apply deletes oldest first, leaves what changed with its reason, and
 // stops when a re-read of the whole index finds it stale.

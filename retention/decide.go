@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/retention/pin"
 )
 
 // Why a version is kept, or that it is a candidate.
@@ -43,7 +44,7 @@ type Decision struct {
 //     pulled lately, and its time is older than the retention age:
 //     creation time permits a delete, it never asks for one.
 //   - Over the cap, the oldest Cap candidates stay candidates.
-func decide(versions []Version, inUse map[digest.Digest]bool, pins []Pin, pulled map[digest.Digest]bool, p Policy, now time.Time) Decision {
+func decide(versions []Version, inUse map[digest.Digest]bool, pins []pin.Pin, pulled map[digest.Digest]bool, p Policy, now time.Time) Decision {
 	pinned := map[string]bool{}
 	for _, pin := range pins {
 		if pin.Active(now) {

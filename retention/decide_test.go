@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/retention/pin"
 )
 
 var t0 = time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
@@ -36,7 +37,7 @@ func reasons(d Decision) map[digest.Digest]string {
 func TestDecide(t *testing.T) {
 	vs := line(20) // vs[0] newest (age 0 days), vs[19] 19 days old
 	used := map[digest.Digest]bool{vs[8].Digest: true, vs[4].Digest: true}
-	pins := []Pin{{Ref: vs[15].Tags[0]}, {Ref: vs[17].Digest.String(), ExpiresAt: &t0}} // the second has expired
+	pins := []pin.Pin{{Ref: vs[15].Tags[0]}, {Ref: vs[17].Digest.String(), ExpiresAt: &t0}} // the second has expired
 	d := decide(vs, used, pins, nil, policy(), t0)
 	r := reasons(d)
 	want := map[int]string{0: KeptNewerThanUsed, 4: KeptInUse, 7: KeptNewerThanUsed, 8: KeptInUse, 9: KeptRollbackSlack,

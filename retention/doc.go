@@ -1,9 +1,10 @@
 /*
 Package retention holds what deploy-aware retention knows besides the
-garbage collector: pins (versions an operator keeps on purpose) and the
-in-use index (the exact images each deploy source declares it runs; the
-scanner that reads them out of Kubernetes YAML, and the index's Image and
-Source, are retention/inuse).
+garbage collector: pins (versions an operator keeps on purpose; the pin
+and its validation are retention/pin) and the in-use index (the exact
+images each deploy source declares it runs; the scanner that reads them
+out of Kubernetes YAML, and the index's Image and Source, are
+retention/inuse).
 
 It also holds the retention policy (policy.go, version.go, decide.go),
 its failure model (failure.go), and the planner and applier that read

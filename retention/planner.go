@@ -6,6 +6,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/reclaim-registry/reclaim/reclaim"
+	"github.com/reclaim-registry/reclaim/retention/pin"
 )
 
 // Tags reads a repository's tags (storage).
@@ -17,7 +18,7 @@ type Tags interface {
 
 // PinLister reads a repository's active pins (retention/redisstore.Pins).
 type PinLister interface {
-	List(ctx context.Context, repo string) ([]Pin, error)
+	List(ctx context.Context, repo string) ([]pin.Pin, error)
 }
 
 // PullReader reads when each manifest of a repository was last pulled by a

@@ -74,18 +74,19 @@ var allowed = map[string][]string{
 	// recoverable deletion: holds on blobs, their Redis index, restore, purge
 	"trash": {"gc", "internal/pause", "reclaim", "reclaim/trashentry", "redisstate", "storage/layout", "storage/referrers"},
 
-	"retention":            {"internal/enum", "reclaim", "retention/inuse"},
+	"retention":            {"internal/enum", "reclaim", "retention/inuse", "retention/pin"},
 	"retention/inuse":      {},
-	"retention/redisstore": {"retention", "retention/inuse"},
+	"retention/pin":        {}, // pins: the words and their validation
+	"retention/redisstore": {"retention", "retention/inuse", "retention/pin"},
 
 	// HTTP, and the binary
 	// registry: the Server, and wire.go, which builds everything below
 	"registry": {"gc", "gc/collector", "gc/reclaimer", "internal/config", "internal/metrics", "internal/pause", "reclaim", "reclaim/trashentry",
 		"redisstate", "redisstate/usage", "registry/accesscontrol", "registry/console", "registry/deletionevents", "registry/gcapi", "retention",
-		"retention/redisstore", "storage/budget", "storage/layout", "storage/linkdb", "storage/middleware", "storage/referrers", "trash"},
+		"retention/pin", "retention/redisstore", "storage/budget", "storage/layout", "storage/linkdb", "storage/middleware", "storage/referrers", "trash"},
 	// the GC API: handlers, route table, error table; no storage, no driver stack
 	"registry/gcapi": {"gc/collector", "internal/config", "internal/crosssite", "internal/metrics", "reclaim", "reclaim/gcrun", "reclaim/trashentry",
-		"redisstate", "redisstate/usage", "registry/accesscontrol", "retention", "retention/inuse", "retention/redisstore", "trash"},
+		"redisstate", "redisstate/usage", "registry/accesscontrol", "retention", "retention/inuse", "retention/pin", "retention/redisstore", "trash"},
 	"registry/accesscontrol": {},
 	// deletion events: what runs deleted, to Distribution's notification endpoints
 	"registry/deletionevents":     {"reclaim"},
@@ -193,6 +194,9 @@ func checkForbidden(t *testing.T, pkgs map[string]pkg) {
 			redis, handlers, "net/http")},
 		// the in-use scanner reads files, nothing else of the project
 		{"retention/inuse", append(our("storage/middleware", "redisstate", "storage/linkdb", "gc", "registry", "retention", "reclaim"),
+			redis, handlers, "net/http")},
+		// pins are words and their validation: no I/O at all
+		{"retention/pin", append(our("storage/middleware", "redisstate", "storage/linkdb", "gc", "registry", "retention", "reclaim"),
 			redis, handlers, "net/http")},
 		{"retention/redisstore", append(our("storage/middleware", "redisstate", "storage/linkdb", "gc", "registry"), handlers)},
 		{"storage/layout", append(our("storage/middleware", "redisstate", "storage/linkdb", "gc"), redis, handlers, prom)},

@@ -30,7 +30,7 @@ import (
 	"github.com/reclaim-registry/reclaim/reclaim/gcrun"
 	"github.com/reclaim-registry/reclaim/redisstate/usage"
 	"github.com/reclaim-registry/reclaim/registry/accesscontrol"
-	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/pin"
 	"github.com/reclaim-registry/reclaim/retention/redisstore"
 	"github.com/reclaim-registry/reclaim/trash"
 )
@@ -91,7 +91,7 @@ type Config struct {
 	// Retention serves the retention endpoints.
 	Retention *Retention
 	// HasVersion reports whether repo holds the tag or manifest ref.
-	HasVersion func(ctx context.Context, repo string, ref retention.Ref) (bool, error)
+	HasVersion func(ctx context.Context, repo string, ref pin.Ref) (bool, error)
 	// Fenced reports whether a collector fences manifest d of repo.
 	Fenced func(ctx context.Context, repo string, d digest.Digest) (bool, error)
 	// TagState reports whether a retention apply is deleting tag of repo

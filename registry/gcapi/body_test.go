@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/pin"
 )
 
 // readJSON reads every body as collect's options are read: exact keys,
@@ -23,12 +24,12 @@ func TestReadJSONStrict(t *testing.T) {
 	}
 	type body struct {
 		embedded
-		Items  []inner              `json:"items"`
-		One    *inner               `json:"one"`
-		Labels map[string]string    `json:"labels"`
-		MinAge *retention.Duration  `json:"min_age"`
-		Pin    retention.PinRequest `json:"pin"`
-		Skip   string               `json:"-"`
+		Items  []inner             `json:"items"`
+		One    *inner              `json:"one"`
+		Labels map[string]string   `json:"labels"`
+		MinAge *retention.Duration `json:"min_age"`
+		Pin    pin.Request         `json:"pin"`
+		Skip   string              `json:"-"`
 		Plain  int
 	}
 	for _, c := range []struct {

@@ -14,6 +14,7 @@ import (
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/inuse"
+	"github.com/reclaim-registry/reclaim/retention/pin"
 )
 
 // apiError is one entry of an error body, shaped like Distribution's:
@@ -124,11 +125,12 @@ var sentinels = []struct {
 	{err: retention.ErrPlanExpired, code: codePlanExpired},
 	{err: retention.ErrPolicyChanged, code: codePolicyChanged},
 	{err: retention.ErrPlanSkipped, code: codePlanSkipped},
-	{err: retention.ErrPinExpired, code: codePinExpired},
-	{err: retention.ErrInvalidDigest, code: codeDigestInvalid},
+	{err: pin.ErrExpired, code: codePinExpired},
+	{err: pin.ErrInvalidDigest, code: codeDigestInvalid},
+	{err: pin.ErrInvalid, code: codeParamInvalid},
 	{err: retention.ErrInvalid, code: codeParamInvalid},
 	{err: inuse.ErrInvalid, code: codeParamInvalid},
-	{err: retention.ErrPinNotFound, code: codePinUnknown},
+	{err: pin.ErrNotFound, code: codePinUnknown},
 	{err: retention.ErrSourceNotFound, code: codeSourceUnknown},
 	{err: retention.ErrUnavailable, code: codeUnavailable},
 	// 403, not 401: the credentials may be fine; the page that sent them

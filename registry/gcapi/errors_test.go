@@ -15,6 +15,7 @@ import (
 	"github.com/reclaim-registry/reclaim/reclaim"
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/inuse"
+	"github.com/reclaim-registry/reclaim/retention/pin"
 )
 
 func TestStatusOfMapsEveryError(t *testing.T) {
@@ -66,11 +67,12 @@ func TestErrorBodies(t *testing.T) {
 		{err: wrap(collector.ErrRepositoryNotFound), status: 404, code: "NAME_UNKNOWN"},
 		{err: wrap(collector.ErrPlanRepository), status: 404, code: "PLAN_UNKNOWN", message: collector.ErrPlanNotInMemory.Error()},
 		{err: wrap(collector.ErrPlanNotInMemory), status: 404, code: "PLAN_UNKNOWN"},
-		{err: wrap(retention.ErrPinExpired), status: 400, code: "PIN_EXPIRED"},
-		{err: wrap(retention.ErrInvalidDigest), status: 400, code: "DIGEST_INVALID"},
+		{err: wrap(pin.ErrExpired), status: 400, code: "PIN_EXPIRED"},
+		{err: wrap(pin.ErrInvalidDigest), status: 400, code: "DIGEST_INVALID"},
+		{err: wrap(pin.ErrInvalid), status: 400, code: "PARAM_INVALID"},
 		{err: wrap(retention.ErrInvalid), status: 400, code: "PARAM_INVALID"},
 		{err: wrap(inuse.ErrTooLarge), status: 400, code: "PARAM_INVALID"},
-		{err: wrap(retention.ErrPinNotFound), status: 404, code: "PIN_UNKNOWN"},
+		{err: wrap(pin.ErrNotFound), status: 404, code: "PIN_UNKNOWN"},
 		{err: wrap(retention.ErrSourceNotFound), status: 404, code: "SOURCE_UNKNOWN"},
 		{err: wrap(errManifestUnknown), status: 404, code: "MANIFEST_UNKNOWN"},
 		{err: wrap(errPinRace), status: 409, code: "GC_DELETING", retry: "30"},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/gc/collector"
 	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/pin"
 )
 
 // Pins, under the repository endpoints:
@@ -61,7 +62,7 @@ func (h *API) pins(w http.ResponseWriter, r *http.Request, repo, ref string) err
 		writeJSON(w, http.StatusOK, map[string]any{"repository": repo, "pins": list})
 		return nil
 	}
-	pref, err := retention.ParseRef(ref)
+	pref, err := pin.ParseRef(ref)
 	if err != nil {
 		return err
 	}
@@ -91,12 +92,12 @@ func (h *API) pins(w http.ResponseWriter, r *http.Request, repo, ref string) err
 // after the pin and its re-read sees it; a fence now means the collector
 // may have re-read already, and the caller is told so (409) instead of
 // being promised a protection that may come too late.
-func (h *API) putPin(w http.ResponseWriter, r *http.Request, repo string, ref retention.Ref) error {
-	var req retention.PinRequest
+func (h *API) putPin(w http.ResponseWriter, r *http.Request, repo string, ref pin.Ref) error {
+	var req pin.Request
 	if err := readJSON(r, maxBody, &req); err != nil {
 		return err
 	}
-	pin, err := retention.NewPin(repo, ref, req, time.Now())
+	pin, err := pin.New(repo, ref, req, time.Now())
 	if err != nil {
 		return err
 	}
@@ -148,7 +149,7 @@ func (h *API) putPin(w http.ResponseWriter, r *http.Request, repo string, ref re
 // pins later, and sees this one), and gone means raced. Not only when the
 // fence's mark says a deleter was there lately: the mark lasts a minute,
 // and a request may stall for longer.
-func (b *Config) pinRaced(ctx context.Context, repo string, ref retention.Ref) (bool, error) {
+func (b *Config) pinRaced(ctx context.Context, repo string, ref pin.Ref) (bool, error) {
 	unreadable := func(what string, err error) error {
 		return fmt.Errorf("%w: the pin is stored, but whether %s could not be read: %v", retention.ErrUnavailable, what, err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/reclaim-registry/reclaim/internal/config"
 	"github.com/reclaim-registry/reclaim/registry/accesscontrol"
 	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/pin"
 	"github.com/reclaim-registry/reclaim/retention/redisstore"
 )
 
@@ -36,7 +37,7 @@ func TestPinsAndInUseScopes(t *testing.T) {
 	defer c.Close()
 	b := &Config{Collector: col, Pins: redisstore.NewPins(c, "t:", nil), InUse: redisstore.NewInUse(c, "t:"),
 		Exists:     func(context.Context, string) (bool, error) { return true, nil },
-		HasVersion: func(context.Context, string, retention.Ref) (bool, error) { return true, nil },
+		HasVersion: func(context.Context, string, pin.Ref) (bool, error) { return true, nil },
 		Fenced:     func(context.Context, string, digest.Digest) (bool, error) { return false, nil },
 		TagState:   func(context.Context, string, string) (bool, bool, error) { return false, false, nil }}
 	srv := httptest.NewServer(newGCAPI(accesscontrol.New(conf), config.Options{GC: config.GC{Enabled: true}}, b, http.NotFoundHandler()))

@@ -10,7 +10,7 @@
 // Repository names hold no ':' and source names no '{', '}' or ':', so the
 // two families cannot meet.
 //
-//	reclaim:{<repo>}:pins                hash: <tag or digest> -> JSON retention.Pin
+//	reclaim:{<repo>}:pins                hash: <tag or digest> -> JSON pin.Pin
 //	reclaim:{inuse:<source>}:images      set: "<repo>@<digest>", what the source declared last
 //	reclaim:{inuse:<source>}:meta        JSON inuse.Source (name, updated_at, images)
 //	reclaim:inuse:sources                set of source names (written before a source, removed after)

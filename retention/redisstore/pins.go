@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/reclaim-registry/reclaim/retention"
+	"github.com/reclaim-registry/reclaim/retention/pin"
 )
 
 // Pins stores pins, one hash per repository.
@@ -36,58 +37,58 @@ func unavailable(op string, err error) error {
 	return fmt.Errorf("%w: %s: %v", retention.ErrUnavailable, op, err)
 }
 
-// Put stores pin, replacing any pin of the same ref. created reports
+// Put stores pn, replacing any pin of the same ref. created reports
 // whether there was none.
-func (p *Pins) Put(ctx context.Context, pin retention.Pin) (created bool, err error) {
-	b, err := json.Marshal(pin)
+func (p *Pins) Put(ctx context.Context, pn pin.Pin) (created bool, err error) {
+	b, err := json.Marshal(pn)
 	if err != nil {
 		return false, err
 	}
-	n, err := p.c.HSet(ctx, p.key(pin.Repository), pin.Ref, b).Result()
+	n, err := p.c.HSet(ctx, p.key(pn.Repository), pn.Ref, b).Result()
 	if err != nil {
 		return false, unavailable("store pin", err)
 	}
 	return n == 1, nil
 }
 
-// Delete removes the pin of ref; ErrPinNotFound when there is none.
+// Delete removes the pin of ref; pin.ErrNotFound when there is none.
 func (p *Pins) Delete(ctx context.Context, repo, ref string) error {
 	n, err := p.c.HDel(ctx, p.key(repo), ref).Result()
 	if err != nil {
 		return unavailable("delete pin", err)
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: %s of %s", retention.ErrPinNotFound, ref, repo)
+		return fmt.Errorf("%w: %s of %s", pin.ErrNotFound, ref, repo)
 	}
 	return nil
 }
 
-// Get returns the active pin of ref; ErrPinNotFound when there is none or
+// Get returns the active pin of ref; pin.ErrNotFound when there is none or
 // it expired.
-func (p *Pins) Get(ctx context.Context, repo, ref string) (retention.Pin, error) {
+func (p *Pins) Get(ctx context.Context, repo, ref string) (pin.Pin, error) {
 	b, err := p.c.HGet(ctx, p.key(repo), ref).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return retention.Pin{}, fmt.Errorf("%w: %s of %s", retention.ErrPinNotFound, ref, repo)
+		return pin.Pin{}, fmt.Errorf("%w: %s of %s", pin.ErrNotFound, ref, repo)
 	}
 	if err != nil {
-		return retention.Pin{}, unavailable("read pin", err)
+		return pin.Pin{}, unavailable("read pin", err)
 	}
-	var pin retention.Pin
-	if err := json.Unmarshal(b, &pin); err != nil {
+	var pn pin.Pin
+	if err := json.Unmarshal(b, &pn); err != nil {
 		// fail closed: an unreadable pin is no answer
-		return retention.Pin{}, unavailable("decode pin "+ref+" of "+repo, err)
+		return pin.Pin{}, unavailable("decode pin "+ref+" of "+repo, err)
 	}
-	if !pin.Active(p.now()) {
-		return retention.Pin{}, fmt.Errorf("%w: %s of %s (expired)", retention.ErrPinNotFound, ref, repo)
+	if !pn.Active(p.now()) {
+		return pin.Pin{}, fmt.Errorf("%w: %s of %s (expired)", pin.ErrNotFound, ref, repo)
 	}
-	return pin, nil
+	return pn, nil
 }
 
 // Pinned is gc's Pinner: whether an active pin names manifest d of repo.
 func (p *Pins) Pinned(ctx context.Context, repo string, d digest.Digest) (bool, error) {
 	_, err := p.Get(ctx, repo, d.String())
 	switch {
-	case errors.Is(err, retention.ErrPinNotFound):
+	case errors.Is(err, pin.ErrNotFound):
 		return false, nil
 	case err != nil:
 		return false, err
@@ -104,20 +105,20 @@ return 0
 
 // List returns the active pins of repo, sorted by ref, and prunes the
 // expired ones.
-func (p *Pins) List(ctx context.Context, repo string) ([]retention.Pin, error) {
+func (p *Pins) List(ctx context.Context, repo string) ([]pin.Pin, error) {
 	all, err := p.c.HGetAll(ctx, p.key(repo)).Result()
 	if err != nil {
 		return nil, unavailable("list pins", err)
 	}
 	now := p.now()
-	out := []retention.Pin{}
+	out := []pin.Pin{}
 	for ref, v := range all {
-		var pin retention.Pin
-		if err := json.Unmarshal([]byte(v), &pin); err != nil {
+		var pn pin.Pin
+		if err := json.Unmarshal([]byte(v), &pn); err != nil {
 			return nil, unavailable("decode pin "+ref+" of "+repo, err)
 		}
-		if pin.Active(now) {
-			out = append(out, pin)
+		if pn.Active(now) {
+			out = append(out, pn)
 			continue
 		}
 		// best effort: an expired pin protects nothing whether or not

@@ -12,6 +12,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/retention"
 	"github.com/reclaim-registry/reclaim/retention/inuse"
+	"github.com/reclaim-registry/reclaim/retention/pin"
 )
 
 func client(t *testing.T) (*miniredis.Miniredis, redis.UniversalClient) {
@@ -28,13 +29,13 @@ func TestPins(t *testing.T) {
 	ctx := context.Background()
 	d := digest.FromString("m")
 	exp := now.Add(time.Hour)
-	for _, pin := range []retention.Pin{
+	for _, pn := range []pin.Pin{
 		{Repository: "team/app", Ref: d.String(), Note: "legal hold", CreatedAt: now},
 		{Repository: "team/app", Ref: "v1", CreatedAt: now, ExpiresAt: &exp},
 		{Repository: "other", Ref: d.String(), CreatedAt: now, ExpiresAt: &exp},
 	} {
-		if created, err := p.Put(ctx, pin); err != nil || !created {
-			t.Fatalf("put %+v: %v %v", pin, created, err)
+		if created, err := p.Put(ctx, pn); err != nil || !created {
+			t.Fatalf("put %+v: %v %v", pn, created, err)
 		}
 	}
 	if !m.Exists("t:{team/app}:pins") {
@@ -55,7 +56,7 @@ func TestPins(t *testing.T) {
 	if ok, _ := p.Pinned(ctx, "other", d); ok {
 		t.Fatal("an expired pin protects")
 	}
-	if _, err := p.Get(ctx, "team/app", "v1"); !errors.Is(err, retention.ErrPinNotFound) {
+	if _, err := p.Get(ctx, "team/app", "v1"); !errors.Is(err, pin.ErrNotFound) {
 		t.Fatalf("get expired: %v", err)
 	}
 	if list, _ := p.List(ctx, "team/app"); len(list) != 1 || list[0].Ref != d.String() {
@@ -68,7 +69,7 @@ func TestPins(t *testing.T) {
 	if err := p.Delete(ctx, "team/app", d.String()); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Delete(ctx, "team/app", d.String()); !errors.Is(err, retention.ErrPinNotFound) {
+	if err := p.Delete(ctx, "team/app", d.String()); !errors.Is(err, pin.ErrNotFound) {
 		t.Fatalf("second delete: %v", err)
 	}
 	m.HSet("t:{bad}:pins", d.String(), "{not json")

@@ -1,4 +1,11 @@
-package retention
+// Package pin is the pins of deploy-aware retention: a version of a
+// repository (a tag or a manifest digest, Ref) that an operator keeps on
+// purpose, until an optional expiry. A digest pin keeps that manifest
+// from the collector (through gc's Pinner seam) and from retention; a tag
+// pin keeps the tag from retention. The package holds the words and their
+// validation and does no I/O: retention/redisstore stores pins,
+// registry/gcapi serves them (docs/api.md, "Pins").
+package pin
 
 import (
 	"fmt"
@@ -24,16 +31,16 @@ type Pin struct {
 // Active reports whether the pin protects at now.
 func (p Pin) Active(now time.Time) bool { return p.ExpiresAt == nil || now.Before(*p.ExpiresAt) }
 
-// PinRequest is the body of a pin PUT: an optional note and an optional
+// Request is the body of a pin PUT: an optional note and an optional
 // expiry, as a time or as a duration from now (not both).
-type PinRequest struct {
+type Request struct {
 	Note      string     `json:"note"`
 	ExpiresAt *time.Time `json:"expires_at"`
 	ExpiresIn string     `json:"expires_in"`
 }
 
-// NewPin validates req and builds the pin of ref in repo, created at now.
-func NewPin(repo string, ref Ref, req PinRequest, now time.Time) (Pin, error) {
+// New validates req and builds the pin of ref in repo, created at now.
+func New(repo string, ref Ref, req Request, now time.Time) (Pin, error) {
 	p := Pin{Repository: repo, Ref: ref.String(), Note: req.Note, CreatedAt: now.UTC()}
 	if len(req.Note) > maxNote || !utf8.ValidString(req.Note) {
 		return Pin{}, fmt.Errorf("%w: note: at most %d bytes of UTF-8", ErrInvalid, maxNote)
@@ -58,12 +65,12 @@ func NewPin(repo string, ref Ref, req PinRequest, now time.Time) (Pin, error) {
 	return p, nil
 }
 
-// Live returns ErrPinExpired when p's expiry is not after now: such a pin
+// Live returns ErrExpired when p's expiry is not after now: such a pin
 // protects nothing.
 func (p Pin) Live(now time.Time) error {
 	if p.ExpiresAt != nil && !p.ExpiresAt.After(now) {
 		return fmt.Errorf("%w: the expiry %s is not in the future (at %s): give a later expires_at or a longer expires_in",
-			ErrPinExpired, p.ExpiresAt.Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
+			ErrExpired, p.ExpiresAt.Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
 	}
 	return nil
 }

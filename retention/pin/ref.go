@@ -1,4 +1,4 @@
-package retention
+package pin
 
 import (
 	"fmt"

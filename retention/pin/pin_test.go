@@ -1,4 +1,4 @@
-package retention
+package pin
 
 import (
 	"errors"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
-	"github.com/reclaim-registry/reclaim/retention/inuse"
 )
 
 func TestParseRef(t *testing.T) {
@@ -25,24 +24,24 @@ func TestParseRef(t *testing.T) {
 	}
 }
 
-func TestNewPin(t *testing.T) {
+func TestNew(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	ref := Ref{Tag: "v1"}
 	later := now.Add(time.Hour)
-	p, err := NewPin("team/app", ref, PinRequest{Note: "prod-eu", ExpiresIn: "72h"}, now)
+	p, err := New("team/app", ref, Request{Note: "prod-eu", ExpiresIn: "72h"}, now)
 	if err != nil || p.ExpiresAt == nil || !p.ExpiresAt.Equal(now.Add(72*time.Hour)) || p.Note != "prod-eu" || p.Ref != "v1" {
 		t.Fatalf("%+v %v", p, err)
 	}
 	if !p.Active(now.Add(71*time.Hour)) || p.Active(now.Add(72*time.Hour)) {
 		t.Fatal("expiry is exclusive: active before, not at")
 	}
-	if p, err := NewPin("team/app", ref, PinRequest{ExpiresAt: &later}, now); err != nil || !p.ExpiresAt.Equal(later) {
+	if p, err := New("team/app", ref, Request{ExpiresAt: &later}, now); err != nil || !p.ExpiresAt.Equal(later) {
 		t.Fatalf("%+v %v", p, err)
 	}
-	if p, err := NewPin("team/app", ref, PinRequest{}, now); err != nil || p.ExpiresAt != nil || !p.Active(now.Add(1e6*time.Hour)) {
+	if p, err := New("team/app", ref, Request{}, now); err != nil || p.ExpiresAt != nil || !p.Active(now.Add(1e6*time.Hour)) {
 		t.Fatalf("no expiry: %+v %v", p, err)
 	}
-	for name, req := range map[string]PinRequest{
+	for name, req := range map[string]Request{
 		"both":      {ExpiresAt: &later, ExpiresIn: "1h"},
 		"past":      {ExpiresIn: "-1h"},
 		"now":       {ExpiresAt: &now},
@@ -50,29 +49,8 @@ func TestNewPin(t *testing.T) {
 		"long note": {Note: strings.Repeat("n", maxNote+1)},
 		"bad utf8":  {Note: "\xff"},
 	} {
-		if _, err := NewPin("team/app", ref, req, now); !errors.Is(err, ErrInvalid) {
+		if _, err := New("team/app", ref, req, now); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
-		}
-	}
-}
-
-func TestImagesAndSources(t *testing.T) {
-	a := digest.FromString("a")
-	ok := func(string) error { return nil }
-	if err := ValidateImages([]inuse.Image{{Repository: "a", Digest: "sha256:nope"}}, ok); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("bad digest: %v", err)
-	}
-	if err := ValidateImages([]inuse.Image{{Repository: "BAD", Digest: a}}, func(string) error { return errors.New("no") }); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("bad name: %v", err)
-	}
-	for _, s := range []string{"prod-eu", "gitops.main", "a", "A_1"} {
-		if err := ValidateSource(s); err != nil {
-			t.Errorf("%q: %v", s, err)
-		}
-	}
-	for _, s := range []string{"", "-x", "a/b", "a{b}", "a:b", strings.Repeat("x", 129)} {
-		if err := ValidateSource(s); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%q: %v, want ErrInvalid", s, err)
 		}
 	}
 }
