@@ -124,7 +124,7 @@ func digestsOf(es []retention.Entry) []digest.Digest {
 }
 
 // reasonFor returns the reason the plan gives d ("" when d is in no list).
-func reasonFor(p *retention.Plan, d digest.Digest) string {
+func reasonFor(p *retention.Plan, d digest.Digest) retention.Verdict {
 	for _, e := range append(append([]retention.Entry{}, p.Candidates...), p.Kept...) {
 		if e.Digest == d {
 			return e.Reason

@@ -4,26 +4,43 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/reclaim-registry/reclaim/internal/enum"
 	"github.com/reclaim-registry/reclaim/retention/pin"
 )
 
+// Verdict is what the policy decided for one version: why it is kept, or
+// that it is a candidate. A closed set, like SkipReason (its names are
+// the "reason" of a plan's entries).
+type Verdict string
+
 // Why a version is kept, or that it is a candidate.
 const (
-	KeptInUse         = "in_use" // a source declares it (or a manifest of its index)
-	KeptNewerThanUsed = "newer_than_in_use"
-	KeptRollbackSlack = "rollback_slack" // one of the K below the oldest in use
-	KeptNewest        = "newest"         // one of the newest N, nothing in use
-	KeptPinned        = "pinned"         // an active pin names its digest or a tag
-	KeptPulled        = "pulled_within"  // pulled within the policy's pulled_within
-	KeptTooYoung      = "younger_than_min_age"
-	KeptOverCap       = "over_cap" // a candidate left for a later run
-	Candidate         = "candidate"
+	KeptInUse         Verdict = "in_use" // a source declares it (or a manifest of its index)
+	KeptNewerThanUsed Verdict = "newer_than_in_use"
+	KeptRollbackSlack Verdict = "rollback_slack" // one of the K below the oldest in use
+	KeptNewest        Verdict = "newest"         // one of the newest N, nothing in use
+	KeptPinned        Verdict = "pinned"         // an active pin names its digest or a tag
+	KeptPulled        Verdict = "pulled_within"  // pulled within the policy's pulled_within
+	KeptTooYoung      Verdict = "younger_than_min_age"
+	KeptOverCap       Verdict = "over_cap" // a candidate left for a later run
+	Candidate         Verdict = "candidate"
 )
+
+var verdicts = enum.Strings("retention.Verdict", Candidate, KeptInUse, KeptNewerThanUsed, KeptRollbackSlack, KeptNewest,
+	KeptPinned, KeptPulled, KeptTooYoung, KeptOverCap)
+
+func (v Verdict) String() string { return verdicts.String(v) }
+
+// MarshalText encodes the name; a verdict outside the set is an error.
+func (v Verdict) MarshalText() ([]byte, error) { return verdicts.MarshalText(v) }
+
+// UnmarshalText decodes a name, strictly.
+func (v *Verdict) UnmarshalText(b []byte) error { return verdicts.UnmarshalText(b, v) }
 
 // Entry is a version with what the policy decided for it.
 type Entry struct {
 	Version
-	Reason string `json:"reason"`
+	Reason Verdict `json:"reason"`
 }
 
 // Decision is the policy applied to one repository's versions.

@@ -26,8 +26,8 @@ func policy() Policy {
 	return Policy{KeepNewest: 3, RollbackSlack: 2, MinAge: Duration(5 * 24 * time.Hour), Cap: 100}
 }
 
-func reasons(d Decision) map[digest.Digest]string {
-	out := map[digest.Digest]string{}
+func reasons(d Decision) map[digest.Digest]Verdict {
+	out := map[digest.Digest]Verdict{}
 	for _, e := range append(append([]Entry{}, d.Candidates...), d.Kept...) {
 		out[e.Digest] = e.Reason
 	}
@@ -40,7 +40,7 @@ func TestDecide(t *testing.T) {
 	pins := []pin.Pin{{Ref: vs[15].Tags[0]}, {Ref: vs[17].Digest.String(), ExpiresAt: &t0}} // the second has expired
 	d := decide(vs, used, pins, nil, policy(), t0)
 	r := reasons(d)
-	want := map[int]string{0: KeptNewerThanUsed, 4: KeptInUse, 7: KeptNewerThanUsed, 8: KeptInUse, 9: KeptRollbackSlack,
+	want := map[int]Verdict{0: KeptNewerThanUsed, 4: KeptInUse, 7: KeptNewerThanUsed, 8: KeptInUse, 9: KeptRollbackSlack,
 		10: KeptRollbackSlack, 11: Candidate, 15: KeptPinned, 17: Candidate, 19: Candidate}
 	for i, w := range want {
 		if r[vs[i].Digest] != w {

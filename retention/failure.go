@@ -67,9 +67,6 @@ const (
 var leftReasons = enum.Strings("retention.LeftReason",
 	ChangedInUse, ChangedPinned, ChangedTagMoved, ChangedTagGone, ChangedPulled, ChangedCheckFail, ChangedDeleteErr)
 
-// LeftReasons lists every reason in table order.
-func LeftReasons() []LeftReason { return leftReasons.Values() }
-
 func (r LeftReason) String() string { return leftReasons.String(r) }
 
 // MarshalText encodes the name; a reason outside the set is an error.
