@@ -13,10 +13,10 @@ import (
 
 // maxExported bounds what one package asks a reader to learn: its exported
 // top-level names (types, functions, constants, variables) and the exported
-// methods of its types, counted in non-test files. A package past it is
-// doing more than one job (gc was 149 before it became gc, gc/collector
-// and gc/reclaimer).
-const maxExported = 80
+// methods of its types, counted in non-test files, stay under 80. A
+// package past it is doing more than one job (gc was 149 before it became
+// gc, gc/collector and gc/reclaimer).
+const maxExported = 79
 
 // TestExportedNames keeps every package of the module within maxExported;
 // -v lists the counts, largest first.
