@@ -18,6 +18,7 @@ import (
 
 	"github.com/reclaim-registry/reclaim/registry/registrytest"
 	"github.com/reclaim-registry/reclaim/storage/layout"
+	"github.com/reclaim-registry/reclaim/storage/linkdb"
 )
 
 // A push moves svc/app:v1 while a tag deleter deletes it the way an object
@@ -147,4 +148,39 @@ func TestE2ETagWriteRefusedBeforeItsCurrentLinkLeavesNoTagDirectory(t *testing.T
 	err = remote.Write(g.Ref(t, repo+":"+tag), img,
 		append(g.Remote(t), remote.WithRetryBackoff(remote.Backoff{Duration: time.Millisecond, Steps: 1}))...)
 	refusedThenRetried(t, g, repo+":"+tag, err, img)
+}
+
+// A tag directory left without its current link (a tag write or delete
+// that failed half-way under storage faults) is what `registry linkdb
+// verify` reports as dangling_tag, and its remedy works: a tag DELETE
+// through the registry removes the directory, so the tag list stops
+// naming a tag nobody can pull, and verify is clean again.
+func TestE2EDanglingTagIsReportedAndItsRemedyWorks(t *testing.T) {
+	g := startRetention(t, nil)
+	ctx := context.Background()
+	const repo, tag = "left/app", "v1"
+	if err := remote.Write(g.Ref(t, repo+":"+tag), registrytest.Image(t, layer(t)), g.Remote(t)...); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.raw.Delete(ctx, layout.TagCurrentPath(repo, tag)); err != nil {
+		t.Fatal(err)
+	}
+	if tags, err := remote.List(g.Repo(t, repo), g.Remote(t)...); err != nil || !slices.Contains(tags, tag) {
+		t.Fatalf("tag list %v (%v): the dangling directory should still be listed, as Distribution lists it", tags, err)
+	}
+	rep, err := linkdb.Verify(ctx, g.raw, linkdb.VerifyOptions{})
+	if err != nil || rep.Counts[linkdb.DanglingTag] != 1 || rep.ExitCode != linkdb.ExitBroken {
+		t.Fatalf("verify: %v, counts %v, exit %d; want one dangling_tag, exit %d", err, rep.Counts, rep.ExitCode, linkdb.ExitBroken)
+	}
+	resp := g.Do(t, http.MethodDelete, "/v2/"+repo+"/manifests/"+tag, nil)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("DELETE of the dangling tag: %d, want 202", resp.StatusCode)
+	}
+	if tags, err := remote.List(g.Repo(t, repo), g.Remote(t)...); err != nil || slices.Contains(tags, tag) {
+		t.Fatalf("tag list after the DELETE: %v (%v)", tags, err)
+	}
+	if rep, err = linkdb.Verify(ctx, g.raw, linkdb.VerifyOptions{}); err != nil || rep.Counts[linkdb.DanglingTag] != 0 {
+		t.Fatalf("verify after the DELETE: %v, counts %v", err, rep.Counts)
+	}
 }

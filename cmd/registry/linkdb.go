@@ -240,9 +240,11 @@ Exit codes (the most urgent that applies):
      dangling entry at a link path; tag links included), manifests that do
      not match their digest
   3  incomplete: some parts could not be read, or verify could not run
-  4  broken links only: forward links to blobs whose data is already gone
-     (broken_forward; rebuild exits 4 for them too). Not a risk GC adds and
-     nothing rebuild repairs: push those images again or delete the links`,
+  4  broken links or tags only: forward links to blobs whose data is already
+     gone (broken_forward; rebuild exits 4 for them too), or tag directories
+     without a current link (dangling_tag: listed, not pullable). Not a risk
+     GC adds and nothing rebuild repairs: push those images again or delete
+     the links; DELETE /v2/<repository>/manifests/<tag> removes a dangling tag`,
 		Args: cobra.MaximumNArgs(1),
 		Run: func(cmd *cobra.Command, args []string) {
 			linkdbExit(runVerify(cmd, args, opts, asJSON))

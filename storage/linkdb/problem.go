@@ -41,12 +41,18 @@ const (
 	// MissingReferrer: a manifest with a subject that the referrers index does
 	// not list. Fixed by rebuild.
 	MissingReferrer Kind = "missing_referrer"
+	// DanglingTag: a tag directory that holds history entries but no
+	// current link. Distribution's tag list names the tag while a pull of
+	// it answers MANIFEST_UNKNOWN. A tag write or delete that failed
+	// half-way leaves it (storage faults); it references nothing, so it is
+	// not a GC risk, and no linkdb command removes it (Remedy).
+	DanglingTag Kind = "dangling_tag"
 	// Unreadable: a directory or file could not be read. What it holds is
 	// unknown; in particular its blobs are never called reclaimable.
 	Unreadable Kind = "unreadable"
 )
 
-var kinds = enum.Strings("linkdb.Kind", MissingReverse, MissingReferrer, Corrupt, BrokenForward, Unreadable, StaleReverse, StaleReferrer, Reclaimable)
+var kinds = enum.Strings("linkdb.Kind", MissingReverse, MissingReferrer, Corrupt, BrokenForward, DanglingTag, Unreadable, StaleReverse, StaleReferrer, Reclaimable)
 
 // Kinds lists every kind in report order.
 var Kinds = kinds.Values()
@@ -70,6 +76,8 @@ func (k Kind) Message() string {
 		return "blob no repository links (GC will reclaim it)"
 	case BrokenForward:
 		return "forward link to a blob whose data is gone (already lost, not a GC risk)"
+	case DanglingTag:
+		return "tag directory without a current link (listed, not pullable; not a GC risk)"
 	case Corrupt:
 		return "link path that is not a file holding the digest it should, or a manifest not matching its digest"
 	case StaleReferrer:
@@ -92,6 +100,8 @@ func (k Kind) Remedy() string {
 			"GC aborts on its repository until then)"
 	case Corrupt:
 		return "no command repairs these; look at each path listed (docs/operations.md, the findings table), fix or delete it"
+	case DanglingTag:
+		return "delete each such tag through the registry: DELETE /v2/<repository>/manifests/<tag> removes its directory"
 	}
 	return ""
 }

@@ -233,6 +233,9 @@ func testVerifyFindsEachBreakage(t *testing.T, p pushed) {
 		{"referrers entry missing", func(d storagedriver.StorageDriver) error {
 			return d.Delete(ctx, subjectEntry)
 		}, linkdb.MissingReferrer, linkdb.ExitDataLoss, true},
+		{"tag without its current link", func(d storagedriver.StorageDriver) error {
+			return d.Delete(ctx, layout.TagCurrentPath("app", "v1"))
+		}, linkdb.DanglingTag, linkdb.ExitBroken, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := memCopy(t, p.root)

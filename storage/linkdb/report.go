@@ -23,9 +23,10 @@ const (
 	// all). What it printed is true, but it is not the whole picture.
 	ExitIncomplete = 3
 	// ExitBroken: the worst finding is broken_forward, a link to data
-	// that is already gone. The link database is sound and GC is safe;
-	// the image is broken (BrokenForward.Remedy). rebuild exits with it
-	// too, after it marked the database complete.
+	// that is already gone, or dangling_tag, a listed tag that cannot be
+	// pulled. The link database is sound and GC is safe; the image or the
+	// tag is broken (Kind.Remedy). rebuild exits with it too for
+	// broken_forward, after it marked the database complete.
 	ExitBroken = 4
 )
 
@@ -65,7 +66,7 @@ func (r *Report) exitCode() int {
 		return ExitDataLoss
 	case c[Unreadable] > 0:
 		return ExitIncomplete
-	case c[BrokenForward] > 0:
+	case c[BrokenForward]+c[DanglingTag] > 0:
 		return ExitBroken
 	case c[StaleReverse]+c[StaleReferrer] > 0:
 		return ExitLeaks
@@ -142,7 +143,7 @@ func verdict(code int) string {
 	case ExitDataLoss:
 		return "DATA-LOSS RISK or damage"
 	case ExitBroken:
-		return "broken links: data already lost (not a risk GC adds; the link database is sound)"
+		return "broken links or tags: already broken (not a risk GC adds; the link database is sound)"
 	default:
 		return "incomplete: some parts could not be read"
 	}
@@ -169,7 +170,7 @@ func (r *Report) actions() []string {
 	if c[MissingReferrer] > 0 {
 		out = append(out, "missing_referrer: `registry linkdb rebuild` adds them")
 	}
-	for _, k := range []Kind{Corrupt, BrokenForward} {
+	for _, k := range []Kind{Corrupt, BrokenForward, DanglingTag} {
 		if c[k] > 0 {
 			out = append(out, k.String()+": "+k.Remedy())
 		}

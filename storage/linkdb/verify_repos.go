@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
@@ -55,9 +57,15 @@ func (v *verifier) tags(ctx context.Context, repo string) {
 		c := layout.Classify(p)
 		return (c.Kind == layout.PathTagCurrent || c.Kind == layout.PathTagIndex) && c.Repo == repo
 	}
+	withIndex, withCurrent := map[string]bool{}, map[string]bool{}
 	err := walkLinks(ctx, v.d, base, isTag, func(e linkEntry) error {
 		v.tagLinks.Add(1)
 		c := layout.Classify(e.Path)
+		if c.Kind == layout.PathTagCurrent {
+			withCurrent[c.Tag] = true
+		} else {
+			withIndex[c.Tag] = true
+		}
 		if e.Bad != "" {
 			v.f.add(Problem{Kind: Corrupt, Path: e.Path, Repo: repo, Digest: c.Digest, Detail: e.Bad})
 			return ctx.Err()
@@ -78,6 +86,35 @@ func (v *verifier) tags(ctx context.Context, repo string) {
 	})
 	if err != nil && ctx.Err() == nil {
 		v.f.add(Problem{Kind: Unreadable, Path: base, Repo: repo, Detail: err.Error()})
+		return
+	}
+	v.danglingTags(ctx, repo, withIndex, withCurrent)
+}
+
+// danglingTags reports the tags of repo the walk found history entries of
+// but no current link: Distribution's tag list names them while a pull
+// answers MANIFEST_UNKNOWN. The current link is read again first, so a tag
+// written while the walk passed (its index entry lands before its current
+// link) is not reported.
+func (v *verifier) danglingTags(ctx context.Context, repo string, withIndex, withCurrent map[string]bool) {
+	for _, tag := range slices.Sorted(maps.Keys(withIndex)) {
+		if withCurrent[tag] || ctx.Err() != nil {
+			continue
+		}
+		dir, p := layout.TagsDir(repo)+"/"+tag, layout.TagCurrentPath(repo, tag)
+		_, err := v.d.Stat(ctx, p)
+		if layout.IsNotFound(err) {
+			// still there without one? (gone: deleted meanwhile)
+			if _, err = v.d.Stat(ctx, dir); err == nil {
+				v.f.add(Problem{Kind: DanglingTag, Path: dir, Repo: repo,
+					Detail: "no current link: the tag list names " + tag + ", a pull of it answers MANIFEST_UNKNOWN"})
+				continue
+			}
+			p = dir
+		}
+		if err != nil && !layout.IsNotFound(err) {
+			v.f.add(Problem{Kind: Unreadable, Path: p, Repo: repo, Detail: err.Error()})
+		}
 	}
 }
 

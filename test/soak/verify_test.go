@@ -123,7 +123,10 @@ func summarize(rep *linkdb.Report) string {
 // broken or unreadable. Stale reverse links (a forward write or a
 // take-back that failed, a delete called off after its forward delete; a
 // writer's repair after a concurrent delete won the forward link, before
-// the writer took it back) are a leak: counted, allowed.
+// the writer took it back) are a leak: counted, allowed. Dangling tags (a
+// tag directory without its current link, which a tag write or delete
+// that failed half-way under the soak's storage faults leaves, as
+// upstream does; verifyTag logs each) reference nothing: counted, allowed.
 func judgeLinkDB(t *testing.T, when string, rep *linkdb.Report) {
 	t.Helper()
 	if n := rep.Counts[linkdb.MissingReverse]; n > 0 {
@@ -131,6 +134,10 @@ func judgeLinkDB(t *testing.T, when string, rep *linkdb.Report) {
 	}
 	for _, k := range linkdb.Kinds {
 		if k == linkdb.MissingReverse || k == linkdb.StaleReverse || k == linkdb.Reclaimable {
+			continue
+		}
+		if k == linkdb.DanglingTag {
+			t.Logf("linkdb verify %s: %s=%d (allowed)", when, k, rep.Counts[k])
 			continue
 		}
 		if n := rep.Counts[k]; n > 0 {
